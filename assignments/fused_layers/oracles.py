@@ -1,0 +1,406 @@
+"""Oracles and trap signatures for `fused_layers` (Chapter 20: fused Linear+bias+GELU, row mean/var,
+fused LayerNorm).
+
+Oracles run real `torch.nn.Linear` / `torch.nn.LayerNorm` modules (their own .weight, .bias, .eps)
+in float64 on the float32 inputs. Each trap function predicts the output under one mistake from the
+same inputs; the grader names the trap when the student's output matches it and the oracle does not.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from grader.inputs import InputMaker
+from grader.problem import In, Out, Problem, Signature, Stride
+from grader.spec import Case
+
+F32_EPS = 2.0**-24  # unit roundoff of float32
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _gelu_erf(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="none")
+
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    return F.gelu(x, approximate="tanh")
+
+
+# --------------------------------------------------------------------------- Linear + bias + GELU
+
+
+def linear_inputs(case: Case, maker: InputMaker) -> dict[str, Any]:
+    m, n, k = case.dims["M"], case.dims["N"], case.dims["K"]
+    layer = torch.nn.Linear(k, n)
+    if case.kind == "exact":
+        # Dyadic values: every product and partial sum is exact in tf32/fp32, so the GPU's tf32 matmul
+        # is bit-exact and the epilogue (bias axis, GELU flavour) is measured on its own.
+        x = maker.exact(m, k, levels=8, scale=0.125)
+        weight = maker.exact(n, k, levels=4, scale=0.125)
+        bias = maker.exact(n, levels=16, scale=0.125)
+    else:
+        bound = 1.0 / math.sqrt(k)
+        x = maker.normal(m, k)
+        weight = maker.uniform(n, k, low=-bound, high=bound)
+        bias = maker.uniform(n, low=-1.0, high=1.0)  # larger than nn.Linear's init: bias mistakes show
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        layer.bias.copy_(bias)
+    return {"x": x, "weight": layer.weight.detach(), "bias": layer.bias.detach(), "layer": layer}
+
+
+def linear_expected(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    layer64 = torch.nn.Linear(inputs["x"].shape[1], inputs["bias"].shape[0]).double()
+    with torch.no_grad():
+        layer64.weight.copy_(inputs["layer"].weight.double())
+        layer64.bias.copy_(inputs["layer"].bias.double())
+        return {"out": _gelu_erf(layer64(inputs["x"].double()))}
+
+
+def linear_kernel_args(inputs: dict[str, Any]) -> dict[str, Any]:
+    m, k = inputs["x"].shape
+    n = inputs["weight"].shape[0]
+    return {
+        "a_ptr": In("x"), "b_ptr": In("weight", transpose=True), "bias_ptr": In("bias"),
+        "c_ptr": Out("out", (m, n)),
+        "M": m, "N": n, "K": k,
+        "stride_am": Stride("a_ptr", 0), "stride_ak": Stride("a_ptr", 1),
+        "stride_bk": Stride("b_ptr", 0), "stride_bn": Stride("b_ptr", 1),
+        "stride_cm": Stride("c_ptr", 0), "stride_cn": Stride("c_ptr", 1),
+    }
+
+
+def linear_call_args(inputs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    return [In("x"), In("weight"), In("bias")], {}
+
+
+def _xw(inputs: dict[str, Any]) -> torch.Tensor:
+    return inputs["x"].double() @ inputs["weight"].double().T
+
+
+def trap_bias_wrong_axis(inputs: dict[str, Any]) -> Signature | None:
+    """bias[row] added down the rows; rows >= N read past the end of bias (undefined)."""
+    xw = _xw(inputs)
+    m, n = xw.shape
+    if m == n:
+        return None
+    bias = inputs["bias"].double()
+    rows = torch.arange(m)
+    row_bias = torch.where(rows < n, bias[rows.clamp(max=n - 1)], torch.zeros(m, dtype=torch.float64))
+    out = _gelu_erf(xw + row_bias[:, None])
+    undefined = (rows >= n)[:, None].expand(m, n)
+    return Signature({"out": out}, undefined={"out": undefined})
+
+
+def trap_gelu_tanh(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {"out": _gelu_tanh(_xw(inputs) + inputs["bias"].double())}
+
+
+def trap_gelu_before_bias(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    return {"out": _gelu_erf(_xw(inputs)) + inputs["bias"].double()}
+
+
+def trap_weight_not_transposed(inputs: dict[str, Any]) -> Signature | None:
+    """The wrapper passed weight [N, K] with its own strides as B [K, N]: B[k, n] = w_flat[k*s0 + n]."""
+    weight = inputs["weight"]
+    n, k = weight.shape
+    if n == k:
+        return None
+    s0 = inputs.get("_row_strides", {}).get("weight", k)
+    flat = torch.full((n * s0,), float("nan"), dtype=torch.float64)
+    flat.view(n, s0)[:, :k] = weight.double()
+    index = torch.arange(k)[:, None] * s0 + torch.arange(n)[None, :]
+    valid = index < flat.numel()
+    b = torch.where(valid, flat[index.clamp(max=flat.numel() - 1)], torch.zeros((), dtype=torch.float64))
+    gap_read = torch.isnan(b)
+    b = torch.where(gap_read, torch.zeros_like(b), b)
+    out = _gelu_erf(inputs["x"].double() @ b + inputs["bias"].double())
+    # any output column that used an out-of-range or gap element of B is undefined
+    bad_cols = (~valid | gap_read).any(dim=0)
+    undefined = bad_cols[None, :].expand(out.shape)
+    return Signature({"out": out}, undefined={"out": undefined})
+
+
+# --------------------------------------------------------------------------- row statistics
+
+
+def _rows(case: Case, maker: InputMaker) -> torch.Tensor:
+    return maker.rows(case.kind, case.dims["M"], case.dims["N"])
+
+
+def row_stats_inputs(case: Case, maker: InputMaker) -> dict[str, Any]:
+    return {"x": _rows(case, maker)}
+
+
+def row_stats_expected(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    x = inputs["x"].double()
+    var, mean = torch.var_mean(x, dim=-1, unbiased=False)
+    return {"mean": mean, "var": var}
+
+
+def row_stats_kernel_args(inputs: dict[str, Any]) -> dict[str, Any]:
+    m, n = inputs["x"].shape
+    return {"x_ptr": In("x"), "mean_ptr": Out("mean", (m,)), "var_ptr": Out("var", (m,)),
+            "M": m, "N": n, "stride_m": Stride("x_ptr", 0)}
+
+
+def row_stats_call_args(inputs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    return [In("x")], {}
+
+
+def _unbiased(x: torch.Tensor) -> torch.Tensor | None:
+    n = x.shape[-1]
+    return None if n < 2 else x.var(dim=-1, unbiased=True)
+
+
+def _padding_variants(x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(mean, var) when padded lanes are counted: divided by BLOCK_N, or unmasked centred zeros."""
+    n = x.shape[-1]
+    block = _next_pow2(n)
+    if block == n:
+        return []
+    total = x.sum(dim=-1)
+    mean_b = total / block
+    var_b = ((x - mean_b[:, None]) ** 2).sum(dim=-1) / block
+    mean = total / n
+    var_unmasked = (((x - mean[:, None]) ** 2).sum(dim=-1) + (block - n) * mean**2) / n
+    var_both = (((x - mean_b[:, None]) ** 2).sum(dim=-1) + (block - n) * mean_b**2) / block
+    return [(mean_b, var_b), (mean, var_unmasked), (mean_b, var_both)]
+
+
+def _strided_rows(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Rows as read with row * N instead of row * stride: (rows read, defined mask per row)."""
+    x = inputs["x"].double()
+    m, n = x.shape
+    stride = inputs.get("_row_strides", {}).get("x", n)
+    if stride == n:
+        return None
+    storage = torch.full((m * stride,), float("nan"), dtype=torch.float64)
+    storage.view(m, stride)[:, :n] = x
+    starts = torch.arange(m) * n
+    index = starts[:, None] + torch.arange(n)[None, :]
+    read = storage[index]
+    defined = ~torch.isnan(read).any(dim=1)
+    if not bool(defined[1:].any()):
+        return None
+    return read, defined
+
+
+def _cancellation_band(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """E[x^2] - E[x]^2 in float32: only bounded, by a few ulps of E[x^2]. None on benign rows."""
+    mean = x.mean(dim=-1)
+    var = x.var(dim=-1, unbiased=False)
+    ex2 = (x**2).mean(dim=-1)
+    if not bool((mean.abs() > 100 * var.sqrt().clamp(min=1e-30)).all()):
+        return None
+    n = x.shape[-1]
+    band = F32_EPS * ex2 * (4 * math.sqrt(n) + 16)
+    return var, band
+
+
+def trap_unbiased_stats(inputs: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+    x = inputs["x"].double()
+    var = _unbiased(x)
+    return None if var is None else {"mean": x.mean(dim=-1), "var": var}
+
+
+def trap_padding_stats(inputs: dict[str, Any]) -> list[Signature]:
+    return [Signature({"mean": m, "var": v}) for m, v in _padding_variants(inputs["x"].double())]
+
+
+def trap_ignores_stride_stats(inputs: dict[str, Any]) -> Signature | None:
+    found = _strided_rows(inputs)
+    if found is None:
+        return None
+    read, defined = found
+    var, mean = torch.var_mean(torch.nan_to_num(read), dim=-1, unbiased=False)
+    return Signature({"mean": mean, "var": var}, undefined={"mean": ~defined, "var": ~defined})
+
+
+def trap_cancellation_stats(inputs: dict[str, Any]) -> Signature | None:
+    x = inputs["x"].double()
+    found = _cancellation_band(x)
+    if found is None:
+        return None
+    var, band = found
+    return Signature({"mean": x.mean(dim=-1), "var": var}, slack={"var": band}, min_deviation=0.25)
+
+
+# --------------------------------------------------------------------------- LayerNorm
+
+
+def layernorm_inputs(case: Case, maker: InputMaker) -> dict[str, Any]:
+    n = case.dims["N"]
+    eps = float(case.options.get("eps", 1e-5))
+    layer = torch.nn.LayerNorm(n, eps=eps)
+    with torch.no_grad():  # random affine parameters: gamma/beta mistakes must show
+        layer.weight.copy_(maker.uniform(n, low=0.5, high=1.5) * torch.where(
+            maker.uniform(n) > -0.5, 1.0, -1.0))
+        layer.bias.copy_(maker.uniform(n, low=-1.0, high=1.0))
+    return {"x": _rows(case, maker), "weight": layer.weight.detach(), "bias": layer.bias.detach(),
+            "eps": layer.eps, "layer": layer}
+
+
+def layernorm_expected(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    layer = inputs["layer"]
+    layer64 = torch.nn.LayerNorm(layer.normalized_shape, eps=layer.eps).double()
+    with torch.no_grad():
+        layer64.weight.copy_(layer.weight.double())
+        layer64.bias.copy_(layer.bias.double())
+        return {"out": layer64(inputs["x"].double())}
+
+
+def layernorm_kernel_args(inputs: dict[str, Any]) -> dict[str, Any]:
+    m, n = inputs["x"].shape
+    return {"x_ptr": In("x"), "gamma_ptr": In("weight"), "beta_ptr": In("bias"),
+            "out_ptr": Out("out", (m, n), like="x_ptr"),
+            "M": m, "N": n, "stride_m": Stride("x_ptr", 0), "eps": inputs["eps"]}
+
+
+def layernorm_call_args(inputs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    return [In("x"), In("weight"), In("bias"), inputs["eps"]], {}
+
+
+def _normalise(x: torch.Tensor, mean: torch.Tensor, denom: torch.Tensor, g: torch.Tensor, b: torch.Tensor):
+    return (x - mean[:, None]) / denom[:, None] * g + b
+
+
+def _ln_parts(inputs: dict[str, Any]):
+    x = inputs["x"].double()
+    var, mean = torch.var_mean(x, dim=-1, unbiased=False)
+    return x, mean, var, inputs["weight"].double(), inputs["bias"].double(), float(inputs["eps"])
+
+
+def _quantisation_slack(inputs: dict[str, Any], denom: torch.Tensor) -> torch.Tensor:
+    """How far a float32 kernel's output may stray through rounding of the row mean (a few ulps of
+    |mean|, amplified by 1/denominator): matters on near-constant rows with a large mean."""
+    x, mean, _, g, _, _ = _ln_parts(inputs)
+    n = x.shape[-1]
+    mean_error = 4 * F32_EPS * mean.abs() * (1 + math.log2(max(n, 2)))
+    return (mean_error / denom)[:, None] * g.abs()[None, :]
+
+
+def trap_unbiased_ln(inputs: dict[str, Any]) -> dict[str, torch.Tensor] | None:
+    x, mean, _, g, b, eps = _ln_parts(inputs)
+    var = _unbiased(x)
+    return None if var is None else {"out": _normalise(x, mean, torch.sqrt(var + eps), g, b)}
+
+
+def trap_eps_outside_sqrt(inputs: dict[str, Any]) -> Signature:
+    x, mean, var, g, b, eps = _ln_parts(inputs)
+    denom = torch.sqrt(var) + eps
+    return Signature({"out": _normalise(x, mean, denom, g, b)}, slack={"out": _quantisation_slack(inputs, denom)},
+                     min_deviation=0.0)
+
+
+def trap_eps_missing(inputs: dict[str, Any]) -> list[Signature]:
+    x, mean, var, g, b, eps = _ln_parts(inputs)
+    with torch.no_grad():
+        out = _normalise(x, mean, torch.sqrt(var), g, b)
+    constant = var == 0
+    out[constant] = float("nan")  # 0/0 on exactly constant rows
+    signatures = [Signature({"out": out})]
+    if bool(((var > 0) & (var < eps / 10)).all()):
+        # Near-constant rows: the float32 values are too quantised to predict, but without eps every
+        # row is scaled to unit variance, where the correct kernel leaves it ~var/eps << 1.
+        def unit_variance_rows(outputs: Any) -> bool:
+            z = (outputs["out"].double() - b) / g
+            row_var = z.var(dim=-1, unbiased=False)
+            return bool(((row_var > 0.5) & (row_var < 2.0)).all())
+
+        signatures.append(Signature({}, predicate=unit_variance_rows))
+    return signatures
+
+
+def trap_affine_ignored(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    x, mean, var, g, b, eps = _ln_parts(inputs)
+    return {"out": _normalise(x, mean, torch.sqrt(var + eps), torch.ones_like(g), torch.zeros_like(b))}
+
+
+def trap_affine_swapped(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    x, mean, var, g, b, eps = _ln_parts(inputs)
+    return {"out": _normalise(x, mean, torch.sqrt(var + eps), b, g)}
+
+
+def trap_padding_ln(inputs: dict[str, Any]) -> list[Signature]:
+    x, _, _, g, b, eps = _ln_parts(inputs)
+    sigs = []
+    n = x.shape[-1]
+    for mean, var in _padding_variants(x):
+        diff = x - mean[:, None]
+        sigs.append(Signature({"out": diff / torch.sqrt(var + eps)[:, None] * g + b}))
+    del n
+    return sigs
+
+
+def trap_cancellation_ln(inputs: dict[str, Any]) -> Signature | None:
+    x, mean, _, g, b, eps = _ln_parts(inputs)
+    found = _cancellation_band(x)
+    if found is None:
+        return None
+    var, band = found
+    low = var - band
+    # Where the bad variance can reach <= -eps the output can be anything (NaN from sqrt of a negative).
+    undefined_rows = low + eps <= 0
+    hi = torch.sqrt(var + band + eps)
+    lo = torch.sqrt(torch.clamp(low + eps, min=1e-30))
+    centre = _normalise(x, mean, torch.sqrt(var + eps), g, b)
+    diff = (x - mean[:, None]).abs() * g.abs()
+    slack = diff * (1 / lo - 1 / hi)[:, None]
+    undefined = undefined_rows[:, None].expand(centre.shape)
+    return Signature({"out": centre}, undefined={"out": undefined}, slack={"out": slack}, min_deviation=0.05)
+
+
+# --------------------------------------------------------------------------- registration
+
+PROBLEMS = {
+    "linear_gelu": Problem(
+        name="linear_gelu",
+        make_inputs=linear_inputs,
+        expected=linear_expected,
+        kernel_args=linear_kernel_args,
+        call_args=linear_call_args,
+        traps={
+            "bias-wrong-axis": trap_bias_wrong_axis,
+            "gelu-tanh": trap_gelu_tanh,
+            "gelu-before-bias": trap_gelu_before_bias,
+            "weight-not-transposed": trap_weight_not_transposed,
+        },
+    ),
+    "row_stats": Problem(
+        name="row_stats",
+        make_inputs=row_stats_inputs,
+        expected=row_stats_expected,
+        kernel_args=row_stats_kernel_args,
+        call_args=row_stats_call_args,
+        traps={
+            "unbiased-variance": trap_unbiased_stats,
+            "padding-in-reduction": trap_padding_stats,
+            "ignores-stride": trap_ignores_stride_stats,
+            "variance-cancellation": trap_cancellation_stats,
+        },
+    ),
+    "layernorm": Problem(
+        name="layernorm",
+        make_inputs=layernorm_inputs,
+        expected=layernorm_expected,
+        kernel_args=layernorm_kernel_args,
+        call_args=layernorm_call_args,
+        traps={
+            "unbiased-variance": trap_unbiased_ln,
+            "eps-outside-sqrt": trap_eps_outside_sqrt,
+            "eps-missing": trap_eps_missing,
+            "affine-ignored": trap_affine_ignored,
+            "affine-swapped": trap_affine_swapped,
+            "padding-in-reduction": trap_padding_ln,
+            "variance-cancellation": trap_cancellation_ln,
+        },
+    ),
+}

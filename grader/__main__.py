@@ -1,0 +1,3 @@
+from grader.cli import entry_point
+
+entry_point()

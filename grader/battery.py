@@ -1,0 +1,367 @@
+"""Run one submission's cases: build inputs, place them in guarded buffers, ask the worker, observe.
+
+This module does the I/O with the worker; judging what came back is `grader.judge` (pure).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grader import guards
+from grader.inputs import InputMaker, case_seed
+from grader.judge import judge_case
+from grader.observation import Observation, classify_error, error_message
+from grader.problem import In, Out, Problem, Stride
+from grader.problems import load_problems
+from grader.results import CaseResult
+from grader.spec import Assignment, Case, FunctionSpec, KernelSpec
+from grader.worker_client import Worker, WorkerFailure, WorkerOptions
+
+# Row gaps for "row-gap" layouts: distinct per buffer so a kernel that mixes up two strides is seen.
+_GAPS = (3, 5, 7, 11, 13, 17, 19, 23)
+
+
+@dataclass(frozen=True)
+class SymbolProblem:
+    """Why a target cannot be run at all (missing, wrong signature, import failure)."""
+
+    failure: str
+    message: str
+
+
+@dataclass(frozen=True)
+class _Placed:
+    plans: dict[str, guards.BufferPlan]  # keyed by buffer key
+    storages: list[torch.Tensor]
+    keys: list[str]
+
+    def view_ref(self, key: str) -> dict[str, int]:
+        return {"view": self.keys.index(key)}
+
+    def row_strides(self) -> dict[str, int]:
+        return {p.name: p.row_stride for p in self.plans.values() if p.role == "input"}
+
+    def views(self) -> list[dict[str, Any]]:
+        out = []
+        for index, key in enumerate(self.keys):
+            plan = self.plans[key]
+            out.append({"storage": index, "shape": list(plan.view_shape), "stride": list(plan.view_stride),
+                        "offset": plan.offset})
+        return out
+
+
+class Battery:
+    """Grades cases of one assignment for one submission, through one (restartable) worker."""
+
+    def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int,
+                 worker_options: WorkerOptions | None = None) -> None:
+        self.assignment = assignment
+        self.problems: Mapping[str, Problem] = load_problems(assignment)
+        self.submission = Path(submission)
+        self.backend = backend
+        self.seed = seed
+        options = worker_options or WorkerOptions(backend=backend, import_timeout_s=assignment.import_timeout_s)
+        self.worker = Worker(self.submission, list(assignment.required_symbols), options)
+        self.load_reply: dict[str, Any] | None = None
+        self.load_problem: SymbolProblem | None = None
+
+    # ------------------------------------------------------------------ submission loading
+
+    def _ensure_worker(self) -> SymbolProblem | None:
+        """Start (or restart) the worker; return why the submission cannot run, if it cannot."""
+        if self.worker.alive and self.load_reply is not None:
+            return None
+        if self.load_problem is not None:
+            return self.load_problem  # importing failed once; it is deterministic, do not retry
+        try:
+            reply = self.worker.start()
+        except WorkerFailure as failure:
+            problem = SymbolProblem(
+                failure.kind,
+                f"Importing {self.submission.name} {'timed out' if failure.kind == 'timeout' else 'crashed'}: "
+                f"{failure.detail}." + _tail(failure.output_tail),
+            )
+            self.load_problem = self.load_problem or problem
+            return problem
+        if not reply.get("ok"):
+            self.worker.stop()
+            problem = SymbolProblem(
+                "import-fails",
+                f"{self.submission.name} could not be imported: "
+                + error_message(reply.get("error", {}), self.submission.name),
+            )
+            self.load_problem = self.load_problem or problem
+            return problem
+        self.load_reply = reply
+        return None
+
+    def symbol_problem(self, target: str) -> SymbolProblem | None:
+        problem = self._ensure_worker()
+        if problem is not None:
+            return problem
+        assert self.load_reply is not None
+        info = self.load_reply["symbols"].get(target, {"kind": "missing"})
+        return check_symbol(target, info, self.assignment, self.submission.name)
+
+    def close(self) -> None:
+        self.worker.close()
+
+    # ------------------------------------------------------------------ running cases
+
+    def run_case(self, case: Case) -> CaseResult:
+        started = time.monotonic()
+        problem = self.problems[self._problem_name(case.target)]
+        inputs = problem.make_inputs(case, InputMaker(case_seed(self.seed, case.id)))
+        expected = problem.expected(inputs)
+        blocked = self.symbol_problem(case.target)
+        if blocked is not None:
+            observation = Observation(failure=blocked.failure, message=blocked.message)
+        elif case.target in self.assignment.kernels:
+            observation = self._run_kernel(self.assignment.kernels[case.target], case, problem, inputs)
+        else:
+            observation = self._run_function(self.assignment.functions[case.target], case, problem, inputs)
+        tolerance = self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
+        return judge_case(
+            case=case,
+            assignment=self.assignment,
+            inputs=inputs,
+            expected=expected,
+            observation=observation,
+            tolerance=tolerance,
+            traps=problem.traps,
+            elapsed_s=time.monotonic() - started,
+        )
+
+    def _problem_name(self, target: str) -> str:
+        spec: KernelSpec | FunctionSpec = self.assignment.kernels.get(target) or self.assignment.functions[target]
+        return spec.problem
+
+    def _place(self, case: Case, refs: list[Any], inputs: Mapping[str, Any],
+               param_keys: Mapping[str, str] | None = None) -> _Placed:
+        """Put every In/Out referenced by a case into guarded storage (gaps for row-gap layouts).
+        An Out with `like=param` shares the row gap of the buffer bound to that parameter."""
+        plans: dict[str, guards.BufferPlan] = {}
+        storages: list[torch.Tensor] = []
+        keys: list[str] = []
+        gap_of: dict[str, int] = {}
+        for ref in refs:
+            key = _key(ref)
+            if key in plans:
+                continue
+            if isinstance(ref, In):
+                value = inputs[ref.name]
+                shape = tuple(value.T.shape) if ref.transpose else tuple(value.shape)
+                gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else 0
+                plan = guards.plan_buffer(ref.name, "input", shape, gap, transpose=ref.transpose)
+                storage = guards.build_storage(plan, value.dtype, value.T if ref.transpose else value)
+            else:
+                gap = gap_of.get((param_keys or {}).get(ref.like or "", ""), None)
+                if gap is None:
+                    gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else 0
+                plan = guards.plan_buffer(ref.name, "output", ref.shape, gap)
+                storage = guards.build_storage(plan, ref.dtype, None)
+            gap_of[key] = plan.row_stride - plan.cols
+            plans[key] = plan
+            storages.append(storage)
+            keys.append(key)
+        return _Placed(plans, storages, keys)
+
+    def _request(self, message: dict[str, Any], what: str) -> dict[str, Any] | Observation:
+        try:
+            return self.worker.request(message, self.assignment.call_timeout_s, what)
+        except WorkerFailure as failure:
+            self.load_reply = None  # the next case starts a fresh worker
+            verb = "did not finish" if failure.kind == "timeout" else "crashed the worker"
+            return Observation(
+                failure=failure.kind,
+                message=f"{what} {verb}: {failure.detail}." + _tail(failure.output_tail),
+                output_tail=failure.output_tail,
+            )
+
+    def _error_observation(self, reply: dict[str, Any], what: str) -> Observation:
+        if reply.get("fatal"):
+            self.load_reply = None
+        error = reply.get("error", {})
+        return Observation(
+            failure=classify_error(error),
+            message=f"{what} raised " + error_message(error, self.submission.name),
+            output_tail=self.worker.output_tail(),
+        )
+
+    def _run_kernel(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any]) -> Observation:
+        assert problem.kernel_args is not None, f"problem {problem.name} has no kernel binding"
+        binding = problem.kernel_args(inputs)
+        refs = [v for v in binding.values() if isinstance(v, (In, Out))]
+        by_param = {p: _key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
+        placed = self._place(case, refs, inputs, by_param)
+        args = []
+        for param in spec.params:
+            if param in spec.constexprs:
+                continue
+            value = binding[param]
+            if isinstance(value, (In, Out)):
+                args.append(placed.view_ref(_key(value)))
+            elif isinstance(value, Stride):
+                args.append(placed.plans[by_param[value.param]].view_stride[value.dim])
+            else:
+                args.append(value)
+        what = f"{spec.name}[grid]({', '.join(f'{k}={v}' for k, v in case.meta.items())})"
+        reply = self._request(
+            {"op": "launch", "kernel": spec.name, "storages": placed.storages, "views": placed.views(),
+             "args": args, "meta": dict(case.meta), "grid": list(spec.grid)},
+            what,
+        )
+        if isinstance(reply, Observation):
+            return reply
+        if not reply.get("ok"):
+            return self._error_observation(reply, what)
+        return self._observe(placed, reply, launches=None, case=case)
+
+    def _run_function(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any]) -> Observation:
+        assert problem.call_args is not None, f"problem {problem.name} has no wrapper binding"
+        args, kwargs = problem.call_args(inputs)
+        refs = [v for v in list(args) + list(kwargs.values()) if isinstance(v, In)]
+        placed = self._place(case, refs, inputs)
+
+        def wire(value: Any) -> Any:
+            return placed.view_ref(_key(value)) if isinstance(value, In) else value
+
+        what = f"{spec.name}(...)"
+        reply = self._request(
+            {"op": "call", "function": spec.name, "storages": placed.storages, "views": placed.views(),
+             "args": [wire(a) for a in args], "kwargs": {k: wire(v) for k, v in kwargs.items()}},
+            what,
+        )
+        if isinstance(reply, Observation):
+            return reply
+        if not reply.get("ok"):
+            return self._error_observation(reply, what)
+        returned, problem_text = unpack_returns(reply["result"], spec.returns, self.backend)
+        if problem_text:
+            return Observation(failure="bad-output", message=f"{spec.name} returned {problem_text}",
+                               launches=tuple(reply.get("launches", ())),
+                               torch_ops=dict(reply.get("torch_ops", {})))
+        observation = self._observe(placed, reply, launches=tuple(reply.get("launches", ())), case=case)
+        return Observation(
+            outputs=returned,
+            guard_findings=observation.guard_findings,
+            launches=observation.launches,
+            torch_ops=dict(reply.get("torch_ops", {})),
+            output_tail=observation.output_tail,
+            elapsed_s=float(reply.get("elapsed_s", 0.0)),
+            row_strides=placed.row_strides(),
+        )
+
+    def _observe(self, placed: _Placed, reply: dict[str, Any], launches: Any, case: Case) -> Observation:
+        after = reply.get("storages") or []
+        if len(after) != len(placed.storages):
+            return Observation(failure="crash", message="the worker returned a malformed reply")
+        findings: list[guards.GuardFinding] = []
+        outputs: dict[str, torch.Tensor] = {}
+        unwritten: dict[str, torch.Tensor] = {}
+        for key, before, now in zip(placed.keys, placed.storages, after):
+            plan = placed.plans[key]
+            if type(now) is not torch.Tensor or now.shape != before.shape or now.dtype != before.dtype:
+                return Observation(failure="crash", message="the worker returned a malformed buffer")
+            findings.extend(guards.check_storage(plan, before, now))
+            if plan.role == "output":
+                outputs[plan.name] = guards.view_of(now, plan).clone()
+                unwritten[plan.name] = guards.unwritten_mask(plan, now)
+        return Observation(
+            outputs=outputs,
+            guard_findings=tuple(findings),
+            unwritten=unwritten,
+            launches=launches,
+            output_tail=self.worker.output_tail(),
+            elapsed_s=float(reply.get("elapsed_s", 0.0)),
+            block_meta=dict(case.meta),
+            row_strides=placed.row_strides(),
+        )
+
+
+def _key(ref: In | Out) -> str:
+    if isinstance(ref, In):
+        return f"in:{ref.name}:{'T' if ref.transpose else ''}"
+    return f"out:{ref.name}"
+
+
+def _tail(text: str) -> str:
+    text = text.strip()
+    if not text:
+        return ""
+    return "\nLast output of the submission:\n" + text[-1500:]
+
+
+def check_symbol(target: str, info: Mapping[str, Any], assignment: Assignment, filename: str) -> SymbolProblem | None:
+    """Is the student's symbol there, the right kind, with the contract's parameters?"""
+    kind = info.get("kind")
+    line = info.get("line") or 0
+    where = f" ({filename}, line {line})" if line else ""
+    if kind == "missing":
+        return SymbolProblem("missing-symbol", f"{filename} does not define `{target}`.")
+    if target in assignment.kernels:
+        spec_k = assignment.kernels[target]
+        if kind != "kernel":
+            return SymbolProblem(
+                "wrong-signature",
+                f"`{target}`{where} must be a Triton kernel (decorated with @triton.jit), "
+                f"but it is a {info.get('type', kind)}.",
+            )
+        expected = list(spec_k.params)
+    else:
+        spec_f = assignment.functions[target]
+        if kind != "function":
+            return SymbolProblem("wrong-signature", f"`{target}`{where} must be a function, not a {info.get('type')}.")
+        expected = list(spec_f.params)
+    got = list(info.get("params", []))
+    comparable = got if target in assignment.kernels else got[: len(expected)]
+    if comparable != expected:
+        diff = next((i for i, (a, b) in enumerate(zip(comparable, expected)) if a != b), min(len(got), len(expected)))
+        detail = (
+            f"parameter {diff + 1} is `{got[diff]}` but the contract says `{expected[diff]}`"
+            if diff < min(len(got), len(expected))
+            else f"it has {len(got)} parameters, the contract has {len(expected)}"
+        )
+        return SymbolProblem(
+            "wrong-signature",
+            f"`{target}`{where} has the wrong signature: {detail}.\n"
+            f"  expected: {target}({', '.join(expected)})\n  found:    {target}({', '.join(got)})",
+        )
+    return None
+
+
+def unpack_returns(
+    encoded: Mapping[str, Any], names: tuple[str, ...], backend: str
+) -> tuple[dict[str, torch.Tensor], str]:
+    """Map a wrapper's encoded return value onto the spec's output names; say what is wrong if not."""
+    if len(names) == 1:
+        items = [encoded]
+    elif "sequence" in encoded and len(encoded["sequence"]) == len(names):
+        items = list(encoded["sequence"])
+    else:
+        got = f"a {encoded.get('type')} of {len(encoded['sequence'])}" if "sequence" in encoded else _what(encoded)
+        return {}, f"{got}, but it must return {len(names)} tensors ({', '.join(names)})"
+    out: dict[str, torch.Tensor] = {}
+    expected_device = "cuda" if backend == "cuda" else "cpu"
+    for name, item in zip(names, items):
+        tensor = item.get("tensor") if isinstance(item, Mapping) else None
+        if type(tensor) is not torch.Tensor:
+            return {}, f"{_what(item)} for `{name}`, not a torch.Tensor"
+        if not str(item.get("device", "")).startswith(expected_device):
+            return {}, f"`{name}` on device {item.get('device')}; it must stay on the input's device ({expected_device})"
+        out[name] = tensor
+    return out, ""
+
+
+def _what(item: Any) -> str:
+    if isinstance(item, Mapping) and "other" in item:
+        return f"a {item['other']} ({item.get('repr', '')[:60]})"
+    if isinstance(item, Mapping) and "sequence" in item:
+        return f"a {item.get('type')}"
+    return "something else"

@@ -1,0 +1,150 @@
+"""Command line: `grader grade | check | selftest | list`. `main(argv) -> int`; a thin entry point."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grader import report
+from grader.discovery import (
+    AssignmentNotFound,
+    assignment_for_submission,
+    assignments_root,
+    find_assignment,
+    list_assignment_ids,
+)
+from grader.environment import detect_backend
+from grader.grading import GradeRequest, grade, new_seed
+from grader.outputs import write_outputs
+from grader.spec import Assignment, SpecError
+
+
+class UsageError(Exception):
+    """A mistake in how the grader was called; its message is for the user."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grader", description="Autograder for Triton kernel assignments.")
+    parser.add_argument("--assignments", help="folder of assignments (default: $GRADER_ASSIGNMENTS or the checkout's)")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("grade", help="grade submissions on the full (hidden) battery and write results")
+    g.add_argument("submissions", nargs="+", type=Path)
+    g.add_argument("--assignment", required=True)
+    g.add_argument("--out", required=True, type=Path,
+                   help="output folder; with several submissions, one subfolder per submission (file stem)")
+    _common(g)
+
+    c = sub.add_parser("check", help="run the public cases on your submission and explain every failure")
+    c.add_argument("submission", type=Path)
+    c.add_argument("--assignment", help="default: the assignment whose submission file has this name")
+    c.add_argument("--out", type=Path, help="also write results and reports here")
+    _common(c)
+
+    s = sub.add_parser("selftest", help="grade the reference and mutant corpus; fail on any misdiagnosis")
+    s.add_argument("--assignment", required=True)
+    s.add_argument("--jobs", type=int, default=1)
+    _common(s)
+
+    sub.add_parser("list", help="list the assignments with their kernels, functions and points")
+    return parser
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=("auto", "interpreter", "cuda"), default="auto")
+    p.add_argument("--seed", type=int, help="input seed (default: fresh; it is recorded in the results)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    root = assignments_root(args.assignments)
+    try:
+        if args.command == "list":
+            return cmd_list(root)
+        if args.command == "grade":
+            return cmd_grade(args, root)
+        if args.command == "check":
+            return cmd_check(args, root)
+        if args.command == "selftest":
+            return cmd_selftest(args, root)
+    except (UsageError, SpecError, AssignmentNotFound) as exc:
+        print(f"grader: error: {exc}", file=sys.stderr)
+        return 2
+    raise AssertionError(args.command)
+
+
+def entry_point() -> None:
+    sys.exit(main())
+
+
+def _submission(path: Path) -> Path:
+    if not path.is_file():
+        raise UsageError(f"submission {path} is not a file")
+    return path.resolve()
+
+
+def cmd_grade(args: argparse.Namespace, root: Path) -> int:
+    assignment = find_assignment(args.assignment, root)
+    backend = detect_backend(args.backend)
+    submissions = [_submission(p) for p in args.submissions]
+    stems = [p.stem for p in submissions]
+    if len(set(stems)) != len(stems):
+        raise UsageError("two submissions share a file name; grade them separately")
+    for path in submissions:
+        out = args.out if len(submissions) == 1 else args.out / path.stem
+        result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed))
+        write_outputs(out, result, assignment, pytest_report)
+        traps = ", ".join(result.traps) or "none"
+        print(f"{path.name}: {result.score:g} / {result.max_score:g}  traps: {traps}  "
+              f"({result.execution_time_s:.1f} s) -> {out / 'results.json'}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace, root: Path) -> int:
+    path = _submission(args.submission)
+    assignment = _assignment_for_check(args.assignment, path, root)
+    backend = detect_backend(args.backend)
+    result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed, public_only=True))
+    print(report.terminal(result, assignment))
+    if args.out:
+        write_outputs(args.out, result, assignment, pytest_report)
+        print(f"reports written to {args.out}")
+    return 0 if result.score == result.max_score else 1
+
+
+def _assignment_for_check(assignment_id: str | None, path: Path, root: Path) -> Assignment:
+    if assignment_id:
+        return find_assignment(assignment_id, root)
+    found = assignment_for_submission(path, root)
+    if found is None:
+        raise UsageError(f"cannot tell the assignment from the file name {path.name}; pass --assignment "
+                         f"(known: {', '.join(list_assignment_ids(root))})")
+    return found
+
+
+def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
+    from grader.selftest import format_table, run_selftest
+
+    assignment = find_assignment(args.assignment, root)
+    backend = detect_backend(args.backend)
+    seed = args.seed if args.seed is not None else new_seed()
+    rows = run_selftest(assignment, backend, seed, jobs=args.jobs)
+    print(f"selftest {assignment.id} on {backend}, seed {seed}")
+    print(format_table(rows))
+    return 0 if rows and all(r.ok for r in rows) else 1
+
+
+def cmd_list(root: Path) -> int:
+    ids = list_assignment_ids(root)
+    if not ids:
+        print(f"no assignments under {root}")
+        return 1
+    for assignment_id in ids:
+        a = find_assignment(assignment_id, root)
+        print(f"{a.id}: {a.title}  ({a.max_score:g} points, {len(a.cases)} cases)")
+        for target in a.targets:
+            points = sum(c.points for c in a.cases if c.target == target)
+            kind = "kernel  " if target in a.kernels else "function"
+            print(f"  {kind} {target:28} {points:g} points")
+    return 0

@@ -1,0 +1,182 @@
+"""Trap diagnosis: pure functions from (inputs, outputs, oracle, trap signatures) to named traps.
+
+A failed case is attributed to every trap whose signature (the output that mistake would produce on
+the same inputs) matches the student's output within tolerance where the correct oracle does not.
+NaN leaking into an output where the oracle is finite, and that no matched signature explains, is an
+out-of-bounds read (the guards are NaN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from grader.compare import Comparison, close_mask
+from grader.problem import Signature, TrapFunction
+from grader.spec import Tolerance
+
+PRECISION_FACTOR = 100.0  # within 100x the tolerance and no NaN/inf disagreement: "precision"
+
+
+@dataclass(frozen=True)
+class TrapMatch:
+    trap: str
+    signature: Signature
+
+
+def as_signatures(value: Any) -> list[Signature]:
+    if value is None:
+        return []
+    if isinstance(value, Signature):
+        return [value]
+    if isinstance(value, list):
+        return [s for v in value for s in as_signatures(v)]
+    return [Signature(outputs=dict(value))]
+
+
+def signature_matches(
+    sig: Signature,
+    outputs: Mapping[str, torch.Tensor],
+    expected: Mapping[str, torch.Tensor],
+    tol: Tolerance,
+) -> bool:
+    """True when every output the signature predicts agrees with the student's output on every defined
+    position (within tolerance plus the signature's slack), and at least one position is defined."""
+    if sig.predicate is not None:
+        try:
+            return bool(sig.predicate(outputs))
+        except (KeyError, RuntimeError, ValueError, IndexError):
+            return False
+    compared = 0
+    deviation = 0.0
+    for name, predicted in sig.outputs.items():
+        actual = outputs.get(name)
+        if actual is None or tuple(actual.shape) != tuple(predicted.shape):
+            return False
+        ok = close_mask(actual, predicted, tol.atol, tol.rtol)
+        if name in sig.slack:
+            band = (actual.to(torch.float64) - predicted).abs() <= sig.slack[name] + tol.atol
+            ok = ok | band
+            if name in expected:
+                dev = (actual.to(torch.float64) - expected[name]).abs()
+                dev = torch.where(torch.isnan(dev), torch.full_like(dev, float("inf")), dev)
+                deviation = max(deviation, float(dev.max()))
+        undefined = sig.undefined.get(name)
+        if undefined is not None:
+            ok = ok | undefined
+            compared += int((~undefined).sum())
+        else:
+            compared += ok.numel()
+        if not bool(ok.all()):
+            return False
+    if sig.slack and deviation < sig.min_deviation:
+        return False
+    return compared > 0
+
+
+def match_traps(
+    traps: Mapping[str, TrapFunction],
+    inputs: Mapping[str, Any],
+    outputs: Mapping[str, torch.Tensor],
+    expected: Mapping[str, torch.Tensor],
+    tol: Tolerance,
+) -> list[TrapMatch]:
+    matches = []
+    for trap_id, signature_fn in traps.items():
+        for sig in as_signatures(signature_fn(inputs)):
+            if signature_matches(sig, outputs, expected, tol):
+                matches.append(TrapMatch(trap_id, sig))
+                break
+    return matches
+
+
+def nan_leaks(
+    outputs: Mapping[str, torch.Tensor],
+    expected: Mapping[str, torch.Tensor],
+    unwritten: Mapping[str, torch.Tensor],
+) -> dict[str, torch.Tensor]:
+    """Per output: True where the student's value is NaN, the oracle's is not, and the element was
+    written (unwritten poison is reported separately)."""
+    leaks = {}
+    for name, actual in outputs.items():
+        if name not in expected or tuple(actual.shape) != tuple(expected[name].shape):
+            continue
+        leak = torch.isnan(actual.to(torch.float64)) & ~torch.isnan(expected[name])
+        if name in unwritten:
+            leak &= ~unwritten[name]
+        if leak.any():
+            leaks[name] = leak
+    return leaks
+
+
+def unexplained_leaks(leaks: Mapping[str, torch.Tensor], matches: list[TrapMatch]) -> dict[str, torch.Tensor]:
+    """Leaks that no matched trap predicts as NaN at a defined position."""
+    remaining = {}
+    for name, leak in leaks.items():
+        explained = torch.zeros_like(leak)
+        for match in matches:
+            predicted = match.signature.outputs.get(name)
+            if predicted is None:
+                continue
+            defined = ~match.signature.undefined.get(name, torch.zeros_like(leak))
+            explained |= torch.isnan(predicted) & defined
+        left = leak & ~explained
+        if left.any():
+            remaining[name] = left
+    return remaining
+
+
+def classify_unmatched(comparisons: list[Comparison]) -> str:
+    """'precision' when every failing output is only slightly off, otherwise 'unknown'."""
+    for c in comparisons:
+        if c.ok:
+            continue
+        if c.nan_mismatches or c.inf_mismatches or c.worst_actual is None or c.worst_expected is None:
+            return "unknown"
+        allowed = c.atol + c.rtol * abs(c.worst_expected)
+        if abs(c.worst_actual - c.worst_expected) > PRECISION_FACTOR * allowed:
+            return "unknown"
+    return "precision"
+
+
+def locate(mask: torch.Tensor, block_meta: Mapping[str, int]) -> dict[str, Any]:
+    """Where the wrong elements of one output are: fraction, rows/columns, and block tiles."""
+    total = mask.numel()
+    wrong = int(mask.sum())
+    where: dict[str, Any] = {"wrong": wrong, "total": total, "fraction": wrong / total if total else 0.0}
+    if wrong == 0:
+        return where
+    if mask.dim() == 2:
+        rows = torch.nonzero(mask.any(dim=1)).flatten().tolist()
+        cols = torch.nonzero(mask.any(dim=0)).flatten().tolist()
+        where["rows"] = _ranges(rows, mask.shape[0])
+        where["cols"] = _ranges(cols, mask.shape[1])
+        bm, bn = block_meta.get("BLOCK_M"), block_meta.get("BLOCK_N")
+        if bm and bn:
+            tiles = sorted({(r // bm, c // bn) for r, c in torch.nonzero(mask).tolist()})
+            where["tiles"] = [list(t) for t in tiles[:64]]
+            where["tile_shape"] = [bm, bn]
+    else:
+        where["indices"] = _ranges(torch.nonzero(mask).flatten().tolist(), mask.shape[0])
+    return where
+
+
+def _ranges(indices: list[int], length: int) -> str:
+    if len(indices) == length:
+        return f"all {length}"
+    spans = []
+    start = prev = indices[0]
+    for i in indices[1:]:
+        if i == prev + 1:
+            prev = i
+            continue
+        spans.append((start, prev))
+        start = prev = i
+    spans.append((start, prev))
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans[:8])
+    if len(spans) > 8:
+        text += ", ..."
+    return f"{text} (of {length})"

@@ -1,0 +1,129 @@
+"""Grade one submission: run the battery under pytest (+ pytest-json-report), build a GradeResult.
+
+The report pytest-json-report writes is the record of what ran; results are rebuilt from it. A case
+whose item broke inside the grader (never expected, but possible) still becomes a failed case with a
+message, so the result always has every case of the battery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.aot import aot_check
+from grader.environment import backend_label, versions
+from grader.results import CaseResult, GradeResult
+from grader.spec import Assignment
+
+
+@dataclass(frozen=True)
+class GradeRequest:
+    assignment: Assignment
+    submission: Path
+    backend: str  # "interpreter" or "cuda"
+    seed: int | None = None
+    public_only: bool = False
+    gpu_compile_check: bool = True
+
+
+def new_seed() -> int:
+    return random.SystemRandom().randrange(2**31)
+
+
+def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
+    """Grade; return the result and the raw pytest-json-report document."""
+    started = time.monotonic()
+    seed = request.seed if request.seed is not None else new_seed()
+    report = run_pytest(request, seed)
+    cases = cases_from_report(report, request)
+    notes: list[str] = []
+    if request.backend == "interpreter" and request.gpu_compile_check:
+        aot_cases, aot_notes = aot_check(request.assignment, request.submission)
+        cases = cases + aot_cases
+        notes.extend(aot_notes)
+    result = GradeResult(
+        assignment=request.assignment.id,
+        submission=request.submission.name,
+        backend=backend_label(request.backend),
+        seed=seed,
+        versions=versions(),
+        cases=tuple(cases),
+        execution_time_s=round(time.monotonic() - started, 3),
+        notes=tuple(notes),
+        public_only=request.public_only,
+    )
+    return result, report
+
+
+def run_pytest(request: GradeRequest, seed: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="grader-pytest-") as tmp:
+        tmpdir = Path(tmp)
+        ini = tmpdir / "pytest.ini"
+        ini.write_text("[pytest]\n", encoding="utf-8")
+        report_path = tmpdir / "report.json"
+        args = [
+            str(request.assignment.spec_path),
+            "-c", str(ini), "--rootdir", str(tmpdir),
+            "-p", "grader.pytest_plugin", "-p", "no:cacheprovider", "-p", "no:randomly",
+            "-q", "--tb=short", "-o", "console_output_style=classic",
+            "--json-report", f"--json-report-file={report_path}", "--json-report-omit", "collectors", "log",
+            f"--grader-submission={request.submission}",
+            f"--grader-backend={request.backend}",
+            f"--grader-seed={seed}",
+        ]
+        if request.public_only:
+            args.append("--grader-public-only")
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            exit_code = pytest.main(args)
+        if not report_path.exists():
+            raise RuntimeError(f"pytest did not produce a report (exit code {exit_code}):\n{log.getvalue()[-3000:]}")
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+    report["grader_pytest_exit_code"] = int(exit_code)
+    return report
+
+
+def cases_from_report(report: dict[str, Any], request: GradeRequest) -> list[CaseResult]:
+    """One CaseResult per case of the battery, in spec order, from the report's test metadata."""
+    by_case: dict[str, dict[str, Any]] = {}
+    for test in report.get("tests", []):
+        case_id = test["nodeid"].rsplit("::", 1)[-1]
+        by_case[case_id] = test
+    cases = []
+    for case in request.assignment.cases_for(request.backend, public_only=request.public_only):
+        test = by_case.get(case.id)
+        grade_data = (test or {}).get("metadata", {}).get("grade")
+        if grade_data is not None:
+            cases.append(CaseResult.from_dict(grade_data))
+            continue
+        detail = _longrepr(test) if test else "the case was not run"
+        cases.append(
+            CaseResult(
+                case_id=case.id, target=case.target, title=f"{case.target}: {case.description or case.id}",
+                visibility=case.visibility, max_score=case.points, score=0.0, passed=False,
+                message=f"The grader could not run this case (a grader problem, not yours): {detail}",
+                traps=("unknown",),
+            )
+        )
+    return cases
+
+
+def _longrepr(test: dict[str, Any]) -> str:
+    for stage in ("setup", "call", "teardown"):
+        text = (test.get(stage) or {}).get("longrepr")
+        if text:
+            return str(text)[-1500:]
+    return f"outcome {test.get('outcome')}"
+
+
+def restrict_to_public(result: GradeResult) -> GradeResult:
+    return replace(result, cases=tuple(c for c in result.cases if c.visibility == "public"))

@@ -1,0 +1,182 @@
+"""Guarded buffers: every tensor handed to student code lives inside a larger allocation.
+
+Layout of one buffer's storage (elements):
+
+    [ guard band | row 0 | gap | row 1 | gap | ... | row R-1 | gap | guard band ]
+
+Guard bands and row gaps hold a NaN with a recognisable payload: a kernel that reads them leaks NaN
+into its output (out-of-bounds read, also into the *neighbouring row*, which a per-buffer check
+alone misses), and one that writes them changes their bits (out-of-bounds write). Output interiors
+are poisoned with another NaN payload before the call, so elements the kernel never wrote are found
+bit-exactly. All checks compare bits through an integer view: a NaN written over a NaN is still seen.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+# Quiet-NaN bit patterns per float width, and the payloads that mark each role.
+_NAN_BITS = {2: 0x7E00, 4: 0x7FC00000, 8: 0x7FF8000000000000}
+_BF16_NAN_BITS = 0x7FC0
+_INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+PAYLOAD_INPUT_GUARD = 0x11
+PAYLOAD_OUTPUT_GUARD = 0x22
+PAYLOAD_OUTPUT_POISON = 0x33
+
+
+def nan_pattern(dtype: torch.dtype, payload: int) -> int:
+    """The integer bit pattern of a quiet NaN of `dtype` carrying `payload`."""
+    if not dtype.is_floating_point:
+        raise TypeError(f"guarded buffers need a floating-point dtype, not {dtype}")
+    if dtype == torch.bfloat16:
+        return _BF16_NAN_BITS | (payload & 0x3F)
+    return _NAN_BITS[dtype.itemsize] | payload
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(_INT_VIEW[t.element_size()])
+
+
+@dataclass(frozen=True)
+class BufferPlan:
+    """Where one logical tensor sits inside its guarded storage."""
+
+    name: str
+    role: str  # "input" or "output"
+    rows: int  # rows of the stored (un-transposed) matrix; 1-D tensors are one row
+    cols: int
+    row_stride: int
+    guard: int
+    ndim: int
+    transpose: bool = False
+
+    @property
+    def storage_size(self) -> int:
+        return 2 * self.guard + self.rows * self.row_stride
+
+    @property
+    def view_shape(self) -> tuple[int, ...]:
+        if self.ndim == 1:
+            return (self.cols,)
+        return (self.cols, self.rows) if self.transpose else (self.rows, self.cols)
+
+    @property
+    def view_stride(self) -> tuple[int, ...]:
+        if self.ndim == 1:
+            return (1,)
+        return (1, self.row_stride) if self.transpose else (self.row_stride, 1)
+
+    @property
+    def offset(self) -> int:
+        return self.guard
+
+    def interior_mask(self) -> torch.Tensor:
+        """True where the storage holds an element of the logical tensor."""
+        mask = torch.zeros(self.storage_size, dtype=torch.bool)
+        body = mask[self.guard : self.guard + self.rows * self.row_stride].view(self.rows, self.row_stride)
+        body[:, : self.cols] = True
+        return mask
+
+    def describe_index(self, flat: int) -> str:
+        """Say where a storage index lies, in words a student can act on."""
+        if flat < self.guard:
+            return f"{self.guard - flat} element(s) before the start of {self.name}"
+        end = self.guard + self.rows * self.row_stride
+        if flat >= end:
+            return f"{flat - end + 1} element(s) past the end of {self.name}'s storage"
+        row, col = divmod(flat - self.guard, self.row_stride)
+        if col >= self.cols:
+            return f"in the gap after row {row} of {self.name} (column {col}, row length {self.cols})"
+        if self.ndim == 1:
+            return f"{self.name}[{col}]"
+        return f"{self.name}[{col}, {row}]" if self.transpose else f"{self.name}[{row}, {col}]"
+
+
+def plan_buffer(
+    name: str, role: str, shape: tuple[int, ...], gap: int, transpose: bool = False
+) -> BufferPlan:
+    """Plan storage for a tensor of logical `shape` (the view's shape) with `gap` spare elements
+    after each stored row."""
+    if len(shape) == 1:
+        rows, cols, ndim = 1, shape[0], 1
+        gap = 0
+    elif len(shape) == 2:
+        rows, cols = (shape[1], shape[0]) if transpose else shape
+        ndim = 2
+    else:
+        raise ValueError(f"{name}: guarded buffers support 1-D and 2-D tensors, got shape {shape}")
+    row_stride = cols + gap
+    guard = max(256, rows * row_stride)
+    return BufferPlan(name, role, rows, cols, row_stride, guard, ndim, transpose)
+
+
+def build_storage(plan: BufferPlan, dtype: torch.dtype, values: torch.Tensor | None) -> torch.Tensor:
+    """Allocate the guarded storage on the CPU: guards, gaps and (for outputs) poison filled in."""
+    storage = torch.empty(plan.storage_size, dtype=dtype)
+    guard_payload = PAYLOAD_INPUT_GUARD if plan.role == "input" else PAYLOAD_OUTPUT_GUARD
+    bits(storage).fill_(nan_pattern(dtype, guard_payload))
+    view = view_of(storage, plan)
+    if plan.role == "input":
+        if values is None:
+            raise ValueError(f"input {plan.name} needs values")
+        view.copy_(values.to(dtype))
+    else:
+        bits(view).fill_(nan_pattern(dtype, PAYLOAD_OUTPUT_POISON))
+    return storage
+
+
+def view_of(storage: torch.Tensor, plan: BufferPlan) -> torch.Tensor:
+    return torch.as_strided(storage, plan.view_shape, plan.view_stride, plan.offset)
+
+
+@dataclass(frozen=True)
+class GuardFinding:
+    """One thing the guard check found, located in words."""
+
+    kind: str  # "oob-write" | "input-modified" | "unwritten-output"
+    buffer: str
+    count: int
+    first: str
+
+    def message(self) -> str:
+        what = {
+            "oob-write": "out-of-bounds write(s)",
+            "input-modified": "write(s) into an input",
+            "unwritten-output": "output element(s) never written",
+        }[self.kind]
+        return f"{self.count} {what} in {self.buffer}; first at {self.first}"
+
+
+def check_storage(plan: BufferPlan, before: torch.Tensor, after: torch.Tensor) -> list[GuardFinding]:
+    """Compare one buffer's storage before and after the call, bit for bit."""
+    findings = []
+    changed = bits(before) != bits(after)
+    interior = plan.interior_mask()
+    outside = changed & ~interior
+    if outside.any():
+        idx = torch.nonzero(outside).flatten()
+        findings.append(GuardFinding("oob-write", plan.name, int(idx.numel()), plan.describe_index(int(idx[0]))))
+    if plan.role == "input":
+        inside = changed & interior
+        if inside.any():
+            idx = torch.nonzero(inside).flatten()
+            findings.append(
+                GuardFinding("input-modified", plan.name, int(idx.numel()), plan.describe_index(int(idx[0])))
+            )
+    else:
+        poison = nan_pattern(after.dtype, PAYLOAD_OUTPUT_POISON)
+        unwritten = (bits(after) == poison) & interior
+        if unwritten.any():
+            idx = torch.nonzero(unwritten).flatten()
+            findings.append(
+                GuardFinding("unwritten-output", plan.name, int(idx.numel()), plan.describe_index(int(idx[0])))
+            )
+    return findings
+
+
+def unwritten_mask(plan: BufferPlan, storage: torch.Tensor) -> torch.Tensor:
+    """Boolean mask in the view's shape: True where the output still holds the poison."""
+    poison = nan_pattern(storage.dtype, PAYLOAD_OUTPUT_POISON)
+    return bits(view_of(storage, plan)) == poison

@@ -1,0 +1,57 @@
+"""What the grader observed of one case: raw facts, before any judgement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from grader.guards import GuardFinding
+
+# Failure kinds that stop a case before any output exists; each is also the trap id it is reported as.
+STRUCTURAL_FAILURES = (
+    "import-fails", "missing-symbol", "wrong-signature", "compile-error", "runtime-error",
+    "timeout", "crash", "bad-output",
+)
+
+
+@dataclass(frozen=True)
+class Observation:
+    failure: str | None = None
+    message: str = ""
+    outputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    guard_findings: tuple[GuardFinding, ...] = ()
+    unwritten: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    launches: tuple[Mapping[str, Any], ...] | None = None  # None: the grader launched the kernel itself
+    torch_ops: Mapping[str, int] = field(default_factory=dict)
+    output_tail: str = ""
+    elapsed_s: float = 0.0
+    block_meta: Mapping[str, int] = field(default_factory=dict)
+    row_strides: Mapping[str, int] = field(default_factory=dict)  # input name -> row stride as placed
+
+
+def error_message(error: Mapping[str, Any], submission_name: str) -> str:
+    """A student-facing sentence for an exception raised by submission code: type, message, line."""
+    kind = error.get("type", "Error")
+    message = str(error.get("message", "")).strip()
+    root = error.get("root_type")
+    if root and root != kind:
+        root_message = str(error.get("root_message", "")).strip()
+        message = f"{message}\ncaused by {root}: {root_message}" if message else f"{root}: {root_message}"
+    frames = error.get("frames") or []
+    where = ""
+    if frames:
+        last = frames[-1]
+        code = str(last.get("code", "")).strip()
+        where = f" ({submission_name}, line {last.get('line')}, in {last.get('function')}: {code})"
+    return f"{kind}{where}: {message}" if message else f"{kind}{where}"
+
+
+def classify_error(error: Mapping[str, Any]) -> str:
+    """compile-error for Triton compilation problems, runtime-error for everything else."""
+    chain = " ".join(error.get("chain", ())) + " " + str(error.get("type", ""))
+    if "CompilationError" in chain or "UnsupportedLanguageConstruct" in chain or "CompileTimeAssertion" in chain:
+        return "compile-error"
+    return "runtime-error"

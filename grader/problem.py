@@ -1,0 +1,92 @@
+"""What an assignment's oracle module provides: one `Problem` per computation, registered by name.
+
+An assignment module defines `PROBLEMS: dict[str, Problem]`. A problem builds the logical inputs of
+one case, the float64 oracle outputs, how those inputs bind to a kernel's parameters or to a
+wrapper's arguments, and its trap signatures ("mutant oracles": what the output would be under one
+named mistake). Everything here runs in the grader's own process; nothing touches student code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import torch
+
+
+@dataclass(frozen=True)
+class In:
+    """Pass the logical input tensor `name` (placed in a guarded buffer); `transpose` passes `.T`."""
+
+    name: str
+    transpose: bool = False
+
+
+@dataclass(frozen=True)
+class Out:
+    """An output buffer the grader allocates, poisons and guards, compared as output `name`.
+
+    `like` names a pointer parameter whose row stride the output must share (e.g. LayerNorm's `out`
+    has the same row stride as `x`).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    like: str | None = None
+    dtype: torch.dtype = torch.float32
+
+
+@dataclass(frozen=True)
+class Stride:
+    """The stride (in elements) along `dim` of the tensor bound to pointer parameter `param`."""
+
+    param: str
+    dim: int
+
+
+KernelArg = Union[In, Out, Stride, int, float]
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A trap's predicted outputs. Positions in `undefined` (e.g. values that would come from an
+    out-of-bounds read) are not compared."""
+
+    outputs: Mapping[str, torch.Tensor]
+    undefined: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    # Extra absolute tolerance per element, for mistakes whose float32 result can only be bounded
+    # (e.g. catastrophic cancellation): the student's value must lie within this band.
+    slack: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    # With a slack band, the student's output must also stray this far from the correct oracle
+    # somewhere, so that an unrelated small error is not mistaken for this trap.
+    min_deviation: float = 0.0
+    # A property of the outputs instead of predicted values, for mistakes whose float32 result cannot
+    # be predicted but can be recognised (e.g. LayerNorm without eps gives unit-variance rows).
+    predicate: Callable[[Mapping[str, torch.Tensor]], bool] | None = None
+
+
+TrapFunction = Callable[
+    [Mapping[str, Any]], Union[Mapping[str, torch.Tensor], Signature, list[Signature], None]
+]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One computation of an assignment, shared by the kernel and the wrapper that compute it.
+
+    - `make_inputs(case, maker)`: logical inputs by name (CPU tensors in the case's dtype, scalars).
+    - `expected(inputs)`: the oracle outputs by name, float64.
+    - `kernel_args(inputs)`: kernel parameter name -> In / Out / Stride / scalar (constexprs excluded).
+    - `call_args(inputs)`: wrapper (positional args, keyword args); tensors as `In` references.
+    - `traps`: trap id -> signature function; it returns a Signature (or a list of alternatives, or
+      a plain dict of outputs), or None where the trap does not apply to the inputs. Trap functions
+      also receive `inputs["_row_strides"]`: the row stride (elements) of each input as placed.
+    """
+
+    name: str
+    make_inputs: Callable[..., dict[str, Any]]
+    expected: Callable[[Mapping[str, Any]], dict[str, torch.Tensor]]
+    kernel_args: Callable[[Mapping[str, Any]], dict[str, KernelArg]] | None = None
+    call_args: Callable[[Mapping[str, Any]], tuple[list[Any], dict[str, Any]]] | None = None
+    traps: Mapping[str, TrapFunction] = field(default_factory=dict)

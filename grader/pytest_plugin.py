@@ -1,0 +1,112 @@
+"""pytest plugin: turns an assignment spec into test items, one per case, graded through the worker.
+
+Active only when `--grader-submission` is given (the grader passes `-p grader.pytest_plugin`). Each
+item's CaseResult travels in pytest-json-report's per-test metadata; the grader builds its results
+from that report, so the JSON report is the single record of what ran.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.battery import Battery
+from grader.results import CaseResult
+from grader.spec import Assignment, Case, load_assignment
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("grader", "kernel grader: grade a submission against an assignment spec")
+    group.addoption("--grader-submission", default=None, help="the submission file to grade")
+    group.addoption("--grader-backend", default="interpreter", choices=("interpreter", "cuda"))
+    group.addoption("--grader-seed", type=int, default=None, help="seed for the generated inputs")
+    group.addoption("--grader-public-only", action="store_true", help="run only public cases")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("--grader-submission"):
+        config.pluginmanager.register(GradingSession(config), "grader-session")
+
+
+class CaseFailed(Exception):
+    def __init__(self, result: CaseResult) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+class GradingSession:
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.submission = Path(config.getoption("--grader-submission")).resolve()
+        self.backend = config.getoption("--grader-backend")
+        seed = config.getoption("--grader-seed")
+        self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+        self.public_only = bool(config.getoption("--grader-public-only"))
+        self.battery: Battery | None = None
+
+    def battery_for(self, assignment: Assignment) -> Battery:
+        if self.battery is None:
+            self.battery = Battery(assignment, self.submission, self.backend, self.seed)
+        return self.battery
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+        if file_path.name == "assignment.toml":
+            return AssignmentFile.from_parent(parent, path=file_path, session_state=self)
+        return None
+
+    def pytest_sessionfinish(self) -> None:
+        if self.battery is not None:
+            self.battery.close()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_json_runtest_metadata(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> dict[str, Any]:
+        result = getattr(item, "grade", None)
+        if call.when == "call" and result is not None:
+            return {"grade": result.to_dict()}
+        return {}
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_json_modifyreport(self, json_report: dict[str, Any]) -> None:
+        json_report["grader"] = {
+            "submission": str(self.submission),
+            "backend": self.backend,
+            "seed": self.seed,
+            "public_only": self.public_only,
+        }
+
+
+class AssignmentFile(pytest.File):
+    def __init__(self, *, session_state: GradingSession, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.session_state = session_state
+
+    def collect(self):
+        assignment = load_assignment(self.path)
+        state = self.session_state
+        for case in assignment.cases_for(state.backend, public_only=state.public_only):
+            yield CaseItem.from_parent(self, name=case.id, case=case, assignment=assignment)
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, case: Case, assignment: Assignment, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.assignment = assignment
+        self.grade: CaseResult | None = None
+
+    def runtest(self) -> None:
+        state: GradingSession = self.parent.session_state  # type: ignore[attr-defined]
+        self.grade = state.battery_for(self.assignment).run_case(self.case)
+        if not self.grade.passed:
+            raise CaseFailed(self.grade)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, CaseFailed):
+            return excinfo.value.result.message
+        return f"grader internal error: {excinfo.exconly()}"
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.case.target}: {self.case.id}"

@@ -1,0 +1,90 @@
+"""Selftest: grade an assignment's reference and mutant corpus; every trap must be named exactly.
+
+Each corpus file starts with `# expect: trap-id[, trap-id...]` (or `# expect: none` for correct
+submissions, which must also get full marks). A row passes when the diagnosed traps equal the
+expected ones.
+"""
+
+from __future__ import annotations
+
+import re
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.grading import GradeRequest, grade
+from grader.spec import Assignment
+
+_EXPECT = re.compile(r"^#\s*expect:\s*(.+)$")
+
+
+@dataclass(frozen=True)
+class SelftestRow:
+    submission: str
+    expected: tuple[str, ...]
+    diagnosed: tuple[str, ...]
+    score: float
+    max_score: float
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        if set(self.expected) != set(self.diagnosed):
+            return False
+        return bool(self.expected) or self.score == self.max_score
+
+
+def expected_traps(path: Path) -> tuple[str, ...] | None:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        first = f.readline().strip()
+    match = _EXPECT.match(first)
+    if not match:
+        return None
+    value = match.group(1).strip()
+    if value == "none":
+        return ()
+    return tuple(t.strip() for t in value.split(",") if t.strip())
+
+
+def corpus(assignment: Assignment) -> list[Path]:
+    files = []
+    if assignment.reference:
+        files.append(assignment.root / assignment.reference)
+    if assignment.mutants:
+        files.extend(sorted((assignment.root / assignment.mutants).glob("*.py")))
+    return [f.resolve() for f in files]
+
+
+def grade_one(args: tuple[Assignment, Path, str, int]) -> SelftestRow:
+    assignment, path, backend, seed = args
+    expected = expected_traps(path)
+    result, _ = grade(GradeRequest(assignment, path, backend, seed=seed))
+    return SelftestRow(
+        submission=path.name,
+        expected=expected if expected is not None else (),
+        diagnosed=result.traps,
+        score=result.score,
+        max_score=result.max_score,
+        seconds=result.execution_time_s,
+    )
+
+
+def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1) -> list[SelftestRow]:
+    work = [(assignment, path, backend, seed) for path in corpus(assignment)]
+    if jobs <= 1:
+        return [grade_one(w) for w in work]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(grade_one, work))
+
+
+def format_table(rows: list[SelftestRow]) -> str:
+    header = f"{'submission':32} {'expected':36} {'diagnosed':36} {'score':>9} {'time':>6}  ok"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        lines.append(
+            f"{row.submission:32} {', '.join(row.expected) or 'none':36} {', '.join(row.diagnosed) or 'none':36} "
+            f"{row.score:>4g}/{row.max_score:<4g} {row.seconds:5.1f}s  {'ok' if row.ok else 'MISS'}"
+        )
+    misses = sum(not r.ok for r in rows)
+    lines.append(f"{len(rows) - misses} of {len(rows)} as expected" + (f", {misses} MISS" if misses else ""))
+    return "\n".join(lines)

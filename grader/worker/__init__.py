@@ -1,0 +1,1 @@
+"""The worker process: the only place student code is imported and run."""
