@@ -248,9 +248,11 @@ class Battery:
                                launches=tuple(reply.get("launches", ())),
                                torch_ops=dict(reply.get("torch_ops", {})))
         observation = self._observe(placed, reply, launches=tuple(reply.get("launches", ())), case=case)
+        unwritten, findings = poisoned_outputs(returned)
         return Observation(
             outputs=returned,
-            guard_findings=observation.guard_findings,
+            unwritten=unwritten,
+            guard_findings=observation.guard_findings + findings,
             launches=observation.launches,
             torch_ops=dict(reply.get("torch_ops", {})),
             output_tail=observation.output_tail,
@@ -357,6 +359,21 @@ def unpack_returns(
             return {}, f"`{name}` on device {item.get('device')}; it must stay on the input's device ({expected_device})"
         out[name] = tensor
     return out, ""
+
+
+def poisoned_outputs(outputs: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], tuple[guards.GuardFinding, ...]]:
+    """Elements of returned tensors still holding the poison the worker put into fresh allocations."""
+    unwritten: dict[str, torch.Tensor] = {}
+    findings = []
+    for name, tensor in outputs.items():
+        if not tensor.dtype.is_floating_point:
+            continue
+        mask = guards.bits(tensor.contiguous()) == guards.nan_pattern(tensor.dtype, guards.PAYLOAD_OUTPUT_POISON)
+        unwritten[name] = mask
+        if mask.any():
+            first = tuple(int(i) for i in torch.nonzero(mask)[0])
+            findings.append(guards.GuardFinding("unwritten-output", name, int(mask.sum()), f"{name}{list(first)}"))
+    return unwritten, tuple(findings)
 
 
 def _what(item: Any) -> str:

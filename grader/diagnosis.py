@@ -42,6 +42,7 @@ def signature_matches(
     outputs: Mapping[str, torch.Tensor],
     expected: Mapping[str, torch.Tensor],
     tol: Tolerance,
+    unwritten: Mapping[str, torch.Tensor] | None = None,
 ) -> bool:
     """True when every output the signature predicts agrees with the student's output on every defined
     position (within tolerance plus the signature's slack), and at least one position is defined."""
@@ -57,6 +58,8 @@ def signature_matches(
         if actual is None or tuple(actual.shape) != tuple(predicted.shape):
             return False
         ok = close_mask(actual, predicted, tol.atol, tol.rtol)
+        if unwritten and name in unwritten:
+            ok = ok & ~unwritten[name]  # never-written elements are no evidence for a formula
         if name in sig.slack:
             band = (actual.to(torch.float64) - predicted).abs() <= sig.slack[name] + tol.atol
             ok = ok | band
@@ -65,6 +68,8 @@ def signature_matches(
                 dev = torch.where(torch.isnan(dev), torch.full_like(dev, float("inf")), dev)
                 deviation = max(deviation, float(dev.max()))
         undefined = sig.undefined.get(name)
+        if name in sig.unconstrained:
+            undefined = sig.unconstrained[name] if undefined is None else (undefined | sig.unconstrained[name])
         if undefined is not None:
             ok = ok | undefined
             compared += int((~undefined).sum())
@@ -83,11 +88,12 @@ def match_traps(
     outputs: Mapping[str, torch.Tensor],
     expected: Mapping[str, torch.Tensor],
     tol: Tolerance,
+    unwritten: Mapping[str, torch.Tensor] | None = None,
 ) -> list[TrapMatch]:
     matches = []
     for trap_id, signature_fn in traps.items():
         for sig in as_signatures(signature_fn(inputs)):
-            if signature_matches(sig, outputs, expected, tol):
+            if signature_matches(sig, outputs, expected, tol, unwritten):
                 matches.append(TrapMatch(trap_id, sig))
                 break
     return matches
@@ -123,6 +129,8 @@ def unexplained_leaks(leaks: Mapping[str, torch.Tensor], matches: list[TrapMatch
                 continue
             defined = ~match.signature.undefined.get(name, torch.zeros_like(leak))
             explained |= torch.isnan(predicted) & defined
+            if name in match.signature.unconstrained:
+                explained |= match.signature.unconstrained[name]
         left = leak & ~explained
         if left.any():
             remaining[name] = left

@@ -89,7 +89,7 @@ def judge_case(
     values_ok = all(c.ok for c in comparisons)
     if not values_ok:
         matches = match_traps(traps, {**inputs, "_row_strides": dict(observation.row_strides)},
-                              observation.outputs, expected, tolerance)
+                              observation.outputs, expected, tolerance, observation.unwritten)
         named.extend(m.trap for m in matches)
         leaks = unexplained_leaks(nan_leaks(observation.outputs, expected, observation.unwritten), matches)
         if leaks:

@@ -55,6 +55,9 @@ class Signature:
 
     outputs: Mapping[str, torch.Tensor]
     undefined: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    # Positions where the mistake can produce any value, NaN included (e.g. sqrt of a negative
+    # variance): not compared, and NaN there is explained by the trap rather than an OOB read.
+    unconstrained: Mapping[str, torch.Tensor] = field(default_factory=dict)
     # Extra absolute tolerance per element, for mistakes whose float32 result can only be bounded
     # (e.g. catastrophic cancellation): the student's value must lie within this band.
     slack: Mapping[str, torch.Tensor] = field(default_factory=dict)

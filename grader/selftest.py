@@ -15,7 +15,7 @@ from pathlib import Path
 from grader.grading import GradeRequest, grade
 from grader.spec import Assignment
 
-_EXPECT = re.compile(r"^#\s*expect:\s*(.+)$")
+_EXPECT = re.compile(r"^#\s*expect(?:-(\w+))?:\s*(.+)$")
 
 
 @dataclass(frozen=True)
@@ -34,16 +34,24 @@ class SelftestRow:
         return bool(self.expected) or self.score == self.max_score
 
 
-def expected_traps(path: Path) -> tuple[str, ...] | None:
+def expected_traps(path: Path, backend: str = "interpreter") -> tuple[str, ...] | None:
+    """From the file's leading comment lines: `# expect: ...`, overridden by `# expect-<backend>: ...`
+    where a backend diagnoses differently (e.g. the GPU itself rejects what the interpreter runs)."""
+    general = specific = None
     with open(path, encoding="utf-8", errors="replace") as f:
-        first = f.readline().strip()
-    match = _EXPECT.match(first)
-    if not match:
-        return None
-    value = match.group(1).strip()
-    if value == "none":
-        return ()
-    return tuple(t.strip() for t in value.split(",") if t.strip())
+        for line in f:
+            match = _EXPECT.match(line.strip())
+            if not match:
+                if line.strip() and not line.startswith("#"):
+                    break
+                continue
+            value = match.group(2).strip()
+            traps = () if value == "none" else tuple(t.strip() for t in value.split(",") if t.strip())
+            if match.group(1) is None:
+                general = traps
+            elif match.group(1) == backend:
+                specific = traps
+    return specific if specific is not None else general
 
 
 def corpus(assignment: Assignment) -> list[Path]:
@@ -57,7 +65,7 @@ def corpus(assignment: Assignment) -> list[Path]:
 
 def grade_one(args: tuple[Assignment, Path, str, int]) -> SelftestRow:
     assignment, path, backend, seed = args
-    expected = expected_traps(path)
+    expected = expected_traps(path, backend)
     result, _ = grade(GradeRequest(assignment, path, backend, seed=seed))
     return SelftestRow(
         submission=path.name,

@@ -17,6 +17,8 @@ import torch
 import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from grader import guards
+
 SUBMISSION_MODULE = "submission"
 
 
@@ -173,13 +175,23 @@ def _patch_kernel_runs() -> None:
         cls.run = run  # type: ignore[method-assign]
 
 
+_ALLOCATIONS = {"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided"}
+
+
 class _TorchOps(TorchDispatchMode):
+    """Records torch operators a wrapper runs, and poisons fresh uninitialised allocations so the
+    grader can tell output elements the kernel never wrote (torch.empty would hide them)."""
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         rec = _Recorder.active
+        name = str(getattr(func, "overloadpacket", func))
         if rec is not None and rec.depth == 0:
-            name = str(getattr(func, "overloadpacket", func))
             rec.torch_ops[name] = rec.torch_ops.get(name, 0) + 1
-        return func(*args, **(kwargs or {}))
+        out = func(*args, **(kwargs or {}))
+        if name in _ALLOCATIONS and isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
+            with torch.no_grad():
+                guards.bits(out).fill_(guards.nan_pattern(out.dtype, guards.PAYLOAD_OUTPUT_POISON))
+        return out
 
 
 def _patch_autotune_for_interpreter() -> None:

@@ -1,4 +1,4 @@
-# expect: ignores-stride
+# expect: ignores-stride, oob-read, oob-write, unwritten-output
 # mistake: row kernels address row * N instead of row * stride_m (input and output)
 """Reference solution for the ``fused_layers`` assignment (textbook chapter 20).
 

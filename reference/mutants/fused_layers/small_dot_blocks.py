@@ -1,4 +1,5 @@
 # expect: gpu-incompatible
+# expect-cuda: compile-error, runtime-error
 # mistake: linear wrapper uses 8x8x8 blocks and the kernel calls a plain Python helper
 """Reference solution for the ``fused_layers`` assignment (textbook chapter 20).
 

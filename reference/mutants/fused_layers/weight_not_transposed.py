@@ -1,4 +1,4 @@
-# expect: weight-not-transposed
+# expect: weight-not-transposed, oob-read
 # mistake: wrapper passes weight's strides as if weight were [K, N]; kernel correct
 """Reference solution for the ``fused_layers`` assignment (textbook chapter 20).
 

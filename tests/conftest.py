@@ -1,0 +1,112 @@
+"""Shared fixtures: the checkout's paths, planted-bug copies of the reference, and grading through the CLI.
+
+Submissions are always written into tmp_path; nothing checked in is ever edited. Grading goes through
+`grader.cli.main` (the real CLI, in this process) and the test reads the results.json it wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENT = "fused_layers"
+SEED = 3
+
+
+@dataclass(frozen=True)
+class Graded:
+    """One `grader grade` run: exit code, the parsed results.json, where it was written, what it printed."""
+
+    exit_code: int
+    results: dict[str, Any]
+    out_dir: Path
+    stdout: str
+
+    def tests_for(self, target: str) -> list[dict[str, Any]]:
+        return [t for t in self.results["tests"] if t["extra_data"]["target"] == target]
+
+    def test(self, case_id: str) -> dict[str, Any]:
+        (found,) = [t for t in self.results["tests"] if t["extra_data"]["case_id"] == case_id]
+        return found
+
+
+def plant(source: str, old: str, new: str, count: int = 1) -> str:
+    """Replace `old` by `new` in `source`; `old` must occur exactly `count` times (or, with a negative
+    count, at least once and only the first occurrence is replaced)."""
+    found = source.count(old)
+    if count < 0:
+        assert found >= 1, f"{old!r} is not in the source"
+        return source.replace(old, new, 1)
+    assert found == count, f"{old!r} occurs {found} times, expected {count}"
+    return source.replace(old, new)
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"results.json contains {name}, which is not JSON")
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """Parse results.json strictly: NaN/Infinity literals (which Gradescope rejects) are an error."""
+    return json.loads(path.read_text(encoding="utf-8"), parse_constant=_reject_constant)
+
+
+def run_grade(submission: Path, out: Path, seed: int = SEED) -> Graded:
+    """`grader grade SUBMISSION --out OUT --seed SEED --backend interpreter` through `main(argv)`."""
+    argv = ["--assignments", str(ROOT / "assignments"), "grade", str(submission), "--assignment", ASSIGNMENT,
+            "--out", str(out), "--seed", str(seed), "--backend", "interpreter"]
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        exit_code = main(argv)
+    return Graded(exit_code, read_results(out / "results.json"), out, printed.getvalue())
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return ROOT
+
+
+@pytest.fixture(scope="session")
+def reference_source() -> str:
+    return (ROOT / "reference" / "fused_layers.py").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def planted() -> Callable[..., str]:
+    """`planted(old, new, count=1, into=None)`: the reference's text (or `into`) with one bug planted by
+    string replacement; chain calls through `into` to plant several."""
+    source = (ROOT / "reference" / "fused_layers.py").read_text(encoding="utf-8")
+
+    def make(old: str, new: str, count: int = 1, into: str | None = None) -> str:
+        return plant(source if into is None else into, old, new, count)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def grade_text(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Graded]:
+    """`grade_text(text, seed=SEED)`: write `text` as fused_layers.py into a fresh temporary folder,
+    grade it through the CLI and return the run. Session-scoped so module fixtures can share runs."""
+
+    def grade(text: str, seed: int = SEED) -> Graded:
+        folder = tmp_path_factory.mktemp("submission")
+        path = folder / "fused_layers.py"
+        path.write_text(text, encoding="utf-8")
+        return run_grade(path, folder / "out", seed=seed)
+
+    return grade
+
+
+@pytest.fixture(scope="session")
+def reference_graded(grade_text: Callable[..., Graded], reference_source: str) -> Graded:
+    """The reference solution graded once per session (a copy in a temporary folder), seed SEED."""
+    return grade_text(reference_source)

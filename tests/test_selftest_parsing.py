@@ -1,0 +1,96 @@
+"""The selftest's bookkeeping: `# expect:` comment lines, what counts as a pass, and the corpus's own labels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.catalog import trap_catalog
+from grader.selftest import SelftestRow, corpus, expected_traps, format_table
+from grader.spec import load_assignment
+
+
+def mutant(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mutant.py"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("# expect: none", ()),
+        ("# expect: oob-read", ("oob-read",)),
+        ("# expect: bias-wrong-axis, oob-read", ("bias-wrong-axis", "oob-read")),
+        ("#expect:timeout", ("timeout",)),
+        ("#   expect:   crash   ", ("crash",)),
+        ("# expect: a, , b ,", ("a", "b")),
+        ("# mistake: no expectation here", None),
+        ("# expected: oob-read", None),
+    ],
+)
+def test_expect_line_forms(tmp_path: Path, line: str, expected) -> None:
+    assert expected_traps(mutant(tmp_path, f"{line}\nimport torch\n")) == expected
+
+
+def test_expect_among_the_leading_comments(tmp_path: Path) -> None:
+    path = mutant(tmp_path, "# mistake: layernorm divides by N - 1\n\n# expect: unbiased-variance\nx = 1\n")
+    assert expected_traps(path) == ("unbiased-variance",)
+
+
+def test_expect_after_code_is_ignored(tmp_path: Path) -> None:
+    assert expected_traps(mutant(tmp_path, '"""docstring"""\n# expect: oob-read\n')) is None
+    assert expected_traps(mutant(tmp_path, "import torch\n# expect: oob-read\n")) is None
+    assert expected_traps(mutant(tmp_path, "")) is None
+
+
+def test_backend_specific_expectation_overrides(tmp_path: Path) -> None:
+    path = mutant(tmp_path, "# expect-cuda: gpu-incompatible\n# expect: none\nimport torch\n")
+    assert expected_traps(path) == ()
+    assert expected_traps(path, "interpreter") == ()
+    assert expected_traps(path, "cuda") == ("gpu-incompatible",)
+    only_cuda = mutant(tmp_path, "# expect-cuda: compile-error\nimport torch\n")
+    assert expected_traps(only_cuda, "interpreter") is None
+
+
+def test_undecodable_bytes_do_not_break_parsing(tmp_path: Path) -> None:
+    path = tmp_path / "mutant.py"
+    path.write_bytes(b"# expect: crash\n\xff\xfe garbage\n")
+    assert expected_traps(path) == ("crash",)
+
+
+def row(expected: tuple[str, ...], diagnosed: tuple[str, ...], score: float = 0.0) -> SelftestRow:
+    return SelftestRow("m.py", expected, diagnosed, score=score, max_score=40.0, seconds=1.0)
+
+
+def test_row_ok_rules() -> None:
+    assert row((), (), score=40.0).ok
+    assert not row((), (), score=39.0).ok  # a correct submission must get full marks
+    assert not row((), ("precision",), score=39.0).ok
+    assert row(("a", "b"), ("b", "a")).ok  # order does not matter
+    assert not row(("a",), ("a", "b")).ok  # an extra trap is a misdiagnosis
+    assert not row(("a", "b"), ("a",)).ok
+
+
+def test_format_table_flags_misses() -> None:
+    text = format_table([row((), (), score=40.0), row(("oob-read",), ("unknown",))])
+    lines = text.splitlines()
+    assert lines[-1] == "1 of 2 as expected, 1 MISS"
+    assert any(line.startswith("m.py") and line.endswith("MISS") and "oob-read" in line and "unknown" in line
+               for line in lines)
+
+
+def test_every_corpus_file_names_known_traps(repo_root: Path) -> None:
+    assignment = load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
+    catalog = trap_catalog(assignment)
+    files = corpus(assignment)
+    mutants = sorted((repo_root / "reference" / "mutants" / "fused_layers").glob("*.py"))
+    assert files[0].name == "fused_layers.py" and files[0].parent.name == "reference"
+    assert files[1:] == [m.resolve() for m in mutants]
+    for path in mutants:
+        for backend in ("interpreter", "cuda"):
+            expected = expected_traps(path, backend)
+            assert expected is not None, f"{path.name} has no '# expect:' line for {backend}"
+            for trap in expected:
+                assert trap in catalog, (path.name, backend, trap)

@@ -1,0 +1,213 @@
+"""The spec loader: every error names the file and the key; the real fused_layers spec is consistent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from grader.catalog import trap_catalog
+from grader.cli import main
+from grader.problems import load_problems
+from grader.spec import BACKENDS, SpecError, load_assignment
+
+# A minimal valid spec: one kernel, one wrapper, one tolerance profile, two cases. Each broken variant
+# below is this text with one edit, so the edit alone is what the loader must complain about.
+VALID = """\
+[assignment]
+id = "tiny"
+title = "Tiny assignment"
+module = "oracles.py"
+submission_file = "tiny.py"
+
+[tolerances.exact.interpreter.float32]
+atol = 0.0
+rtol = 0.0
+why = "exact"
+[tolerances.exact.cuda.float32]
+atol = 0.0
+rtol = 0.0
+why = "exact"
+
+[kernels.copy_kernel]
+params = ["x_ptr", "out_ptr", "N", "BLOCK"]
+constexprs = ["BLOCK"]
+grid = ["cdiv(N, BLOCK)"]
+problem = "copy"
+
+[functions.copy]
+params = ["x"]
+returns = ["out"]
+problem = "copy"
+
+[[cases]]
+id = "kernel-basic"
+target = "copy_kernel"
+dims = { N = 10 }
+meta = { BLOCK = 16 }
+tolerance = "exact"
+points = 1
+visibility = "public"
+
+[[cases]]
+id = "wrapper-basic"
+target = "copy"
+dims = { N = 10 }
+tolerance = "exact"
+points = 2
+visibility = "hidden"
+"""
+
+FIRST_CASE = 'id = "kernel-basic"\ntarget = "copy_kernel"\n'
+
+
+def write_spec(folder: Path, text: str) -> Path:
+    (folder / "oracles.py").write_text("PROBLEMS = {}\n", encoding="utf-8")
+    path = folder / "assignment.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def edited(old: str, new: str) -> str:
+    assert VALID.count(old) == 1, old
+    return VALID.replace(old, new)
+
+
+def spec_error(tmp_path: Path, text: str) -> SpecError:
+    path = write_spec(tmp_path, text)
+    with pytest.raises(SpecError) as info:
+        load_assignment(path)
+    err = info.value
+    assert err.path == path.resolve()
+    assert str(path.resolve()) in str(err)
+    assert f"[{err.key}]" in str(err)
+    return err
+
+
+def test_minimal_spec_loads(tmp_path: Path) -> None:
+    a = load_assignment(write_spec(tmp_path, VALID))
+    assert a.id == "tiny"
+    assert a.targets == ("copy_kernel", "copy")
+    assert [c.id for c in a.cases] == ["kernel-basic", "wrapper-basic"]
+    assert a.max_score == 3
+    assert a.cases[0].meta == {"BLOCK": 16}
+    assert a.tolerances["exact"].lookup("cuda", "float32").why == "exact"
+
+
+# (edit: old text -> new text, the key the error must name, words the problem must contain)
+BROKEN = {
+    "missing assignment id": (('id = "tiny"\n', ""), "assignment.id", "is required"),
+    "unknown key in a case": (
+        (FIRST_CASE, FIRST_CASE + 'colour = "red"\n'), "cases[0].colour", "unknown key"),
+    "case target that does not exist": (
+        ('target = "copy_kernel"', 'target = "paste_kernel"'), "cases[0] (id='kernel-basic').target",
+        "'paste_kernel' is not a kernel or function"),
+    "tolerance profile not defined": (
+        ('tolerance = "exact"\npoints = 1', 'tolerance = "loose"\npoints = 1'),
+        "cases[0] (id='kernel-basic').tolerance", "'loose' is not a profile"),
+    "duplicate case id": (
+        ('id = "wrapper-basic"', 'id = "kernel-basic"'), "cases[1] (id='kernel-basic').id", "unique"),
+    "kernel case missing a constexpr": (
+        ("meta = { BLOCK = 16 }\n", ""), "cases[0] (id='kernel-basic').meta", "missing BLOCK"),
+    "negative points": (
+        ("points = 2", "points = -2"), "cases[1] (id='wrapper-basic').points", "must be >= 0"),
+    "boolean points": (("points = 2", "points = true"), "cases[1] (id='wrapper-basic').points", "boolean"),
+    "bad grid expression": (
+        ('grid = ["cdiv(N, BLOCK)"]', 'grid = ["cdiv(N, BLOCK"]'), "kernels.copy_kernel.grid",
+        "'cdiv(N, BLOCK' is not a Python expression"),
+    "constexpr that is not a param": (
+        ('constexprs = ["BLOCK"]', 'constexprs = ["BLOCK_N"]'), "kernels.copy_kernel.constexprs", "'BLOCK_N'"),
+    "negative tolerance": (
+        ("atol = 0.0\nrtol = 0.0\nwhy = \"exact\"\n[tolerances.exact.cuda.float32]",
+         "atol = -1.0\nrtol = 0.0\nwhy = \"exact\"\n[tolerances.exact.cuda.float32]"),
+        "tolerances.exact.interpreter.float32.atol", "non-negative"),
+    "unknown backend in a tolerance profile": (
+        ("[tolerances.exact.cuda.float32]", "[tolerances.exact.rocm.float32]"), "tolerances.exact.rocm",
+        "unknown backend"),
+    "unknown visibility": (
+        ('visibility = "hidden"', 'visibility = "secret"'), "cases[1] (id='wrapper-basic').visibility",
+        "one of public, hidden"),
+    "negative dimension": (
+        ("dims = { N = 10 }\ntolerance = \"exact\"\npoints = 2", "dims = { N = -1 }\ntolerance = \"exact\"\npoints = 2"),
+        "cases[1] (id='wrapper-basic').dims.N", "non-negative integer"),
+    "module that is not a file": (('module = "oracles.py"', 'module = "nowhere.py"'), "assignment.module",
+                                  "'nowhere.py'"),
+    "unknown top-level table": (("[[cases]]\nid = \"wrapper-basic\"", "[extras]\nx = 1\n\n[[cases]]\nid = \"wrapper-basic\""),
+                                "extras", "unknown key"),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_spec_error_names_file_and_key(tmp_path: Path, name: str) -> None:
+    (old, new), key, problem = BROKEN[name]
+    err = spec_error(tmp_path, edited(old, new))
+    assert err.key == key
+    assert problem in err.problem
+    assert str(err) == f"{tmp_path.resolve() / 'assignment.toml'}: [{key}] {err.problem}"
+
+
+def test_invalid_toml_names_file_and_line(tmp_path: Path) -> None:
+    err = spec_error(tmp_path, edited("[kernels.copy_kernel]", "[kernels.copy_kernel"))
+    assert "not valid TOML" in err.problem
+    line = VALID.splitlines().index("[kernels.copy_kernel]") + 1
+    assert f"line {line}" in str(err)
+
+
+def test_missing_spec_file(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="file not found") as info:
+        load_assignment(tmp_path / "assignment.toml")
+    assert str(tmp_path) in str(info.value)
+
+
+def test_cli_reports_spec_errors_with_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    write_spec(folder, edited("points = 2", "points = -2"))
+    assert main(["--assignments", str(tmp_path), "list"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("grader: error: ")
+    assert str(folder.resolve() / "assignment.toml") in err
+    assert "[cases[1] (id='wrapper-basic').points]" in err
+
+
+# ------------------------------------------------------------------------------------ the real spec
+
+
+@pytest.fixture(scope="module")
+def fused_layers(repo_root: Path):
+    return load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
+
+
+def test_fused_layers_loads(fused_layers) -> None:
+    a = fused_layers
+    assert a.id == "fused_layers"
+    assert len(a.targets) == 6
+    assert set(a.kernels) == {"fused_linear_gelu_kernel", "row_mean_var_kernel", "layernorm_forward_kernel"}
+    assert set(a.functions) == {"fused_linear_gelu", "row_mean_var", "layernorm"}
+    assert a.max_score == 40
+    assert len({c.id for c in a.cases}) == len(a.cases)
+    assert {c.target for c in a.cases} == set(a.targets)  # every target is graded
+    assert any(c.is_public for c in a.cases) and any(not c.is_public for c in a.cases)
+
+
+def test_every_case_has_a_tolerance_for_both_backends(fused_layers) -> None:
+    for case in fused_layers.cases:
+        profile = fused_layers.tolerances[case.tolerance]
+        for backend in BACKENDS:
+            tol = profile.lookup(backend, "float32")  # raises KeyError when missing
+            assert tol.why.strip(), (case.id, backend)
+
+
+def test_every_exposed_and_signature_trap_is_documented(fused_layers) -> None:
+    catalog = trap_catalog(fused_layers)
+    for case in fused_layers.cases:
+        for trap in case.exposes:
+            assert trap in catalog, (case.id, trap)
+    for problem in load_problems(fused_layers).values():
+        for trap in problem.traps:
+            assert trap in catalog, (problem.name, trap)
+
+
+def test_reference_and_mutants_exist(fused_layers) -> None:
+    assert (fused_layers.root / fused_layers.reference).is_file()
+    assert sorted((fused_layers.root / fused_layers.mutants).glob("*.py"))
