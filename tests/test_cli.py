@@ -62,7 +62,8 @@ def test_grade_missing_submission_is_a_usage_error(tmp_path: Path, repo_root: Pa
     assert not (tmp_path / "out").exists()
 
 
-def test_unknown_assignment_is_an_error(tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_assignment_is_an_error(tmp_path: Path, repo_root: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
     submission = tmp_path / "fused_layers.py"
     submission.write_text("", encoding="utf-8")
     code = main(["--assignments", str(repo_root / "assignments"), "grade", str(submission),
@@ -72,7 +73,8 @@ def test_unknown_assignment_is_an_error(tmp_path: Path, repo_root: Path, capsys:
     assert "no assignment 'no_such_thing'" in err and "known: fused_layers" in err
 
 
-def test_check_needs_a_known_file_name(tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_needs_a_known_file_name(tmp_path: Path, repo_root: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
     submission = tmp_path / "my_kernels.py"
     submission.write_text("", encoding="utf-8")
     assert main(["--assignments", str(repo_root / "assignments"), "check", str(submission)]) == 2
@@ -151,7 +153,8 @@ def test_hanging_wrapper_times_out_alone(planted, grade_text, reference_graded, 
     for test in graded.results["tests"]:
         if test["extra_data"]["target"] != "layernorm":
             assert (test["score"], test["status"]) == (test["max_score"], "passed"), test["name"]
-    assert graded.results["score"] == spec.max_score - sum(c.points for c in spec.cases if c.target == "layernorm")
+    layernorm_points = sum(c.points for c in spec.cases if c.target == "layernorm")
+    assert graded.results["score"] == spec.max_score - layernorm_points
 
 
 @pytest.mark.slow

@@ -127,8 +127,8 @@ def test_as_signatures_normalises_every_return_shape() -> None:
 def test_match_traps_names_each_matching_trap_once() -> None:
     outputs = {"out": f32(1.0, 2.0, 3.5, 4.0)}
     traps = {
-        "right": lambda inputs: [Signature({"out": f64(0.0, 0.0, 0.0, 0.0)}), {"out": f64(1.0, 2.0, 3.5, 4.0)},
-                                 {"out": f64(1.0, 2.0, 3.5, 4.0)}],
+        "right": lambda inputs: [Signature({"out": f64(0.0, 0.0, 0.0, 0.0)}),
+                                 {"out": f64(1.0, 2.0, 3.5, 4.0)}, {"out": f64(1.0, 2.0, 3.5, 4.0)}],
         "wrong": lambda inputs: {"out": f64(1.0, 2.0, 3.0, 4.0)},
         "not-applicable": lambda inputs: None,
     }
@@ -163,13 +163,15 @@ def test_unexplained_leaks() -> None:
     predicts_nan_at_0 = Signature({"out": f64(NAN, 2.0, 3.0, 4.0)})
     nan_at_1_but_undefined = Signature({"out": f64(1.0, NAN, 3.0, 4.0)},
                                        undefined={"out": torch.tensor([False, True, False, False])})
-    left = unexplained_leaks(leaks, [TrapMatch("a", predicts_nan_at_0), TrapMatch("b", nan_at_1_but_undefined)])
+    matches = [TrapMatch("a", predicts_nan_at_0), TrapMatch("b", nan_at_1_but_undefined)]
+    left = unexplained_leaks(leaks, matches)
     assert left["out"].tolist() == [False, True, False, True]
     assert unexplained_leaks(leaks, [])["out"].tolist() == leaks["out"].tolist()
     # NaN anywhere the trap leaves unconstrained is explained by the trap, not by an OOB read
     unconstrained = Signature({"out": f64(1.0, 2.0, 3.0, 4.0)},
                               unconstrained={"out": torch.tensor([False, True, False, False])})
-    assert unexplained_leaks(leaks, [TrapMatch("d", unconstrained)])["out"].tolist() == [True, False, False, True]
+    left = unexplained_leaks(leaks, [TrapMatch("d", unconstrained)])
+    assert left["out"].tolist() == [True, False, False, True]
     explains_all = Signature({"out": f64(NAN, NAN, 3.0, NAN)})
     assert unexplained_leaks(leaks, [TrapMatch("c", explains_all)]) == {}
 

@@ -255,7 +255,8 @@ def mask_bugs(reference_source, planted, grade_text):
     # layernorm_forward_kernel stores column N too
     text = planted(LN_STORE, LN_STORE.replace("mask=mask", "mask=cols <= N"), into=text)
     # fused_linear_gelu_kernel never stores the last column
-    text = planted(LINEAR_STORE, LINEAR_STORE.replace("col_ok[None, :]", "(cols[None, :] < N - 1)"), into=text)
+    text = planted(LINEAR_STORE, LINEAR_STORE.replace("col_ok[None, :]", "(cols[None, :] < N - 1)"),
+                   into=text)
     return grade_text(text)
 
 
@@ -314,7 +315,8 @@ def test_write_past_row_end_is_oob_write(mask_bugs, spec) -> None:
         if case.layout == "row-gap":
             assert "in the gap after row 0 of out" in output
         else:  # contiguous rows: only the last row's extra store leaves the tensor
-            assert "1 out-of-bounds write(s) in out; first at 1 element(s) past the end of out's storage" in output
+            assert ("1 out-of-bounds write(s) in out; "
+                    "first at 1 element(s) past the end of out's storage") in output
     assert_full_marks(mask_bugs, [c.id for c in kernel_cases(spec, "layernorm_forward_kernel", padded=False)])
 
 

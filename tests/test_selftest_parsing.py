@@ -1,4 +1,4 @@
-"""The selftest's bookkeeping: `# expect:` comment lines, what counts as a pass, and the corpus's own labels."""
+"""The selftest's bookkeeping: `# expect:` comment lines, what counts as a pass, the corpus's labels."""
 
 from __future__ import annotations
 

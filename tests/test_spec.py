@@ -116,7 +116,8 @@ BROKEN = {
         ('grid = ["cdiv(N, BLOCK)"]', 'grid = ["cdiv(N, BLOCK"]'), "kernels.copy_kernel.grid",
         "'cdiv(N, BLOCK' is not a Python expression"),
     "constexpr that is not a param": (
-        ('constexprs = ["BLOCK"]', 'constexprs = ["BLOCK_N"]'), "kernels.copy_kernel.constexprs", "'BLOCK_N'"),
+        ('constexprs = ["BLOCK"]', 'constexprs = ["BLOCK_N"]'), "kernels.copy_kernel.constexprs",
+        "'BLOCK_N'"),
     "negative tolerance": (
         ("atol = 0.0\nrtol = 0.0\nwhy = \"exact\"\n[tolerances.exact.cuda.float32]",
          "atol = -1.0\nrtol = 0.0\nwhy = \"exact\"\n[tolerances.exact.cuda.float32]"),
@@ -128,12 +129,14 @@ BROKEN = {
         ('visibility = "hidden"', 'visibility = "secret"'), "cases[1] (id='wrapper-basic').visibility",
         "one of public, hidden"),
     "negative dimension": (
-        ("dims = { N = 10 }\ntolerance = \"exact\"\npoints = 2", "dims = { N = -1 }\ntolerance = \"exact\"\npoints = 2"),
+        ('dims = { N = 10 }\ntolerance = "exact"\npoints = 2',
+         'dims = { N = -1 }\ntolerance = "exact"\npoints = 2'),
         "cases[1] (id='wrapper-basic').dims.N", "non-negative integer"),
     "module that is not a file": (('module = "oracles.py"', 'module = "nowhere.py"'), "assignment.module",
                                   "'nowhere.py'"),
-    "unknown top-level table": (("[[cases]]\nid = \"wrapper-basic\"", "[extras]\nx = 1\n\n[[cases]]\nid = \"wrapper-basic\""),
-                                "extras", "unknown key"),
+    "unknown top-level table": (
+        ('[[cases]]\nid = "wrapper-basic"', '[extras]\nx = 1\n\n[[cases]]\nid = "wrapper-basic"'),
+        "extras", "unknown key"),
 }
 
 
@@ -159,7 +162,8 @@ def test_missing_spec_file(tmp_path: Path) -> None:
     assert str(tmp_path) in str(info.value)
 
 
-def test_cli_reports_spec_errors_with_file_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_reports_spec_errors_with_file_and_key(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
     folder = tmp_path / "tiny"
     folder.mkdir()
     write_spec(folder, edited("points = 2", "points = -2"))
