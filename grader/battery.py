@@ -5,6 +5,7 @@ This module does the I/O with the worker; judging what came back is `grader.judg
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from typing import Any
 import torch
 
 from grader import guards
+from grader.diagnosis import nan_leaks
 from grader.inputs import InputMaker, case_seed
 from grader.judge import judge_case
 from grader.observation import Observation, classify_error, error_message
@@ -22,6 +24,9 @@ from grader.problems import load_problems
 from grader.results import CaseResult
 from grader.spec import Assignment, Case, FunctionSpec, KernelSpec
 from grader.worker_client import Worker, WorkerFailure, WorkerOptions
+
+# Finite value put into input guards for the second run that confirms an out-of-bounds read.
+GUARD_PROBE_VALUE = 7.0
 
 # Row gaps for "row-gap" layouts: distinct per buffer so a kernel that mixes up two strides is seen.
 _GAPS = (3, 5, 7, 11, 13, 17, 19, 23)
@@ -122,10 +127,8 @@ class Battery:
         blocked = self.symbol_problem(case.target)
         if blocked is not None:
             observation = Observation(failure=blocked.failure, message=blocked.message)
-        elif case.target in self.assignment.kernels:
-            observation = self._run_kernel(self.assignment.kernels[case.target], case, problem, inputs)
         else:
-            observation = self._run_function(self.assignment.functions[case.target], case, problem, inputs)
+            observation = self._probe_guard_reads(case, problem, inputs, expected, self._run(case, problem, inputs))
         tolerance = self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
         return judge_case(
             case=case,
@@ -143,7 +146,7 @@ class Battery:
         return spec.problem
 
     def _place(self, case: Case, refs: list[Any], inputs: Mapping[str, Any],
-               param_keys: Mapping[str, str] | None = None) -> _Placed:
+               param_keys: Mapping[str, str] | None = None, finite_guard: float | None = None) -> _Placed:
         """Put every In/Out referenced by a case into guarded storage (gaps for row-gap layouts).
         An Out with `like=param` shares the row gap of the buffer bound to that parameter."""
         plans: dict[str, guards.BufferPlan] = {}
@@ -159,7 +162,7 @@ class Battery:
                 shape = tuple(value.T.shape) if ref.transpose else tuple(value.shape)
                 gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else 0
                 plan = guards.plan_buffer(ref.name, "input", shape, gap, transpose=ref.transpose)
-                storage = guards.build_storage(plan, value.dtype, value.T if ref.transpose else value)
+                storage = guards.build_storage(plan, value.dtype, value.T if ref.transpose else value, finite_guard)
             else:
                 gap = gap_of.get((param_keys or {}).get(ref.like or "", ""), None)
                 if gap is None:
@@ -194,12 +197,37 @@ class Battery:
             output_tail=self.worker.output_tail(),
         )
 
-    def _run_kernel(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any]) -> Observation:
+    def _run(self, case: Case, problem: Problem, inputs: Mapping[str, Any], finite_guard: float | None = None) -> Observation:
+        if case.target in self.assignment.kernels:
+            return self._run_kernel(self.assignment.kernels[case.target], case, problem, inputs, finite_guard)
+        return self._run_function(self.assignment.functions[case.target], case, problem, inputs, finite_guard)
+
+    def _probe_guard_reads(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                           expected: Mapping[str, torch.Tensor], observation: Observation) -> Observation:
+        """NaN in an output where the oracle is finite: run the case again with finite guard values.
+        Positions that turn finite were read from the guards (an out-of-bounds read); NaN that stays
+        comes from the arithmetic (0/0, sqrt of a negative) and is left to the trap signatures."""
+        leaks = nan_leaks(observation.outputs, expected, observation.unwritten)
+        if observation.failure or not leaks:
+            return observation
+        probe = self._run(case, problem, inputs, finite_guard=GUARD_PROBE_VALUE)
+        confirmed = {}
+        for name, leak in leaks.items():
+            again = probe.outputs.get(name)
+            if probe.failure or again is None or again.shape != leak.shape:
+                continue
+            from_guards = leak & ~torch.isnan(again.to(torch.float64))
+            if from_guards.any():
+                confirmed[name] = from_guards
+        return dataclasses.replace(observation, guard_reads=confirmed)
+
+    def _run_kernel(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                    finite_guard: float | None = None) -> Observation:
         assert problem.kernel_args is not None, f"problem {problem.name} has no kernel binding"
         binding = problem.kernel_args(inputs)
         refs = [v for v in binding.values() if isinstance(v, (In, Out))]
         by_param = {p: _key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
-        placed = self._place(case, refs, inputs, by_param)
+        placed = self._place(case, refs, inputs, by_param, finite_guard)
         args = []
         for param in spec.params:
             if param in spec.constexprs:
@@ -223,11 +251,12 @@ class Battery:
             return self._error_observation(reply, what)
         return self._observe(placed, reply, launches=None, case=case)
 
-    def _run_function(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any]) -> Observation:
+    def _run_function(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                      finite_guard: float | None = None) -> Observation:
         assert problem.call_args is not None, f"problem {problem.name} has no wrapper binding"
         args, kwargs = problem.call_args(inputs)
         refs = [v for v in list(args) + list(kwargs.values()) if isinstance(v, In)]
-        placed = self._place(case, refs, inputs)
+        placed = self._place(case, refs, inputs, finite_guard=finite_guard)
 
         def wire(value: Any) -> Any:
             return placed.view_ref(_key(value)) if isinstance(value, In) else value

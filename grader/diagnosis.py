@@ -79,7 +79,51 @@ def signature_matches(
             return False
     if sig.slack and deviation < sig.min_deviation:
         return False
-    return compared > 0
+    # A band that leaves every position unconstrained is evidence only through its min_deviation.
+    enough = compared > 0 or (bool(sig.slack) and sig.min_deviation > 0)
+    return enough and distinguishable(sig, expected, tol)
+
+
+def distinguishable(sig: Signature, expected: Mapping[str, torch.Tensor], tol: Tolerance) -> bool:
+    """A signature is evidence only where it predicts something the correct oracle does not: some
+    compared position lies outside the oracle's tolerance (plus the signature's slack), or, for a band
+    centred on the truth, it demands a deviation (`min_deviation`) the correct output never shows."""
+    if sig.slack and sig.min_deviation > 0:
+        return True
+    for name, predicted in sig.outputs.items():
+        exp = expected.get(name)
+        if exp is None or tuple(exp.shape) != tuple(predicted.shape):
+            return True
+        near = close_mask(predicted, exp, tol.atol, tol.rtol)
+        if name in sig.slack:
+            near = near | ((predicted - exp).abs() <= sig.slack[name] + tol.atol)
+        skip = sig.undefined.get(name)
+        if name in sig.unconstrained:
+            skip = sig.unconstrained[name] if skip is None else (skip | sig.unconstrained[name])
+        if skip is not None:
+            near = near | skip
+        if not bool(near.all()):
+            return True
+    return False
+
+
+def explain_away(case_traps: list[tuple[str, ...]], formula_traps: set[str]) -> list[tuple[str, ...]]:
+    """Across one submission's cases: where a case matches several formula traps (an input on which
+    those mistakes coincide, e.g. N = 1 where 0/0 is NaN under several), keep the ones that some other
+    case names alone. Structural traps are never removed."""
+    confirmed = set()
+    for traps in case_traps:
+        formula = [t for t in traps if t in formula_traps]
+        if len(formula) == 1:
+            confirmed.add(formula[0])
+    out = []
+    for traps in case_traps:
+        formula = [t for t in traps if t in formula_traps]
+        keep = [t for t in formula if t in confirmed]
+        if len(formula) > 1 and keep:
+            traps = tuple(t for t in traps if t not in formula_traps or t in confirmed)
+        out.append(traps)
+    return out
 
 
 def match_traps(
@@ -116,25 +160,6 @@ def nan_leaks(
         if leak.any():
             leaks[name] = leak
     return leaks
-
-
-def unexplained_leaks(leaks: Mapping[str, torch.Tensor], matches: list[TrapMatch]) -> dict[str, torch.Tensor]:
-    """Leaks that no matched trap predicts as NaN at a defined position."""
-    remaining = {}
-    for name, leak in leaks.items():
-        explained = torch.zeros_like(leak)
-        for match in matches:
-            predicted = match.signature.outputs.get(name)
-            if predicted is None:
-                continue
-            defined = ~match.signature.undefined.get(name, torch.zeros_like(leak))
-            explained |= torch.isnan(predicted) & defined
-            if name in match.signature.unconstrained:
-                explained |= match.signature.unconstrained[name]
-        left = leak & ~explained
-        if left.any():
-            remaining[name] = left
-    return remaining
 
 
 def classify_unmatched(comparisons: list[Comparison]) -> str:

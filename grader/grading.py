@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from grader.aot import aot_check
+from grader.diagnosis import explain_away
 from grader.environment import backend_label, versions
 from grader.results import CaseResult, GradeResult
 from grader.spec import Assignment
@@ -44,7 +45,7 @@ def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
     started = time.monotonic()
     seed = request.seed if request.seed is not None else new_seed()
     report = run_pytest(request, seed)
-    cases = cases_from_report(report, request)
+    cases = consolidate_traps(cases_from_report(report, request), request.assignment)
     notes: list[str] = []
     if request.backend == "interpreter" and request.gpu_compile_check:
         aot_cases, aot_notes = aot_check(request.assignment, request.submission)
@@ -123,6 +124,19 @@ def _longrepr(test: dict[str, Any]) -> str:
         if text:
             return str(text)[-1500:]
     return f"outcome {test.get('outcome')}"
+
+
+def consolidate_traps(cases: list[CaseResult], assignment: Assignment) -> list[CaseResult]:
+    """Explain away coinciding formula traps using the submission's other cases (see diagnosis)."""
+    kept = explain_away([c.traps for c in cases], set(assignment.traps))
+    out = []
+    for case, traps in zip(cases, kept):
+        if traps != case.traps:
+            dropped = ", ".join(t for t in case.traps if t not in traps)
+            case = replace(case, traps=traps, message=case.message + f"\n(On this input the output is also "
+                           f"consistent with {dropped}; no other case supports that, so it is not named.)")
+        out.append(case)
+    return out
 
 
 def restrict_to_public(result: GradeResult) -> GradeResult:

@@ -112,11 +112,19 @@ def plan_buffer(
     return BufferPlan(name, role, rows, cols, row_stride, guard, ndim, transpose)
 
 
-def build_storage(plan: BufferPlan, dtype: torch.dtype, values: torch.Tensor | None) -> torch.Tensor:
-    """Allocate the guarded storage on the CPU: guards, gaps and (for outputs) poison filled in."""
+def build_storage(
+    plan: BufferPlan, dtype: torch.dtype, values: torch.Tensor | None, finite_guard: float | None = None
+) -> torch.Tensor:
+    """Allocate the guarded storage on the CPU: guards, gaps and (for outputs) poison filled in.
+
+    `finite_guard` fills an input's guards and gaps with that finite value instead of NaN: the probe
+    that tells NaN read from outside a tensor apart from NaN made by arithmetic (0/0, sqrt(-1))."""
     storage = torch.empty(plan.storage_size, dtype=dtype)
     guard_payload = PAYLOAD_INPUT_GUARD if plan.role == "input" else PAYLOAD_OUTPUT_GUARD
-    bits(storage).fill_(nan_pattern(dtype, guard_payload))
+    if plan.role == "input" and finite_guard is not None:
+        storage.fill_(finite_guard)
+    else:
+        bits(storage).fill_(nan_pattern(dtype, guard_payload))
     view = view_of(storage, plan)
     if plan.role == "input":
         if values is None:

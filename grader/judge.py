@@ -9,7 +9,7 @@ import torch
 
 from grader.catalog import trap_catalog, trap_title
 from grader.compare import Comparison, close_mask, compare
-from grader.diagnosis import classify_unmatched, locate, match_traps, nan_leaks, unexplained_leaks
+from grader.diagnosis import classify_unmatched, locate, match_traps
 from grader.observation import Observation
 from grader.problem import TrapFunction
 from grader.results import CaseResult
@@ -91,12 +91,12 @@ def judge_case(
         matches = match_traps(traps, {**inputs, "_row_strides": dict(observation.row_strides)},
                               observation.outputs, expected, tolerance, observation.unwritten)
         named.extend(m.trap for m in matches)
-        leaks = unexplained_leaks(nan_leaks(observation.outputs, expected, observation.unwritten), matches)
-        if leaks:
+        if observation.guard_reads:
             named.append("oob-read")
-            for name, leak in leaks.items():
-                lines.append(f"{int(leak.sum())} element(s) of {name} are NaN where the oracle is finite: "
-                             "NaN comes from the guard bands, so a load read outside its tensor")
+            for name, reads in observation.guard_reads.items():
+                lines.append(f"{int(reads.sum())} element(s) of {name} are NaN where the oracle is finite, and turn "
+                             "finite when the guard bands around the inputs hold a number instead of NaN: "
+                             "a load read outside its tensor")
         if not named:
             named.append(classify_unmatched(comparisons))
         lines.extend(c.summary() for c in comparisons if not c.ok)

@@ -15,7 +15,8 @@ from grader.diagnosis import (
     match_traps,
     nan_leaks,
     signature_matches,
-    unexplained_leaks,
+    distinguishable,
+    explain_away,
 )
 from grader.problem import Signature
 from grader.spec import Tolerance
@@ -158,22 +159,28 @@ def test_nan_leaks_skip_outputs_without_an_oracle_or_shape() -> None:
     assert nan_leaks({"out": f32(NAN, NAN)}, EXPECTED, {}) == {}  # shape differs: judged elsewhere
 
 
-def test_unexplained_leaks() -> None:
-    leaks = {"out": torch.tensor([True, True, False, True])}
-    predicts_nan_at_0 = Signature({"out": f64(NAN, 2.0, 3.0, 4.0)})
-    nan_at_1_but_undefined = Signature({"out": f64(1.0, NAN, 3.0, 4.0)},
-                                       undefined={"out": torch.tensor([False, True, False, False])})
-    matches = [TrapMatch("a", predicts_nan_at_0), TrapMatch("b", nan_at_1_but_undefined)]
-    left = unexplained_leaks(leaks, matches)
-    assert left["out"].tolist() == [False, True, False, True]
-    assert unexplained_leaks(leaks, [])["out"].tolist() == leaks["out"].tolist()
-    # NaN anywhere the trap leaves unconstrained is explained by the trap, not by an OOB read
-    unconstrained = Signature({"out": f64(1.0, 2.0, 3.0, 4.0)},
-                              unconstrained={"out": torch.tensor([False, True, False, False])})
-    left = unexplained_leaks(leaks, [TrapMatch("d", unconstrained)])
-    assert left["out"].tolist() == [True, False, False, True]
-    explains_all = Signature({"out": f64(NAN, NAN, 3.0, NAN)})
-    assert unexplained_leaks(leaks, [TrapMatch("c", explains_all)]) == {}
+def test_explain_away_keeps_the_trap_another_case_names_alone() -> None:
+    formula = {"unbiased-variance", "eps-missing", "gelu-tanh"}
+    cases = [("unbiased-variance",), ("unbiased-variance", "eps-missing"), ("oob-read", "eps-missing", "gelu-tanh")]
+    kept = explain_away(cases, formula)
+    assert kept[0] == ("unbiased-variance",)
+    assert kept[1] == ("unbiased-variance",)
+    # nothing else confirms eps-missing or gelu-tanh: both stay; structural traps are never removed
+    assert kept[2] == ("oob-read", "eps-missing", "gelu-tanh")
+
+
+def test_a_signature_equal_to_the_oracle_is_no_evidence() -> None:
+    expected = {"out": f64(1.0, 2.0)}
+    same = Signature({"out": f64(1.0, 2.0)})
+    assert not distinguishable(same, expected, TOL)
+    assert not signature_matches(same, {"out": f32(1.0, 2.0)}, expected, TOL)
+    different = Signature({"out": f64(1.0, 2.5)})
+    assert distinguishable(different, expected, TOL)
+    # a band centred on the truth counts only through the deviation it demands
+    band = Signature({"out": f64(1.0, 2.0)}, slack={"out": f64(10.0, 10.0)}, min_deviation=0.5)
+    assert distinguishable(band, expected, TOL)
+    assert signature_matches(band, {"out": f32(1.0, 3.0)}, expected, TOL)
+    assert not signature_matches(band, {"out": f32(1.0, 2.1)}, expected, TOL)
 
 
 # ------------------------------------------------------------------------------------ precision
