@@ -7,8 +7,10 @@ affected case fails.
 
 from __future__ import annotations
 
+import functools
 import os
 import resource
+import secrets
 import shutil
 import signal
 import subprocess
@@ -38,20 +40,99 @@ class WorkerFailure(Exception):
         return self.detail
 
 
+# Address-space limit for interpreter workers (CUDA needs a huge virtual address space: none there).
+INTERPRETER_MEMORY_LIMIT_BYTES = 8 << 30
+WORKER_CPU_LIMIT_S = 1800
+WORKER_MAX_PROCESSES = 512
+# Variables the worker inherits from the grader; everything else (tokens, credentials) stays behind.
+_PASSED_ENVIRONMENT = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "TRITON_PTXAS_PATH",
+                       "TRITON_LIBCUDA_PATH", "TRITON_F32_DEFAULT", "TRITON_DEFAULT_FP_FUSION", "VIRTUAL_ENV",
+                       "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+SANDBOX_USER = "nobody"
+_CLONE_NEWNET = 0x40000000
+_PR_SET_PDEATHSIG = 1
+
+
 @dataclass(frozen=True)
 class WorkerOptions:
-    backend: str  # "interpreter" or "cuda"
+    backend: str  # "interpreter", "cuda" or "aot" (ahead-of-time compile, no interpreter)
     import_timeout_s: float
     cuda_device: str | None = None
-    memory_limit_bytes: int | None = None
+    memory_limit_bytes: int | None = None  # None: INTERPRETER_MEMORY_LIMIT_BYTES on the interpreter
+    # When the grader runs as root (as on Gradescope): run student code as this unprivileged user, in
+    # its own network namespace. None keeps the grader's user.
+    sandbox_user: str | None = SANDBOX_USER
 
 
-def _limit_resources(options: WorkerOptions) -> None:  # runs in the child before exec
+@dataclass(frozen=True)
+class _Identity:
+    uid: int
+    gid: int
+
+
+def _sandbox_identity(options: WorkerOptions) -> _Identity | None:
+    if options.sandbox_user is None or os.geteuid() != 0:
+        return None
+    return _usable_identity(options.sandbox_user)
+
+
+@functools.lru_cache(maxsize=4)
+def _usable_identity(user: str) -> _Identity | None:
+    """The user's ids, if that user can run this Python with torch, triton and the worker (a venv
+    under /root, say, is not reachable for it: then workers keep the grader's user)."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return None
+    identity = _Identity(entry.pw_uid, entry.pw_gid)
+    package_root = str(Path(__file__).resolve().parent.parent)
+
+    def drop() -> None:
+        os.setgroups([])
+        os.setgid(identity.gid)
+        os.setuid(identity.uid)
+
+    try:
+        probe = subprocess.run(
+            [sys.executable, "-c", "import torch, triton, grader.worker.harness"],
+            env={"PYTHONPATH": package_root, "PATH": os.environ.get("PATH", ""), "HOME": "/"},
+            cwd="/", preexec_fn=drop, capture_output=True, timeout=120, check=False,  # noqa: PLW1509
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return identity if probe.returncode == 0 else None
+
+
+def sandbox_user_active(options: WorkerOptions) -> bool:
+    return _sandbox_identity(options) is not None
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _confine(options: WorkerOptions, identity: _Identity | None) -> None:  # in the child, before exec
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversized writes fail instead of killing
     resource.setrlimit(resource.RLIMIT_FSIZE, (WORKER_OUTPUT_LIMIT_BYTES, WORKER_OUTPUT_LIMIT_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if options.memory_limit_bytes:
-        resource.setrlimit(resource.RLIMIT_AS, (options.memory_limit_bytes, options.memory_limit_bytes))
+    resource.setrlimit(resource.RLIMIT_CPU, (WORKER_CPU_LIMIT_S, WORKER_CPU_LIMIT_S))
+    memory = options.memory_limit_bytes
+    if memory is None and options.backend == "interpreter":
+        memory = INTERPRETER_MEMORY_LIMIT_BYTES
+    if memory:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    libc = _libc()
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the worker dies with the grader
+    if identity is not None:
+        libc.unshare(_CLONE_NEWNET)  # no network at all (best effort: needs root, which we have here)
+        resource.setrlimit(resource.RLIMIT_NPROC, (WORKER_MAX_PROCESSES, WORKER_MAX_PROCESSES))
+        os.setgroups([])
+        os.setgid(identity.gid)
+        os.setuid(identity.uid)
 
 
 class Worker:
@@ -67,21 +148,31 @@ class Worker:
         self.from_worker = -1
         self.restarts = 0
         self.sandboxed_path = self.sandbox / self.submission.name
+        self.token = secrets.token_hex(8)
+        self.identity = _sandbox_identity(options)
+        for sub in ("tmp", "triton-cache"):
+            (self.sandbox / sub).mkdir()
+        if self.identity is not None:
+            for path in (self.sandbox, self.sandbox / "tmp", self.sandbox / "triton-cache"):
+                os.chown(path, self.identity.uid, self.identity.gid)
+        _become_subreaper()
 
     # ------------------------------------------------------------------ life cycle
 
     def _environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env.pop("TRITON_INTERPRET", None)
+        env = {k: v for k, v in os.environ.items() if k in _PASSED_ENVIRONMENT}
+        env["GRADER_WORKER_TOKEN"] = self.token
+        env["TMPDIR"] = str(self.sandbox / "tmp")
         if self.options.backend == "interpreter":
             env["TRITON_INTERPRET"] = "1"
         if self.options.cuda_device is not None:
             env["CUDA_VISIBLE_DEVICES"] = self.options.cuda_device
         package_root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        env["PYTHONPATH"] = package_root
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
-        env.setdefault("TRITON_CACHE_DIR", str(Path(tempfile.gettempdir()) / "grader-triton-cache"))
+        env["PYTHONNOUSERSITE"] = "1"
+        env["TRITON_CACHE_DIR"] = str(self.sandbox / "triton-cache")
         env["HOME"] = str(self.sandbox)
         return env
 
@@ -89,6 +180,8 @@ class Worker:
         """Start a worker and import the submission; return the worker's load reply."""
         self.stop()
         shutil.copyfile(self.submission, self.sandboxed_path)
+        if self.identity is not None:
+            os.chown(self.sandboxed_path, self.identity.uid, self.identity.gid)
         g2w_read, g2w_write = os.pipe()
         w2g_read, w2g_write = os.pipe()
         log = open(self.sandbox / "output.log", "ab")  # noqa: SIM115 - handed to the child
@@ -102,7 +195,7 @@ class Worker:
                 stderr=log,
                 pass_fds=(g2w_read, w2g_write),
                 start_new_session=True,
-                preexec_fn=lambda: _limit_resources(self.options),  # noqa: PLW1509
+                preexec_fn=lambda: _confine(self.options, self.identity),  # noqa: PLW1509
             )
         finally:
             log.close()
@@ -127,6 +220,7 @@ class Worker:
             except subprocess.TimeoutExpired:
                 pass
             self.process = None
+        _kill_marked(self.token)  # children that left the process group (setsid, double fork)
         for fd in (self.to_worker, self.from_worker):
             if fd >= 0:
                 try:
@@ -196,6 +290,44 @@ class Worker:
         if reply.get("fatal"):
             self.stop()
         return reply
+
+
+def _become_subreaper() -> None:
+    """Orphaned descendants of a worker (daemons) are re-parented to the grader, not to init, so the
+    grader can find and kill them (Linux only; harmless elsewhere)."""
+    try:
+        _libc().prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill_marked(token: str) -> None:
+    """Kill every process whose environment carries this worker's token (escaped daemons included)."""
+    marker = f"GRADER_WORKER_TOKEN={token}".encode()
+    for _ in range(3):
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    environ = f.read()
+            except OSError:
+                continue
+            if marker in environ.split(b"\0"):
+                found.append(int(entry.name))
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                except OSError:
+                    pass
+        if not found:
+            return
+        time.sleep(0.05)
+        for pid in found:  # reap the ones re-parented to us (only those: other children are not ours to reap)
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
 
 
 def _describe_exit(code: int | None) -> str:

@@ -205,6 +205,43 @@ def _patch_autotune_for_interpreter() -> None:
     Autotuner.do_bench = property(lambda self: run_once)  # type: ignore[assignment]
 
 
+# --------------------------------------------------------------------------- confinement
+
+
+GUARDED_PACKAGES = ("grader", "reference", "assignments", "tests")
+
+
+class _ImportGuard:
+    """Refuses imports of the grader's own packages from submission code (a submission that imports
+    the grader or the reference could read oracles and answers instead of computing them)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name.split(".")[0] in GUARDED_PACKAGES:
+            raise ImportError(f"importing {name!r} is not allowed in a submission")
+        return None
+
+
+def _deny_network() -> None:
+    """Best effort where the worker is not in its own network namespace: no new sockets."""
+    import socket
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise PermissionError("network access is not allowed in a submission")
+
+    socket.socket = refuse  # type: ignore[assignment,misc]
+    socket.create_connection = refuse  # type: ignore[assignment]
+
+
+def confine_imports() -> None:
+    for name in list(sys.modules):
+        if name.split(".")[0] in GUARDED_PACKAGES and not name.startswith("grader.worker") and name != "grader" \
+                and name != "grader.guards":
+            del sys.modules[name]
+    sys.meta_path.insert(0, _ImportGuard())  # type: ignore[arg-type]
+    sys.path[:] = [p for p in sys.path if p and not (Path(p) / "reference").is_dir()]
+    _deny_network()
+
+
 # --------------------------------------------------------------------------- the harness
 
 
@@ -226,6 +263,7 @@ class Harness:
                                            "frames": []}}
         module = importlib.util.module_from_spec(spec)
         sys.modules[SUBMISSION_MODULE] = module
+        confine_imports()
         try:
             spec.loader.exec_module(module)
         except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the worker stays up
