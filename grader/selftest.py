@@ -7,6 +7,7 @@ expected ones.
 
 from __future__ import annotations
 
+import multiprocessing
 import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -81,7 +82,8 @@ def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1)
     work = [(assignment, path, backend, seed) for path in corpus(assignment)]
     if jobs <= 1:
         return [grade_one(w) for w in work]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    # spawn, not fork: forking a process that already runs torch's thread pools can deadlock the child
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         return list(pool.map(grade_one, work))
 
 
