@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.grading import GradeRequest, grade
+from grader.outputs import write_outputs
 from grader.spec import Assignment
 
 _EXPECT = re.compile(r"^#\s*expect(?:-(\w+))?:\s*(.+)$")
@@ -64,10 +65,12 @@ def corpus(assignment: Assignment) -> list[Path]:
     return [f.resolve() for f in files]
 
 
-def grade_one(args: tuple[Assignment, Path, str, int]) -> SelftestRow:
-    assignment, path, backend, seed = args
+def grade_one(args: tuple[Assignment, Path, str, int, Path | None]) -> SelftestRow:
+    assignment, path, backend, seed, out = args
     expected = expected_traps(path, backend)
-    result, _ = grade(GradeRequest(assignment, path, backend, seed=seed))
+    result, report = grade(GradeRequest(assignment, path, backend, seed=seed))
+    if out is not None:
+        write_outputs(out / path.stem, result, assignment, report)
     return SelftestRow(
         submission=path.name,
         expected=expected if expected is not None else (),
@@ -78,8 +81,10 @@ def grade_one(args: tuple[Assignment, Path, str, int]) -> SelftestRow:
     )
 
 
-def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1) -> list[SelftestRow]:
-    work = [(assignment, path, backend, seed) for path in corpus(assignment)]
+def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1,
+                 out: Path | None = None) -> list[SelftestRow]:
+    """Grade the corpus; with `out`, also write each submission's results under out/<file stem>/."""
+    work = [(assignment, path, backend, seed, out) for path in corpus(assignment)]
     if jobs <= 1:
         return [grade_one(w) for w in work]
     # spawn, not fork: forking a process that already runs torch's thread pools can deadlock the child
