@@ -28,6 +28,8 @@ from grader.worker_client import Worker, WorkerFailure, WorkerOptions
 # Finite value put into input guards for the second run that confirms an out-of-bounds read.
 GUARD_PROBE_VALUE = 7.0
 
+OUTPUT_ROW_GAP = 1
+
 # Row gaps for "row-gap" layouts: distinct per buffer so a kernel that mixes up two strides is seen.
 _GAPS = (3, 5, 7, 11, 13, 17, 19, 23)
 
@@ -166,7 +168,10 @@ class Battery:
             else:
                 gap = gap_of.get((param_keys or {}).get(ref.like or "", ""), None)
                 if gap is None:
-                    gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else 0
+                    # An output with a layout of its own always gets a sentinel gap after each row: a
+                    # store that runs past the end of a row is then an out-of-bounds write, not a
+                    # silent (and, on a GPU, racy) overwrite of the next row's first elements.
+                    gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else OUTPUT_ROW_GAP
                 plan = guards.plan_buffer(ref.name, "output", ref.shape, gap)
                 storage = guards.build_storage(plan, ref.dtype, None)
             gap_of[key] = plan.row_stride - plan.cols

@@ -18,7 +18,10 @@ from grader.compare import Comparison, close_mask
 from grader.problem import Signature, TrapFunction
 from grader.spec import Tolerance
 
-PRECISION_FACTOR = 100.0  # within 100x the tolerance and no NaN/inf disagreement: "precision"
+PRECISION_FACTOR = 100.0
+# A band signature that constrains no position at all is evidence only if it demands at least this
+# deviation from the oracle (otherwise it would match any failure on such inputs).
+MIN_UNCONSTRAINED_DEVIATION = 0.01  # within 100x the tolerance and no NaN/inf disagreement: "precision"
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,8 @@ def signature_matches(
     """True when every output the signature predicts agrees with the student's output on every defined
     position (within tolerance plus the signature's slack), and at least one position is defined."""
     if sig.predicate is not None:
+        if unwritten and any(bool(mask.any()) for mask in unwritten.values()):
+            return False  # a property of outputs the kernel did not fully write is no evidence
         try:
             return bool(sig.predicate(outputs))
         except (KeyError, RuntimeError, ValueError, IndexError):
@@ -66,6 +71,8 @@ def signature_matches(
             if name in expected:
                 dev = (actual.to(torch.float64) - expected[name]).abs()
                 dev = torch.where(torch.isnan(dev), torch.full_like(dev, float("inf")), dev)
+                if unwritten and name in unwritten:
+                    dev = torch.where(unwritten[name], torch.zeros_like(dev), dev)
                 deviation = max(deviation, float(dev.max()))
         undefined = sig.undefined.get(name)
         if name in sig.unconstrained:
@@ -80,7 +87,7 @@ def signature_matches(
     if sig.slack and deviation < sig.min_deviation:
         return False
     # A band that leaves every position unconstrained is evidence only through its min_deviation.
-    enough = compared > 0 or (bool(sig.slack) and sig.min_deviation > 0)
+    enough = compared > 0 or (bool(sig.slack) and sig.min_deviation >= MIN_UNCONSTRAINED_DEVIATION)
     return enough and distinguishable(sig, expected, tol)
 
 
@@ -160,6 +167,28 @@ def nan_leaks(
         if leak.any():
             leaks[name] = leak
     return leaks
+
+
+def inherit_kernel_traps(
+    case_traps: list[tuple[str, ...]], case_problems: list[tuple[str, bool]], structural: set[str]
+) -> list[tuple[str, ...]]:
+    """A wrapper case that failed without a named cause (`unknown`/`precision`) in a submission whose
+    kernel for the same problem has structural findings (out-of-bounds, unwritten) inherits them:
+    the wrapper launches that kernel, on an output it allocated itself, where the grader has no
+    guards. `case_problems` gives each case's (problem, is_wrapper)."""
+    found: dict[str, list[str]] = {}
+    for traps, (problem, is_wrapper) in zip(case_traps, case_problems):
+        if not is_wrapper:
+            for t in traps:
+                if t in structural and t not in found.setdefault(problem, []):
+                    found[problem].append(t)
+    out = []
+    for traps, (problem, is_wrapper) in zip(case_traps, case_problems):
+        vague = set(traps) <= {"unknown", "precision"} and traps
+        if is_wrapper and vague and found.get(problem):
+            traps = tuple(found[problem])
+        out.append(traps)
+    return out
 
 
 def classify_unmatched(comparisons: list[Comparison]) -> str:

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 
 from grader.aot import aot_check
-from grader.diagnosis import explain_away
+from grader.diagnosis import explain_away, inherit_kernel_traps
+
+INHERITED_TRAPS = {"oob-write", "oob-read", "unwritten-output"}
 from grader.environment import backend_label, versions
 from grader.results import CaseResult, GradeResult
 from grader.spec import Assignment
@@ -127,14 +129,27 @@ def _longrepr(test: dict[str, Any]) -> str:
 
 
 def consolidate_traps(cases: list[CaseResult], assignment: Assignment) -> list[CaseResult]:
-    """Explain away coinciding formula traps using the submission's other cases (see diagnosis)."""
+    """Use the submission's other cases (see diagnosis): explain away coinciding formula traps, and let
+    vague wrapper failures inherit the structural findings of the kernel they launch."""
     kept = explain_away([c.traps for c in cases], set(assignment.traps))
+    problems = []
+    for case in cases:
+        spec = assignment.kernels.get(case.target) or assignment.functions.get(case.target)
+        problems.append((spec.problem if spec else case.target, case.target in assignment.functions))
+    kept = inherit_kernel_traps(kept, problems, INHERITED_TRAPS)
     out = []
     for case, traps in zip(cases, kept):
         if traps != case.traps:
-            dropped = ", ".join(t for t in case.traps if t not in traps)
-            case = replace(case, traps=traps, message=case.message + f"\n(On this input the output is also "
-                           f"consistent with {dropped}; no other case supports that, so it is not named.)")
+            dropped = [t for t in case.traps if t not in traps]
+            added = [t for t in traps if t not in case.traps]
+            note = ""
+            if dropped and not added:
+                note = (f"(On this input the output is also consistent with {', '.join(dropped)}; no other case "
+                        "supports that, so it is not named.)")
+            elif added:
+                note = (f"(The kernel this function launches shows {', '.join(added)} in its own cases: that is "
+                        "the likely cause here too.)")
+            case = replace(case, traps=traps, message=case.message + "\n" + note)
         out.append(case)
     return out
 

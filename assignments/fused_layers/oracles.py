@@ -306,6 +306,16 @@ def trap_eps_missing(inputs: dict[str, Any]) -> list[Signature]:
     constant = var == 0
     out[constant] = float("nan")  # 0/0 on exactly constant rows
     signatures = [Signature({"out": out})]
+    if bool((var == 0).all()):
+        # Exactly constant rows: a float32 mean equal to the value gives 0/0 = NaN; one an ulp off
+        # gives (x - mean) / |x - mean| = +-1 on the whole row. Either way no eps shows as that.
+        def nan_or_unit_rows(outputs: Any) -> bool:
+            z = (outputs["out"].double() - b) / g
+            nan_rows = torch.isnan(z).all(dim=-1)
+            unit_rows = ((z.abs() - 1).abs() < 1e-3).all(dim=-1)
+            return bool((nan_rows | unit_rows).all())
+
+        signatures.append(Signature({}, predicate=nan_or_unit_rows))
     if bool(((var > 0) & (var < eps / 10)).all()):
         # Near-constant rows: the float32 values are too quantised to predict, but without eps every
         # row is scaled to unit variance, where the correct kernel leaves it ~var/eps << 1.
