@@ -48,7 +48,8 @@ def signature_matches(
     unwritten: Mapping[str, torch.Tensor] | None = None,
 ) -> bool:
     """True when every output the signature predicts agrees with the student's output on every defined
-    position (within tolerance plus the signature's slack), and at least one position is defined."""
+    position (within tolerance plus the signature's slack), and it accounts for at least one of the
+    elements where the student's output fails the oracle."""
     if sig.predicate is not None:
         if unwritten and any(bool(mask.any()) for mask in unwritten.values()):
             return False  # a property of outputs the kernel did not fully write is no evidence
@@ -57,6 +58,7 @@ def signature_matches(
         except (KeyError, RuntimeError, ValueError, IndexError):
             return False
     compared = 0
+    explained = 0
     deviation = 0.0
     for name, predicted in sig.outputs.items():
         actual = outputs.get(name)
@@ -77,17 +79,22 @@ def signature_matches(
         undefined = sig.undefined.get(name)
         if name in sig.unconstrained:
             undefined = sig.unconstrained[name] if undefined is None else (undefined | sig.unconstrained[name])
+        defined = ~undefined if undefined is not None else torch.ones_like(ok)
+        if name in expected and tuple(expected[name].shape) == tuple(actual.shape):
+            failing = ~close_mask(actual, expected[name], tol.atol, tol.rtol)
+        else:
+            failing = torch.ones_like(ok)  # no oracle for this output: nothing contradicts the trap
+        explained += int((failing & ok & defined).sum())
         if undefined is not None:
             ok = ok | undefined
-            compared += int((~undefined).sum())
-        else:
-            compared += ok.numel()
+        compared += int(defined.sum())
         if not bool(ok.all()):
             return False
     if sig.slack and deviation < sig.min_deviation:
         return False
-    # A band that leaves every position unconstrained is evidence only through its min_deviation.
-    enough = compared > 0 or (bool(sig.slack) and sig.min_deviation >= MIN_UNCONSTRAINED_DEVIATION)
+    # The signature must account for at least one element the oracle rejects, at a position it
+    # constrains; a band that constrains nothing is evidence only through its min_deviation.
+    enough = explained > 0 or (compared == 0 and bool(sig.slack) and sig.min_deviation >= MIN_UNCONSTRAINED_DEVIATION)
     return enough and distinguishable(sig, expected, tol)
 
 

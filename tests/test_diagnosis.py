@@ -8,15 +8,15 @@ import torch
 from grader.compare import compare
 from grader.diagnosis import (
     PRECISION_FACTOR,
-    TrapMatch,
     as_signatures,
     classify_unmatched,
+    distinguishable,
+    explain_away,
+    inherit_kernel_traps,
     locate,
     match_traps,
     nan_leaks,
     signature_matches,
-    distinguishable,
-    explain_away,
 )
 from grader.problem import Signature
 from grader.spec import Tolerance
@@ -161,12 +161,30 @@ def test_nan_leaks_skip_outputs_without_an_oracle_or_shape() -> None:
 
 def test_explain_away_keeps_the_trap_another_case_names_alone() -> None:
     formula = {"unbiased-variance", "eps-missing", "gelu-tanh"}
-    cases = [("unbiased-variance",), ("unbiased-variance", "eps-missing"), ("oob-read", "eps-missing", "gelu-tanh")]
+    cases = [("unbiased-variance",), ("unbiased-variance", "eps-missing"),
+             ("oob-read", "eps-missing", "gelu-tanh")]
     kept = explain_away(cases, formula)
     assert kept[0] == ("unbiased-variance",)
     assert kept[1] == ("unbiased-variance",)
     # nothing else confirms eps-missing or gelu-tanh: both stay; structural traps are never removed
     assert kept[2] == ("oob-read", "eps-missing", "gelu-tanh")
+
+
+def test_a_signature_must_explain_a_failing_element_where_it_constrains() -> None:
+    expected = {"out": f64(1.0, 2.0, 3.0)}
+    # matches the student's output at position 0, leaves 1 and 2 unconstrained; the failure is at 2
+    weak = Signature({"out": f64(1.0, 9.0, 9.0)}, unconstrained={"out": torch.tensor([False, True, True])})
+    assert not signature_matches(weak, {"out": f32(1.0, 2.0, 5.0)}, expected, TOL)
+    # the same signature explains a failure at a position it constrains
+    strong = Signature({"out": f64(1.5, 9.0, 9.0)}, unconstrained={"out": torch.tensor([False, True, True])})
+    assert signature_matches(strong, {"out": f32(1.5, 2.0, 5.0)}, expected, TOL)
+
+
+def test_wrapper_failures_inherit_their_kernels_structural_traps() -> None:
+    traps = [("oob-write",), ("unknown",), ("precision",), ("gelu-tanh",), ("unknown",)]
+    problems = [("linear", False), ("linear", True), ("linear", True), ("linear", True), ("stats", True)]
+    out = inherit_kernel_traps(traps, problems, {"oob-write", "oob-read", "unwritten-output"})
+    assert out == [("oob-write",), ("oob-write",), ("oob-write",), ("gelu-tanh",), ("unknown",)]
 
 
 def test_a_signature_equal_to_the_oracle_is_no_evidence() -> None:
