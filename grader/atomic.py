@@ -18,6 +18,7 @@ def write_text(path: Path, text: str) -> None:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be read by the LMS and people
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -102,9 +102,15 @@ def error_maps(
         got = outputs.get(name)
         if got is None or tuple(got.shape) != tuple(exp.shape):
             continue
-        m = error_map(got, exp, atol, rtol,
-                      unwritten=(unwritten or {}).get(name), oob_reads=(oob_reads or {}).get(name),
-                      tile=launch_tile(block_meta or {}, exp.dim()))
+        m = error_map(
+            got,
+            exp,
+            atol,
+            rtol,
+            unwritten=(unwritten or {}).get(name),
+            oob_reads=(oob_reads or {}).get(name),
+            tile=launch_tile(block_meta or {}, exp.dim()),
+        )
         if m["wrong"]:
             maps[name] = m
     return maps

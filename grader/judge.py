@@ -10,6 +10,7 @@ import torch
 from grader.catalog import trap_catalog, trap_title
 from grader.compare import Comparison, close_mask, compare
 from grader.diagnosis import classify_unmatched, locate, match_traps
+from grader.error_maps import error_maps
 from grader.observation import Observation
 from grader.problem import TrapFunction
 from grader.results import CaseResult
@@ -80,6 +81,10 @@ def judge_case(
                        observation.block_meta)
         for c in comparisons if not c.ok
     }
+    evidence["error_maps"] = error_maps(
+        observation.outputs, expected, tolerance.atol, tolerance.rtol, unwritten=observation.unwritten,
+        oob_reads=observation.guard_reads, block_meta=observation.block_meta,
+    )
 
     for finding in observation.guard_findings:
         named.append(GUARD_TRAPS[finding.kind])

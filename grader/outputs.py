@@ -19,9 +19,13 @@ from grader.spec import Assignment
 MAX_REPORT_CHARS = 900_000  # report.md and report.html: under 1 MB even in UTF-8 (mostly ASCII)
 
 
-def write_outputs(out_dir: Path, result: GradeResult, assignment: Assignment, pytest_report: dict[str, Any]) -> None:
+def write_outputs(
+    out_dir: Path, result: GradeResult, assignment: Assignment, pytest_report: dict[str, Any]
+) -> None:
     out_dir = Path(out_dir)
-    student_markdown = report.markdown(result, assignment, show_hidden_details=False, max_chars=MAX_TOP_OUTPUT_CHARS)
+    student_markdown = report.markdown(
+        result, assignment, show_hidden_details=False, max_chars=MAX_TOP_OUTPUT_CHARS
+    )
     write_json(out_dir / "grade.json", result.to_dict())
     write_json(out_dir / "pytest-report.json", pytest_report)
     write_text(out_dir / "report.md", report.markdown(result, assignment, max_chars=MAX_REPORT_CHARS))

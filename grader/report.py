@@ -44,12 +44,20 @@ LAYOUTS = {"contiguous": "contiguous", "row-gap": "padded rows (row stride > row
 
 # Error-map colours, one per error_maps.CODES character (the PNG palette and the legend).
 MAP_COLOURS = {
-    ".": "#cfeedd", "1": "#fde68a", "2": "#f59e0b", "3": "#dc2626", "4": "#7f1d1d",
-    "I": "#111827", "N": "#7c3aed", "R": "#db2777", "U": "#94a3b8",
+    ".": "#cfeedd",
+    "1": "#fde68a",
+    "2": "#f59e0b",
+    "3": "#dc2626",
+    "4": "#7f1d1d",
+    "I": "#111827",
+    "N": "#7c3aed",
+    "R": "#db2777",
+    "U": "#64748b",
 }
 MAP_MAX_PX = 360  # the longer side of a drawn map
+MAP_MIN_PX = 96  # the shorter side, unless that makes an element taller or wider than 28 px
 STRIP_MAX_PX = 480
-TEXT_MAP_MAX = (32, 48)  # rows, columns: larger maps are not drawn as text
+TEXT_MAP_MAX = (48, 64)  # rows, columns: larger maps are not drawn as text
 
 
 @dataclass(frozen=True)
@@ -58,9 +66,10 @@ class Detail:
 
     message_chars: int
     maps: bool
+    comparisons: bool
 
 
-DETAIL_LEVELS = (Detail(MAX_MESSAGE_CHARS, True), Detail(400, False), Detail(0, False))
+DETAIL_LEVELS = (Detail(MAX_MESSAGE_CHARS, True, True), Detail(400, False, True), Detail(0, False, False))
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -120,12 +129,16 @@ class MapView:
 
     @property
     def size_px(self) -> tuple[float, float]:
-        """Width and height the map is drawn at."""
+        """Width and height the map is drawn at: square elements, the longer side at most MAP_MAX_PX,
+        the shorter stretched to at least MAP_MIN_PX so a few long rows stay readable."""
         ext_rows, ext_cols = self.extent
         if self.strip:
             return round(min(28.0, max(3.0, STRIP_MAX_PX / max(ext_cols, 1))) * ext_cols, 1), 22.0
         scale = min(28.0, max(1.0, MAP_MAX_PX / max(ext_rows, ext_cols, 1)))
-        return round(ext_cols * scale, 1), round(ext_rows * scale, 1)
+        width, height = ext_cols * scale, ext_rows * scale
+        return round(max(width, min(MAP_MIN_PX, 28.0 * ext_cols)), 1), round(
+            max(height, min(MAP_MIN_PX, 28.0 * ext_rows)), 1
+        )
 
     @property
     def image_size(self) -> tuple[int, int]:
@@ -157,11 +170,17 @@ class MapView:
             text += f"; one cell = {self.cell[0]}\u00d7{self.cell[1]} elements (its worst shown)"
         if self.tile is not None:
             tm, tn = self.tile
-            text += (f"; lines: one program per row, BLOCK_N = {tn}" if tm == 1
-                     else f"; lines: the launch's {tm}\u00d7{tn} tiles")
-            if self.extent != (self.rows, self.cols):
-                text += " (grey: tile area outside the output, masked)"
+            text += (
+                f"; lines: one program per row, BLOCK_N = {tn}"
+                if tm == 1
+                else f"; lines: the launch's {tm}\u00d7{tn} tiles"
+            )
         return text
+
+    @property
+    def overhang(self) -> bool:
+        """The launch's tiles reach past the output (their lanes there must be masked)."""
+        return self.extent != (self.rows, self.cols)
 
     @property
     def axes(self) -> str:
@@ -196,14 +215,21 @@ def map_view(output: str, data: Mapping[str, Any], worst_index: Sequence[int] | 
         worst = None
         if worst_index and len(worst_index) == len(shape):
             flat_row = 0
-            for size, i in zip(shape[:-1], worst_index[:-1]):
+            for size, i in zip(shape[:-1], worst_index[:-1], strict=True):
                 flat_row = flat_row * size + int(i)
             worst = (flat_row, int(worst_index[-1]))
     tile = data.get("tile")
     return MapView(
-        output=output, shape=shape, rows=rows, cols=cols, cell=(int(data["cell"][0]), int(data["cell"][1])),
-        grid=tuple(str(g) for g in data["grid"]), tile=(int(tile[0]), int(tile[1])) if tile else None,
-        wrong=int(data["wrong"]), total=int(data["total"]), worst=worst,
+        output=output,
+        shape=shape,
+        rows=rows,
+        cols=cols,
+        cell=(int(data["cell"][0]), int(data["cell"][1])),
+        grid=tuple(str(g) for g in data["grid"]),
+        tile=(int(tile[0]), int(tile[1])) if tile else None,
+        wrong=int(data["wrong"]),
+        total=int(data["total"]),
+        worst=worst,
     )
 
 
@@ -217,8 +243,13 @@ def palette_png(grid: Sequence[str]) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
     header = struct.pack(">IIBBBBB", max(width, 1), max(height, 1), 8, 3, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"PLTE", palette)
-            + chunk(b"IDAT", zlib.compress(raw or b"\x00\x00", 9)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"PLTE", palette)
+        + chunk(b"IDAT", zlib.compress(raw or b"\x00\x00", 9))
+        + chunk(b"IEND", b"")
+    )
 
 
 # ------------------------------------------------------------------------------------------ views
@@ -234,10 +265,6 @@ class CaseView:
     comparisons: tuple[Mapping[str, Any], ...]
     maps: tuple[MapView, ...]
     where: tuple[str, ...]  # where the output is wrong, in words, for outputs without a map
-
-    @property
-    def hidden(self) -> bool:
-        return self.result.visibility == "hidden"
 
 
 @dataclass(frozen=True)
@@ -268,6 +295,15 @@ class TrapView:
         return tuple(c for c in self.cases if c.detailed)
 
     @property
+    def examples(self) -> tuple[CaseView, ...]:
+        """The shown cases listed under the trap (the rest are counted)."""
+        return self.shown_cases[:MAX_EXAMPLES]
+
+    @property
+    def more(self) -> int:
+        return len(self.shown_cases) - len(self.examples)
+
+    @property
     def hidden_count(self) -> int:
         return sum(not c.detailed for c in self.cases)
 
@@ -295,22 +331,35 @@ class ReportView:
     @property
     def targets(self) -> list[TargetView]:
         order = list(self.assignment.targets)
-        names = sorted({c.result.target for c in self.cases},
-                       key=lambda t: (order.index(t) if t in order else len(order), t))
+        names = sorted(
+            {c.result.target for c in self.cases},
+            key=lambda t: (order.index(t) if t in order else len(order), t),
+        )
         views = []
         for name in names:
             cases = tuple(c for c in self.cases if c.result.target == name)
-            views.append(TargetView(
-                name=name, kind="kernel" if name in self.assignment.kernels else "function",
-                got=sum(c.result.score for c in cases), total=sum(c.result.max_score for c in cases),
-                cases=tuple(c for c in cases if c.listed),
-            ))
+            views.append(
+                TargetView(
+                    name=name,
+                    kind="kernel" if name in self.assignment.kernels else "function",
+                    got=sum(c.result.score for c in cases),
+                    total=sum(c.result.max_score for c in cases),
+                    cases=tuple(c for c in cases if c.listed),
+                )
+            )
         return views
 
     @property
     def traps(self) -> list[TrapView]:
-        return [TrapView(tid, self.catalog.get(tid), tuple(c for c in self.cases if tid in c.result.traps))
-                for tid in self.result.traps]
+        return [
+            TrapView(tid, self.catalog.get(tid), tuple(c for c in self.cases if tid in c.result.traps))
+            for tid in self.result.traps
+        ]
+
+    @property
+    def text_maps(self) -> bool:
+        """Some trap's example has a map small enough to print as text (the Markdown shows a legend)."""
+        return any(m.text_lines() for t in self.traps if t.example for m in t.example.maps)
 
     @property
     def unlisted(self) -> tuple[int, float, float]:
@@ -345,27 +394,33 @@ class ReportView:
     def legend(self) -> list[tuple[str, str, str]]:
         return [(c, MAP_COLOURS[c], LEGEND[c]) for c in CODES]
 
-    # For templates written against the old view (and the batch summary): kept small and explicit.
-    @property
-    def by_target(self) -> list[tuple[str, float, float]]:
-        return [(t.name, t.got, t.total) for t in self.targets]
 
-
-def case_view(case: CaseResult, assignment: Assignment, show_hidden_details: bool, detail: Detail) -> CaseView:
+def case_view(
+    case: CaseResult, assignment: Assignment, show_hidden_details: bool, detail: Detail
+) -> CaseView:
     hidden = case.visibility == "hidden"
     detailed = not hidden or show_hidden_details
     listed = detailed or assignment.hidden_visibility != "hidden"
     if not detailed:
         return CaseView(case, listed, False, "", "", (), (), ())
     evidence = case.evidence or {}
-    comparisons = tuple(c for c in evidence.get("comparisons", ()) if not c.get("ok", True))
+    comparisons = (
+        tuple(c for c in evidence.get("comparisons", ()) if not c.get("ok", True))
+        if detail.comparisons
+        else ()
+    )
     worst = {c.get("output"): c.get("worst_index") for c in comparisons}
     maps = evidence.get("error_maps", {}) if detail.maps and not case.passed else {}
     where = tuple(
-        f"{name}: {_where_words(w)}" for name, w in evidence.get("where_wrong", {}).items() if name not in maps and w
+        f"{name}: {_where_words(w)}"
+        for name, w in evidence.get("where_wrong", {}).items()
+        if name not in maps and w
     )
     return CaseView(
-        result=case, listed=True, detailed=True, input=input_description(evidence),
+        result=case,
+        listed=True,
+        detailed=True,
+        input=input_description(evidence),
         message=clean(case.message, detail.message_chars),
         comparisons=comparisons,
         maps=tuple(map_view(name, data, worst.get(name)) for name, data in maps.items()),
@@ -401,8 +456,12 @@ def _where_words(where: Mapping[str, Any]) -> str:
     return text
 
 
-def view(result: GradeResult, assignment: Assignment, show_hidden_details: bool = True,
-         detail: Detail = DETAIL_LEVELS[0]) -> ReportView:
+def view(
+    result: GradeResult,
+    assignment: Assignment,
+    show_hidden_details: bool = True,
+    detail: Detail = DETAIL_LEVELS[0],
+) -> ReportView:
     cases = tuple(case_view(c, assignment, show_hidden_details, detail) for c in result.cases)
     return ReportView(result, assignment, trap_catalog(assignment), show_hidden_details, detail, cases)
 
@@ -422,6 +481,7 @@ def _environment() -> jinja2.Environment:
     env.filters["md"] = md_inline
     env.filters["fence"] = md_fence
     env.filters["num"] = lambda x: f"{x:g}"
+    env.filters["value"] = lambda x: f"{x:.7g}" if isinstance(x, float) else str(x)
     return env
 
 
@@ -437,16 +497,27 @@ def render_capped(template: str, make_view: Callable[[Detail], ReportView], max_
         if max_chars is None or len(text) <= max_chars:
             return text
     assert max_chars is not None
-    return text[:max_chars]
+    marker = "\n[report cut to its size limit]\n"
+    return text[: max(0, max_chars - len(marker))] + marker
 
 
-def markdown(result: GradeResult, assignment: Assignment, show_hidden_details: bool = True,
-             max_chars: int | None = None) -> str:
-    return render_capped("report.md.j2", lambda d: view(result, assignment, show_hidden_details, d), max_chars)
+def markdown(
+    result: GradeResult,
+    assignment: Assignment,
+    show_hidden_details: bool = True,
+    max_chars: int | None = None,
+) -> str:
+    return render_capped(
+        "report.md.j2", lambda d: view(result, assignment, show_hidden_details, d), max_chars
+    )
 
 
-def html(result: GradeResult, assignment: Assignment, show_hidden_details: bool = True,
-         max_chars: int | None = None) -> str:
+def html(
+    result: GradeResult,
+    assignment: Assignment,
+    show_hidden_details: bool = True,
+    max_chars: int | None = None,
+) -> str:
     return render_capped("report.html", lambda d: view(result, assignment, show_hidden_details, d), max_chars)
 
 

@@ -1,0 +1,526 @@
+"""Error maps and the report views, on hand-made tensors and results (fast: nothing is graded).
+
+The error-map tests pin the cell codes and the downsampling, because the report draws whatever the
+map says: a wrong code would draw a convincing, wrong picture. The rendering tests check what each
+view shows (trap, input, fix, map; hidden cases withheld for students), that student text cannot
+inject markup into any view, and that every view stays under its size budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from grader import report
+from grader.error_maps import CODES, MAX_CELLS, error_map, error_maps, launch_tile
+from grader.results import CaseResult, GradeResult
+from grader.spec import Assignment, load_assignment
+
+ATOL = RTOL = 1e-5
+SCRIPT = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def assignment(repo_root: Path) -> Assignment:
+    return load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
+
+
+def store_mask_output() -> tuple[torch.Tensor, torch.Tensor]:
+    """A 37x19 output where each 16x16 tile's store spills one column too far, into column 0 of the next
+    row: column 0 is wrong on every row except the first of each tile row (the pattern of
+    store_mask_off_by_one on linear-kernel-primes)."""
+    expected = torch.rand(37, 19, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) + 1.0
+    actual = expected.to(torch.float32).clone()
+    for row in range(37):
+        if row % 16:
+            actual[row, 0] = 0.0
+    return actual, expected
+
+
+# ------------------------------------------------------------------------------------------ error maps
+
+
+def test_store_mask_spill_shows_as_column_zero_outside_tile_starts() -> None:
+    actual, expected = store_mask_output()
+    m = error_map(actual, expected, ATOL, RTOL, tile=(16, 16))
+    assert m["shape"] == [37, 19] and m["cell"] == [1, 1] and m["tile"] == [16, 16]
+    assert len(m["grid"]) == 37 and {len(row) for row in m["grid"]} == {19}
+    assert m["wrong"] == 34 and m["total"] == 703
+    for row, line in enumerate(m["grid"]):
+        assert line[1:] == "." * 18
+        assert line[0] == ("." if row % 16 == 0 else "3"), (row, line)  # |0 - ~1.5| / 2.5e-5 ~ 6e4x
+
+
+def test_codes_for_each_kind_of_wrong() -> None:
+    expected = torch.tensor(
+        [[1.0, 1.0, 1.0, 1.0, 1.0, 1.0, float("nan"), 1.0, 1.0, 1.0, 1.0]], dtype=torch.float64
+    )
+    allowed = ATOL + RTOL * 1.0
+    actual = torch.tensor(
+        [
+            [
+                1.0,
+                1.0 + 5 * allowed,
+                1.0 + 500 * allowed,
+                1.0 + 5e4 * allowed,
+                1.0 + 1e7 * allowed,
+                float("inf"),
+                float("nan"),
+                float("nan"),
+                float("nan"),
+                float("nan"),
+                1.0,
+            ]
+        ]
+    )
+    unwritten = torch.zeros(1, 11, dtype=torch.bool)
+    unwritten[0, 9] = True
+    oob = torch.zeros(1, 11, dtype=torch.bool)
+    oob[0, 8] = True
+    oob[0, 10] = True  # a correct element is never marked, whatever the mask says
+    m = error_map(actual, expected, ATOL, RTOL, unwritten=unwritten, oob_reads=oob)
+    assert m["grid"] == [".1234I.NRU."]
+    assert m["wrong"] == 8
+
+
+def test_unwritten_wins_even_where_the_oracle_is_nan() -> None:
+    expected = torch.tensor([float("nan"), 1.0], dtype=torch.float64)
+    actual = torch.tensor([float("nan"), 1.0])
+    assert error_map(actual, expected, ATOL, RTOL, unwritten=torch.tensor([True, False]))["grid"] == ["U."]
+
+
+def test_downsampled_cells_keep_their_worst_element() -> None:
+    expected = torch.zeros(200, 3, dtype=torch.float64)
+    actual = torch.zeros(200, 3)
+    actual[5, 1] = 1e-4  # ratio 10: level 1
+    actual[6, 1] = float("nan")  # same 4-row cell: NaN wins
+    actual[199, 2] = 10.0
+    m = error_map(actual, expected, ATOL, RTOL)
+    assert m["cell"] == [4, 1]
+    assert len(m["grid"]) == 50
+    assert m["grid"][1] == ".N."
+    assert m["grid"][49] == "..4"
+    assert sum(ch != "." for row in m["grid"] for ch in row) == 2
+
+
+def test_maps_are_bounded_and_json() -> None:
+    expected = torch.randn(1000, 700, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    m = error_map(expected.to(torch.float32) + 1.0, expected, ATOL, RTOL, tile=(128, 64))
+    assert len(m["grid"]) <= MAX_CELLS and len(m["grid"][0]) <= MAX_CELLS
+    assert m["cell"] == [16, 11]
+    text = json.dumps(m, allow_nan=False)
+    assert len(text) < 5000
+    assert json.loads(text) == m
+
+
+def test_row_outputs_are_one_strip_without_tiles() -> None:
+    expected = torch.tensor([0.5, 0.25, 1.0, 2.0], dtype=torch.float64)
+    actual = torch.tensor([0.5, 0.3, 1.0, float("nan")])
+    m = error_maps({"mean": actual}, {"mean": expected}, ATOL, RTOL, block_meta={"BLOCK_N": 16})["mean"]
+    assert m["shape"] == [4] and m["grid"] == [".3.N"] and m["tile"] is None  # 0.05 / 1.25e-5 = 4e3x
+
+
+def test_error_maps_keeps_only_wrong_outputs() -> None:
+    good = torch.ones(3, 4, dtype=torch.float64)
+    bad = good.clone()
+    bad[1, 2] = 5.0
+    maps = error_maps(
+        {"mean": good.float(), "out": bad.float(), "var": torch.ones(2)},
+        {"mean": good, "out": good, "var": good},
+        ATOL,
+        RTOL,
+        block_meta={"BLOCK_M": 2, "BLOCK_N": 2, "BLOCK_K": 2},
+    )
+    assert list(maps) == ["out"]  # mean is right; var has the wrong shape (judge reports that itself)
+    assert maps["out"]["tile"] == [2, 2]
+    assert maps["out"]["grid"] == ["....", "..4.", "...."]
+
+
+def test_launch_tile_conventions() -> None:
+    assert launch_tile({"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16}, 2) == (16, 32)
+    assert launch_tile({"BLOCK_N": 64}, 2) == (1, 64)  # row kernels: grid = M, one row per program
+    assert launch_tile({"BLOCK_N": 64}, 1) is None
+    assert launch_tile({}, 2) is None  # wrapper cases: the student's wrapper picked the blocks
+
+
+def test_error_map_rejects_mismatched_shapes() -> None:
+    with pytest.raises(ValueError, match=r"shape \(2, 3\) vs expected \(3, 2\)"):
+        error_map(torch.zeros(2, 3), torch.zeros(3, 2), ATOL, RTOL)
+
+
+# ------------------------------------------------------------------------------------------ map drawing
+
+
+def test_map_view_geometry() -> None:
+    actual, expected = store_mask_output()
+    m = report.map_view("out", error_map(actual, expected, ATOL, RTOL, tile=(16, 16)), [34, 0])
+    assert (m.rows, m.cols) == (37, 19)
+    assert m.extent == (48, 32)  # 3 x 2 tiles of 16
+    assert m.tile_lines == ([16], [16, 32])
+    assert m.worst == (34, 0)
+    assert m.image_size == (19, 37)
+    width, height = m.size_px
+    assert max(width, height) <= report.MAP_MAX_PX and height > width
+    assert m.overhang and "the launch's 16×16 tiles" in m.caption
+    strip = report.map_view(
+        "var", {"shape": [8], "cell": [1, 1], "grid": [".....NN."], "tile": None, "wrong": 2, "total": 8}, [5]
+    )
+    assert strip.strip and (strip.rows, strip.cols) == (1, 8) and strip.worst == (0, 5)
+    assert strip.tile_lines == ([], [])
+
+
+def test_text_map_marks_tile_boundaries() -> None:
+    data = {
+        "shape": [3, 5],
+        "cell": [1, 1],
+        "grid": ["..N..", ".....", "4...."],
+        "tile": [2, 2],
+        "wrong": 2,
+        "total": 15,
+    }
+    assert report.map_view("out", data, None).text_lines() == ["..|N.|.", "..|..|.", "--+--+-", "4.|..|."]
+    assert report.map_view("out", dict(data, tile=[1, 8]), None).text_lines() == ["..N..", ".....", "4...."]
+    assert report.map_view("out", data, None).text_lines(max_rows=2) == []
+
+
+def decode_png(data: bytes) -> tuple[int, int, bytes, bytes]:
+    """(width, height, palette, raw scanlines) of a PNG, checking signature and every chunk's CRC."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, chunks = 8, {}
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
+        assert crc == zlib.crc32(kind + body), kind
+        chunks[kind] = body
+        pos += 12 + length
+    width, height, depth, colour_type = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
+    assert (depth, colour_type) == (8, 3)
+    return width, height, chunks[b"PLTE"], zlib.decompress(chunks[b"IDAT"])
+
+
+def test_palette_png_has_one_pixel_per_cell() -> None:
+    width, height, palette, raw = decode_png(report.palette_png([".N", "U4", "R."]))
+    assert (width, height) == (2, 3)
+    assert len(palette) == 3 * len(CODES)
+    assert raw == bytes(
+        [0, 0, CODES.index("N"), 0, CODES.index("U"), CODES.index("4"), 0, CODES.index("R"), 0]
+    )
+    assert palette[3 * CODES.index("N") : 3 * CODES.index("N") + 3] == bytes.fromhex(
+        report.MAP_COLOURS["N"][1:]
+    )
+
+
+# ------------------------------------------------------------------------------------------ views
+
+
+def failing_case(
+    case_id: str, visibility: str, message: str, traps: tuple[str, ...], **evidence: Any
+) -> CaseResult:
+    return CaseResult(
+        case_id=case_id,
+        target="fused_linear_gelu_kernel",
+        title=f"fused_linear_gelu_kernel: {case_id}",
+        visibility=visibility,
+        max_score=2.0,
+        score=0.0,
+        passed=False,
+        message=message,
+        traps=traps,
+        evidence=evidence,
+    )
+
+
+def bias_axis_evidence() -> dict[str, Any]:
+    expected = torch.arange(24 * 20, dtype=torch.float64).reshape(24, 20) / 100
+    actual = expected.to(torch.float32).clone()
+    actual[:, 1:] += 1.0
+    actual[20:, :] = float("nan")
+    return {
+        "dims": {"M": 24, "N": 20, "K": 32},
+        "kind": "near-constant",
+        "layout": "row-gap",
+        "meta": {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16},
+        "tolerance": {"profile": "matmul", "atol": ATOL, "rtol": RTOL},
+        "comparisons": [
+            {
+                "output": "out",
+                "ok": False,
+                "mismatches": 456,
+                "numel": 480,
+                "nan_mismatches": 80,
+                "inf_mismatches": 0,
+                "max_abs_error": 1.0,
+                "worst_index": [20, 0],
+                "worst_actual": "nan",
+                "worst_expected": 2.0,
+                "summary": "out: 456 of 480 elements differ",
+            }
+        ],
+        "where_wrong": {
+            "out": {"wrong": 456, "total": 480, "fraction": 0.95, "rows": "all 24", "cols": "all 20"}
+        },
+        "error_maps": {"out": error_map(actual, expected, ATOL, RTOL, tile=(16, 16))},
+    }
+
+
+def sample_result(
+    public_message: str = "Failed: Bias broadcast along the wrong axis [bias-wrong-axis]",
+    hidden_message: str = "hidden detail: M=37 N=19 worst at [36, 18]",
+) -> GradeResult:
+    passing = CaseResult(
+        case_id="linear-kernel-basic",
+        target="fused_linear_gelu_kernel",
+        title="fused_linear_gelu_kernel: M=20 K=12 N=16",
+        visibility="public",
+        max_score=1.0,
+        score=1.0,
+        passed=True,
+        message="passed",
+    )
+    stats = CaseResult(
+        case_id="stats-kernel-basic",
+        target="row_mean_var_kernel",
+        title="row_mean_var_kernel: 5 rows",
+        visibility="public",
+        max_score=1.0,
+        score=0.0,
+        passed=False,
+        message="out: 3 of 5 elements differ",
+        traps=("unknown",),
+        evidence={
+            "dims": {"M": 5, "N": 10},
+            "kind": "random",
+            "layout": "contiguous",
+            "comparisons": [
+                {
+                    "output": "mean",
+                    "ok": False,
+                    "mismatches": 3,
+                    "numel": 5,
+                    "nan_mismatches": 0,
+                    "inf_mismatches": 1,
+                    "max_abs_error": 0.5,
+                    "worst_index": [4],
+                    "worst_actual": "inf",
+                    "worst_expected": 0.5,
+                    "summary": "mean: 3 of 5 differ",
+                }
+            ],
+        },
+    )
+    return GradeResult(
+        assignment="fused_layers",
+        submission="fused_layers.py",
+        backend="interpreter",
+        seed=7,
+        versions={"torch": "2.13"},
+        execution_time_s=1.5,
+        cases=(
+            passing,
+            failing_case(
+                "linear-kernel-exact",
+                "public",
+                public_message,
+                ("bias-wrong-axis", "oob-read"),
+                **bias_axis_evidence(),
+            ),
+            failing_case(
+                "linear-kernel-primes", "hidden", hidden_message, ("bias-wrong-axis",), **bias_axis_evidence()
+            ),
+            stats,
+        ),
+    )
+
+
+def test_html_shows_score_targets_trap_input_fix_and_map(assignment: Assignment) -> None:
+    html = report.html(sample_result(), assignment)
+    assert '<div class="score" id="score">1 / 6</div>' in html
+    for target in ("fused_linear_gelu_kernel", "row_mean_var_kernel"):
+        assert f'<a href="#target-{target}"><code>{target}</code></a>' in html
+    trap = assignment.traps["bias-wrong-axis"]
+    card = html[html.index('id="trap-bias-wrong-axis"') : html.index('id="trap-oob-read"')]
+    for text in (trap.title, trap.explanation, trap.exposed_by, trap.section, assignment.chapter):
+        assert report._environment().filters["escape"](text) in card, text
+    assert "bias = tl.load(bias_ptr + cols, mask=cols &lt; N, other=0.0); acc += bias[None, :]" in card
+    words = (
+        "M=24 N=20 K=32 · near-constant rows (5.0 + 1e-6 noise) · padded rows (row stride &gt; row length)"
+    )
+    assert words in card
+    assert card.count('<figure class="errmap"') == 1
+    assert 'href="data:image/png;base64,' in card
+    assert card.count('class="tiles"') == 1 + 1  # one vertical (x=16 of 32) and one horizontal (y=16 of 32)
+    assert '<rect class="worst" x="0" y="20"' in card
+    # unknown failures show the verbose comparison: count, worst element with index, NaN/inf mismatches
+    unknown = html[html.index('id="trap-unknown"') :]
+    assert "3 of 5" in unknown and "<code>mean[4]</code>" in unknown and "<code>inf</code>" in unknown
+    assert "0 / 1" in unknown
+    # one self-contained file: no scripts, no external resources
+    assert "<script" not in html and "<link" not in html and not re.search(r'(src|href)="(https?:)?//', html)
+
+
+def test_students_see_hidden_cases_by_name_and_result_only(assignment: Assignment) -> None:
+    result = sample_result()
+    full = report.html(result, assignment, show_hidden_details=True)
+    student = report.html(result, assignment, show_hidden_details=False)
+    assert "hidden detail: M=37 N=19" in full and "Instructor view" in full
+    assert "hidden detail" not in student and "Instructor view" not in student
+    assert "fused_linear_gelu_kernel: linear-kernel-primes" in student  # listed by name ...
+    row = student[student.index('data-case="linear-kernel-primes"') :]
+    row = row[: row.index("</tr>")]
+    # ... with pass/fail only
+    assert 'data-passed="false"' in row and "<details" not in row and "errmap" not in row
+    # the public case's map: in both its trap cards (bias-wrong-axis, oob-read) and in its details
+    assert student.count('<figure class="errmap"') == 3
+    md = report.markdown(result, assignment, show_hidden_details=False)
+    assert "hidden detail" not in md and "linear-kernel-primes" in md
+
+
+def test_hidden_visibility_hidden_lists_nothing(assignment: Assignment) -> None:
+    secret = dataclasses.replace(assignment, hidden_visibility="hidden")
+    result = sample_result()
+    for text in (
+        report.html(result, secret, show_hidden_details=False),
+        report.markdown(result, secret, show_hidden_details=False),
+    ):
+        assert "linear-kernel-primes" not in text
+        assert "1 hidden case(s) not listed: 0 / 2 points." in text
+    assert "linear-kernel-primes" in report.html(result, secret, show_hidden_details=True)
+
+
+def test_markdown_and_terminal_views(assignment: Assignment) -> None:
+    result = sample_result()
+    md = report.markdown(result, assignment)
+    assert md.startswith("# Fused kernels for real layers")
+    assert "**Score: 1 / 6** · public cases: 1 of 3 passed · hidden cases: 0 of 1 passed" in md
+    assert "### Bias broadcast along the wrong axis (`bias-wrong-axis`) · §20.1" in md
+    worst = "- **Worst element** in fused\\_linear\\_gelu\\_kernel: linear-kernel-exact: `out[20, 0]` is nan"
+    assert worst in md
+    # the text map: column 0 right, the rest wrong (1/(1e-5 + 1e-5 * e) > 1e3x), NaN from row 20, tiles of 16
+    assert "\n.333333333333333|3333\n" in md and "\n----------------+----\n" in md
+    assert "\nNNNNNNNNNNNNNNNN|NNNN\n```" in md
+    terminal = report.terminal(result, assignment)
+    assert terminal.startswith("fused_layers: 1 / 6  (interpreter, seed 7, 1.5 s)\n")
+    assert "FAIL  fused_linear_gelu_kernel: linear-kernel-exact  [bias-wrong-axis, oob-read]" in terminal
+    assert "== Bias broadcast along the wrong axis (bias-wrong-axis), §20.1" in terminal
+
+
+def test_reference_like_result_is_all_green(assignment: Assignment) -> None:
+    ok = CaseResult(
+        case_id="ln",
+        target="layernorm",
+        title="layernorm: 6 rows",
+        visibility="public",
+        max_score=1.0,
+        score=1.0,
+        passed=True,
+        message="passed",
+    )
+    result = GradeResult(
+        assignment="fused_layers",
+        submission="fused_layers.py",
+        backend="interpreter",
+        seed=1,
+        versions={},
+        cases=(ok,),
+        execution_time_s=0.1,
+    )
+    html = report.html(result, assignment)
+    assert "None: every case passed." in html and 'class="trap-card"' not in html and "<figure" not in html
+    assert "## Mistakes found" not in report.markdown(result, assignment)
+
+
+# ------------------------------------------------------------------------------------------ escaping
+
+
+HOSTILE = (
+    "Failed: ValueError: " + SCRIPT + " <img src=x onerror=alert(2)> ```\n# heading\n"
+    "\x1b[31mred\x1b[0m \x07bell [link](javascript:alert(3))"
+)
+
+
+def test_student_text_cannot_inject_markup(assignment: Assignment) -> None:
+    result = dataclasses.replace(
+        sample_result(public_message=HOSTILE), notes=(SCRIPT,), submission=f"{SCRIPT}.py"
+    )
+    html = report.html(result, assignment)
+    assert "<script" not in html and "<img" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "&lt;img src=x onerror=alert(2)&gt;" in html
+    assert "\x1b" not in html and "\x07" not in html and "[31mred" not in html
+
+
+def test_markdown_keeps_student_text_inside_fences(assignment: Assignment) -> None:
+    result = dataclasses.replace(sample_result(public_message=HOSTILE), notes=(SCRIPT + " *bold*",))
+    md = report.markdown(result, assignment)
+    assert "\x1b" not in md
+    fenced, outside = split_fences(md)
+    assert SCRIPT not in outside and "<img" not in outside and "# heading" not in outside
+    # the message, with its ``` inside a ```` fence
+    assert any(SCRIPT in block and "```" in block for block in fenced)
+    assert "> \\<script\\>alert(1)\\</script\\> \\*bold\\*" in md  # the note, escaped
+
+
+def split_fences(md: str) -> tuple[list[str], str]:
+    """CommonMark fences (possibly indented): the fenced blocks' text, and everything outside them."""
+    blocks, outside, current, fence = [], [], [], ""
+    for line in md.splitlines():
+        stripped = line.strip()
+        if not fence and re.match(r"^`{3,}", stripped):
+            fence = re.match(r"^`+", stripped).group(0)  # type: ignore[union-attr]
+            current = []
+        elif fence and re.fullmatch(r"`+", stripped) and len(stripped) >= len(fence):
+            blocks.append("\n".join(current))
+            fence = ""
+        elif fence:
+            current.append(line)
+        else:
+            outside.append(line)
+    assert not fence, "unclosed fence"
+    return blocks, "\n".join(outside)
+
+
+def test_clean_strips_terminal_escapes_and_cuts() -> None:
+    assert report.clean("a\x1b[1;31mb\x1b[0m\tc\r\nd\x00e") == "ab\tc\nde"
+    assert report.clean("x" * 50, 10) == "x" * 10 + " ... [40 more characters cut]"
+    assert report.clean("x" * 50, 0) == "[50 characters cut]"
+    assert report.md_fence("a ```` b") == "`````"
+    assert report.md_fence("plain") == "```"
+
+
+# ------------------------------------------------------------------------------------------ size budget
+
+
+def huge_result() -> GradeResult:
+    actual = torch.rand(64, 64, generator=torch.Generator().manual_seed(2))  # every cell a different level
+    expected = torch.zeros(64, 64, dtype=torch.float64)
+    evidence = bias_axis_evidence()
+    evidence["error_maps"] = {
+        "out": error_map(
+            actual * 10 ** torch.randint(-4, 3, (64, 64)).float(), expected, ATOL, RTOL, tile=(16, 16)
+        )
+    }
+    cases = tuple(
+        failing_case(f"case-{i}", "public", f"<b>{i}</b> " + "x" * 5000, ("bias-wrong-axis",), **evidence)
+        for i in range(300)
+    )
+    return dataclasses.replace(sample_result(), cases=cases)
+
+
+def test_reports_step_down_to_fit_their_budget(assignment: Assignment) -> None:
+    result = huge_result()
+    assert len(report.html(result, assignment)) > 1_500_000  # too big in full ...
+    html = report.html(result, assignment, max_chars=300_000)
+    assert len(html) <= 300_000 and html.rstrip().endswith("</html>")  # ... so less detail, still whole
+    assert '<div class="score" id="score">0 / 600</div>' in html
+    md = report.markdown(result, assignment, show_hidden_details=False, max_chars=20_000)
+    assert len(md) <= 20_000 and "**Score: 0 / 600**" in md
+    split_fences(md)  # whatever was cut, no fence is left open

@@ -1,0 +1,157 @@
+"""Reports end to end: submissions written into tmp_path, graded by the real CLI, report files read.
+
+Each grading run costs about ten seconds on the interpreter, so each submission is graded once (module
+fixtures) and asserted on by the tests that need it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from grader.catalog import trap_catalog
+from grader.report import _environment
+from grader.spec import Assignment, load_assignment
+
+pytestmark = pytest.mark.slow
+
+ONE_MB = 1_000_000
+LN_WRAPPER_LINE = "    out = torch.empty_strided((M, N), (x.stride(0), 1), device=x.device, dtype=x.dtype)\n"
+RAISED = "<script>alert(1)</script>"
+PRINTED = "<script>alert(2)</script>"
+MUTANTS = ("bias_wrong_axis", "store_mask_off_by_one", "eps_outside_sqrt")
+
+
+@pytest.fixture(scope="module")
+def spec(repo_root: Path) -> Assignment:
+    return load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
+
+
+@pytest.fixture(scope="module")
+def mutant(repo_root: Path, grade_text: Callable) -> Callable:
+    """`mutant(name)`: that mutant of the corpus graded through the CLI, once per module."""
+    graded: dict[str, object] = {}
+
+    def grade(name: str):
+        if name not in graded:
+            path = repo_root / "reference" / "mutants" / "fused_layers" / f"{name}.py"
+            graded[name] = grade_text(path.read_text(encoding="utf-8"))
+        return graded[name]
+
+    return grade
+
+
+def html_escape(text: str) -> str:
+    return str(_environment().filters["escape"](text))
+
+
+def read(graded, name: str) -> str:
+    return (graded.out_dir / name).read_text(encoding="utf-8")
+
+
+def test_exception_message_cannot_inject_markup(planted, grade_text) -> None:
+    body = f"    print({PRINTED!r})\n    raise ValueError({RAISED!r} + ' <b>bold</b>')\n"
+    graded = grade_text(planted(LN_WRAPPER_LINE, body))
+    assert graded.exit_code == 0
+    failed = graded.tests_for("layernorm")
+    assert failed and all(t["tags"] == ["runtime-error"] for t in failed)
+    assert all(RAISED in t["output"] for t in failed)  # the message itself reaches the results ...
+    html = read(graded, "report.html")
+    assert RAISED not in html and "<b>bold</b>" not in html and "<script" not in html  # ... never as markup
+    assert html_escape(RAISED) in html and "&lt;b&gt;bold&lt;/b&gt;" in html
+    from test_report import split_fences
+
+    fenced, outside = split_fences(read(graded, "report.md"))
+    assert RAISED not in outside and any(RAISED in block for block in fenced)
+
+
+def test_100_mb_of_output_still_gives_small_reports(
+    reference_source: str, grade_text, spec: Assignment
+) -> None:
+    # 100 MB of printing at import (the worker's output file stops it at 64 MB), then an exit, so the
+    # report quotes the output's tail
+    flood = (
+        "import os, sys\n"
+        f"_LINE = {PRINTED!r} + 'x' * 1000 + '\\n'\n"
+        "try:\n"
+        "    for _ in range(100_000):\n"
+        "        sys.stdout.write(_LINE)\n"
+        "except OSError:\n"
+        "    pass\n"
+        "os._exit(3)\n"
+    )
+    graded = grade_text(flood + reference_source)
+    assert graded.exit_code == 0
+    assert graded.results["score"] == 0
+    assert {tag for t in graded.results["tests"] for tag in t["tags"]} == {"crash"}
+    for name in ("results.json", "report.html", "report.md", "grade.json"):
+        assert (graded.out_dir / name).stat().st_size < ONE_MB, name
+    html = read(graded, "report.html")
+    assert f'<div class="score" id="score">0 / {spec.max_score:g}</div>' in html
+    assert html.rstrip().endswith("</html>")
+    assert PRINTED not in html and html_escape(PRINTED) in html  # the output's tail is shown, escaped
+
+
+def test_reference_report_is_all_green(reference_graded, spec: Assignment) -> None:
+    html = read(reference_graded, "report.html")
+    assert f'<div class="score" id="score">{spec.max_score:g} / {spec.max_score:g}</div>' in html
+    assert "None: every case passed." in html and 'class="trap-card"' not in html and "<figure" not in html
+    assert html.count('data-passed="true"') == len(reference_graded.results["tests"])
+    md = read(reference_graded, "report.md")
+    assert f"**Score: {spec.max_score:g} / {spec.max_score:g}**" in md and "## Mistakes found" not in md
+    assert reference_graded.results["output"].startswith(f"# {spec.title}")
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_mutant_report_names_every_trap_with_its_fix(name: str, mutant, spec: Assignment) -> None:
+    graded = mutant(name)
+    catalog = trap_catalog(spec)
+    traps = graded.results["extra_data"]["traps"]
+    assert traps, "the mutant was graded as correct"
+    html, md = read(graded, "report.html"), read(graded, "report.md")
+    assert f'<div class="score" id="score">{graded.results["score"]:g} / {spec.max_score:g}</div>' in html
+    for trap in traps:
+        card = html[html.index(f'data-trap="{trap}"') :]
+        card = card[: card.index("</section>")]
+        text = catalog[trap]
+        for part in (text.title, text.explanation, text.fix):
+            assert html_escape(part) in card, (trap, part)
+        if text.section:
+            assert text.section in card
+        assert "Your failures" in card and " · " in card  # the input: dims · kind · layout
+        assert f"(`{trap}`)" in md
+    # Gradescope's output is the student view: no hidden case's message
+    student = graded.results["output"]
+    for test in graded.results["tests"]:
+        if test["visibility"] != "visible" and test["status"] == "failed":
+            assert test["output"] not in student
+
+
+@pytest.mark.parametrize("name", MUTANTS)
+def test_mutant_report_draws_error_maps(name: str, mutant) -> None:
+    graded = mutant(name)
+    cases = json.loads(read(graded, "grade.json"))["cases"]
+    mapped = [c for c in cases if c["evidence"].get("error_maps")]
+    if not any("error_maps" in c["evidence"] for c in cases if c["evidence"].get("comparisons")):
+        pytest.skip("judge.py does not record evidence['error_maps'] yet")
+    assert mapped, "no failing case has an error map"
+    html = read(graded, "report.html")
+    for case in mapped:
+        row = html[html.index(f'data-case="{case["case_id"]}"') :]
+        row = row[: row.index("</details>")]
+        assert row.count('<figure class="errmap"') == len(case["evidence"]["error_maps"]), case["case_id"]
+        assert 'href="data:image/png;base64,' in row
+
+
+def test_failing_report_in_chromium(mutant, tmp_path: Path, spec: Assignment) -> None:
+    from test_report_browser import open_in_chromium
+
+    graded = mutant("bias_wrong_axis")
+    dom = open_in_chromium(graded.out_dir / "report.html", tmp_path, tmp_path / "bias_wrong_axis.png")
+    assert f'id="score">{graded.results["score"]:g} / {spec.max_score:g}<' in dom
+    catalog = trap_catalog(spec)
+    for trap in graded.results["extra_data"]["traps"]:
+        assert html_escape(catalog[trap].title) in dom, trap
