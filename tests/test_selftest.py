@@ -1,9 +1,7 @@
 """The mutant corpus, graded end to end: the proof that traps are diagnosed.
 
-What is asserted: every correct submission (reference and the correct variants in other styles) gets
-full marks with no trap named, and every mutant has each of its expected traps named. Exact equality
-(no extra trap named) is what `grader selftest` reports; it is not yet met for every mutant (see
-issue 3's note), so this test checks recall and correctness, not precision.
+Every correct submission (reference and the correct variants in other styles) gets full marks with
+no trap named, and every mutant is diagnosed with exactly its expected traps: no miss, no extra.
 """
 
 from __future__ import annotations
@@ -38,9 +36,10 @@ def test_correct_submissions_get_full_marks_and_no_trap(rows):
         assert r.diagnosed == (), r
 
 
-def test_every_mutant_has_its_traps_named(rows):
+def test_every_mutant_has_exactly_its_traps_named(rows):
     result, _ = rows
     for r in result:
         if r.expected:
-            assert set(r.expected) <= set(r.diagnosed), r
+            assert set(r.diagnosed) == set(r.expected), r
             assert r.score < r.max_score or r.expected == ("gpu-incompatible",), r
+    assert all(r.ok for r in result), [r for r in result if not r.ok]
