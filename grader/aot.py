@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.battery import check_symbol
+from grader.battery import check_symbol, hidden_from_worker
 from grader.observation import error_message
 from grader.results import CaseResult
 from grader.spec import Assignment, KernelSpec
@@ -42,9 +42,11 @@ def gpu_meta(assignment: Assignment, kernel: str) -> dict[str, int] | None:
     return None
 
 
-def aot_check(assignment: Assignment, submission: Path) -> tuple[list[CaseResult], list[str]]:
+def aot_check(assignment: Assignment, submission: Path,
+              hidden: tuple[str, ...] = ()) -> tuple[list[CaseResult], list[str]]:
     worker = Worker(submission, list(assignment.required_symbols),
-                    WorkerOptions(backend="aot", import_timeout_s=assignment.import_timeout_s))
+                    WorkerOptions(backend="aot", import_timeout_s=assignment.import_timeout_s,
+                                  hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden)))
     results: list[CaseResult] = []
     notes: list[str] = []
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,12 @@ def write_text(path: Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be read by the LMS and people
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            # something else squats on the name (a directory or link planted there): replace it
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
         os.replace(tmp, path)
     except BaseException:
         try:

@@ -67,13 +67,16 @@ class Battery:
     """Grades cases of one assignment for one submission, through one (restartable) worker."""
 
     def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int,
-                 worker_options: WorkerOptions | None = None) -> None:
+                 worker_options: WorkerOptions | None = None, hidden: tuple[str, ...] = ()) -> None:
         self.assignment = assignment
         self.problems: Mapping[str, Problem] = load_problems(assignment)
         self.submission = Path(submission)
         self.backend = backend
         self.seed = seed
-        options = worker_options or WorkerOptions(backend=backend, import_timeout_s=assignment.import_timeout_s)
+        options = worker_options or WorkerOptions(
+            backend=backend, import_timeout_s=assignment.import_timeout_s,
+            hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden),
+        )
         self.worker = Worker(self.submission, list(assignment.required_symbols), options)
         self.load_reply: dict[str, Any] | None = None
         self.load_problem: SymbolProblem | None = None
@@ -321,6 +324,17 @@ class Battery:
         )
 
 
+def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, ...]:
+    """Folders student code has no business reading: the assignments (hidden cases, oracles), the
+    reference and mutant corpus, and the folder the submission came from (other students' files)."""
+    paths = [assignment.root.parent, Path(submission).resolve().parent]
+    for extra in (assignment.reference, assignment.mutants):
+        if extra:
+            target = (assignment.root / extra).resolve()
+            paths.append(target.parent if target.is_file() else target)
+    return tuple(str(p) for p in paths)
+
+
 def _key(ref: In | Out) -> str:
     if isinstance(ref, In):
         return f"in:{ref.name}:{'T' if ref.transpose else ''}"
@@ -348,6 +362,12 @@ def check_symbol(target: str, info: Mapping[str, Any], assignment: Assignment, f
                 "wrong-signature",
                 f"`{target}`{where} must be a Triton kernel (decorated with @triton.jit), "
                 f"but it is a {info.get('type', kind)}.",
+            )
+        if not info.get("triton_class", False):
+            return SymbolProblem(
+                "tampering",
+                f"`{target}`{where} is a {info.get('type')} posing as a Triton kernel (a class of its own, not "
+                "Triton's JIT/autotune/heuristics object): kernels must be written with @triton.jit.",
             )
         expected = list(spec_k.params)
     else:

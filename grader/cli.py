@@ -45,9 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("selftest", help="grade the reference and mutant corpus; fail on any misdiagnosis")
     s.add_argument("--assignment", required=True)
     s.add_argument("--jobs", type=int, default=1)
+    s.add_argument("--out", type=Path, help="also write each submission's results and reports here")
     _common(s)
 
     sub.add_parser("list", help="list the assignments with their kernels, functions and points")
+    _add_batch_parsers(sub)
     return parser
 
 
@@ -68,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check(args, root)
         if args.command == "selftest":
             return cmd_selftest(args, root)
+        if args.command == "batch":
+            return cmd_batch(args, root)
+        if args.command == "gradescope-bundle":
+            return cmd_gradescope_bundle(args, root)
     except (UsageError, SpecError, AssignmentNotFound) as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return 2
@@ -93,7 +99,9 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
         raise UsageError("two submissions share a file name; grade them separately")
     for path in submissions:
         out = args.out if len(submissions) == 1 else args.out / path.stem
-        result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed))
+        out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
+        result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed,
+                                                   hidden=(str(out.resolve()),)))
         write_outputs(out, result, assignment, pytest_report)
         traps = ", ".join(result.traps) or "none"
         print(f"{path.name}: {result.score:g} / {result.max_score:g}  traps: {traps}  "
@@ -129,7 +137,7 @@ def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
     assignment = find_assignment(args.assignment, root)
     backend = detect_backend(args.backend)
     seed = args.seed if args.seed is not None else new_seed()
-    rows = run_selftest(assignment, backend, seed, jobs=args.jobs)
+    rows = run_selftest(assignment, backend, seed, jobs=args.jobs, out=args.out)
     print(f"selftest {assignment.id} on {backend}, seed {seed}")
     print(format_table(rows))
     return 0 if rows and all(r.ok for r in rows) else 1
@@ -147,4 +155,74 @@ def cmd_list(root: Path) -> int:
             points = sum(c.points for c in a.cases if c.target == target)
             kind = "kernel  " if target in a.kernels else "function"
             print(f"  {kind} {target:28} {points:g} points")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------- batch, bundle
+
+
+def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    b = sub.add_parser("batch", help="grade a whole class: gradebook, class report; resumable")
+    b.add_argument("submissions", type=Path,
+                   help="folder of .py files or of per-student folders, a .zip of either, "
+                        "or a Gradescope export")
+    b.add_argument("--assignment", required=True)
+    b.add_argument("--out", required=True, type=Path, help="output folder (one subfolder per student)")
+    b.add_argument("--workers", type=int,
+                   help="grades at a time (default: what the CPUs, memory and GPUs hold)")
+    b.add_argument("--force", action="store_true",
+                   help="regrade everyone, also students that already have a current result")
+    b.add_argument("--executor", choices=("local", "ray"), default="local")
+    b.add_argument("--ray-address", help="Ray cluster to use (default: start a local Ray instance)")
+    b.add_argument("--gpus-per-task", type=float,
+                   help="Ray on CUDA: share of a GPU per grade (default 0.25)")
+    b.add_argument("--grade-timeout", type=float,
+                   help="wall-clock limit per submission in seconds (default: far above the grader's own)")
+    _common(b)
+
+    z = sub.add_parser("gradescope-bundle", help="write a Gradescope autograder zip for an assignment")
+    z.add_argument("--assignment", required=True)
+    z.add_argument("--out", required=True, type=Path, help="the zip to write, e.g. autograder.zip")
+    z.add_argument("--torch", choices=("cpu", "cuda"), default="cpu",
+                   help="torch build setup.sh installs (Gradescope's machines have no GPU: cpu)")
+    z.add_argument("--torch-version", default="2.13.0")
+    z.add_argument("--seed", type=int,
+                   help="grade every submission with this seed (default: a fresh one each time, recorded)")
+
+
+def cmd_batch(args: argparse.Namespace, root: Path) -> int:
+    from grader.batch import BatchError, BatchOptions, format_summary, run_batch
+    from grader.executors import ExecutorUnavailable
+
+    assignment = find_assignment(args.assignment, root)
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    options = BatchOptions(
+        submissions=args.submissions, assignment=assignment, assignments_root=root, out=args.out,
+        backend=detect_backend(args.backend), seed=args.seed, workers=args.workers, force=args.force,
+        executor=args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task,
+        grade_timeout_s=args.grade_timeout,
+    )
+    try:
+        summary = run_batch(options)
+    except (BatchError, ExecutorUnavailable) as exc:
+        raise UsageError(str(exc)) from None
+    print(format_summary(summary, args.out))
+    if summary.interrupted:
+        return 130
+    return 1 if summary.counts.get("error") else 0
+
+
+def cmd_gradescope_bundle(args: argparse.Namespace, root: Path) -> int:
+    from grader.bundle import BundleError, BundleOptions, write_bundle
+
+    assignment = find_assignment(args.assignment, root)
+    options = BundleOptions(assignment, args.out, torch=args.torch, torch_version=args.torch_version,
+                            seed=args.seed)
+    try:
+        path = write_bundle(options)
+    except BundleError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {path}: upload it as the autograder of a Gradescope programming assignment "
+          f"(setup.sh installs torch {args.torch_version} {args.torch})")
     return 0

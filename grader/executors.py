@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,10 @@ TERMINATE_GRACE_S = 5.0
 POLL_INTERVAL_S = 0.1
 PARENT_POLL_INTERVAL_S = 0.5
 _PR_SET_PDEATHSIG = 1
+
+
+class ExecutorUnavailable(RuntimeError):
+    """The executor asked for cannot run here (e.g. Ray is not installed); the message says why."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +55,9 @@ class GradeJob:
     backend: str  # "interpreter" or "cuda"
     seed: int
     timeout_s: float  # wall-clock limit for the whole grade (the grader's own limits come first)
+
+
+OnStart = Callable[["GradeJob", str], None]  # called with the job and its GPU ("" if none) as it starts
 
 
 @dataclass(frozen=True)
@@ -85,11 +92,15 @@ def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: boo
     return command
 
 
-def child_environment(tmp: Path, device: str | None) -> dict[str, str]:
-    """The child's environment: the caller's, with its own temporary folder and (maybe) one GPU."""
+def _package_parent() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def child_environment(device: str | None) -> dict[str, str]:
+    """The child's environment: the caller's, with this grader importable (installed or not) and maybe
+    one GPU made visible."""
     env = dict(os.environ)
-    env.setdefault("TRITON_CACHE_DIR", str(Path(tempfile.gettempdir()) / "grader-triton-cache"))
-    env["TMPDIR"] = str(tmp)  # the worker's sandbox and pytest's files land here; removed afterwards
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_parent(), env.get("PYTHONPATH", "")) if p)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
     env["PYTHONUNBUFFERED"] = "1"
@@ -105,16 +116,15 @@ class _Attempt:
         self.device = device
         self.started_at = time.time()
         self._started = time.monotonic()
-        (scratch / "tmp").mkdir(parents=True)
         submission = scratch / "submission" / job.submission_file
-        submission.parent.mkdir()
+        submission.parent.mkdir(parents=True)
         shutil.copyfile(job.submission, submission)
         self.out_dir = scratch / "out"
         log = open(scratch / "child.log", "wb")  # noqa: SIM115 - handed to the child
         try:
             self.process = subprocess.Popen(
                 child_command(job, submission, self.out_dir, pdeathsig),
-                cwd=scratch, env=child_environment(scratch / "tmp", device),
+                cwd=scratch, env=child_environment(device),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
@@ -185,7 +195,8 @@ def run_job(job: GradeJob, scratch_root: Path, device: str | None = None) -> Job
 def _read_outputs(out_dir: Path) -> dict[str, bytes]:
     if not out_dir.is_dir():
         return {}
-    return {p.name: p.read_bytes() for p in sorted(out_dir.iterdir()) if p.is_file() and not p.name.startswith(".")}
+    return {p.name: p.read_bytes() for p in sorted(out_dir.iterdir())
+            if p.is_file() and not p.name.startswith(".")}
 
 
 def _tail(path: Path) -> str:
@@ -237,7 +248,8 @@ class LocalExecutor:
     def _device(self, slot: int) -> str | None:
         return self.devices[slot % len(self.devices)] if self.devices else None
 
-    def run(self, jobs: Iterable[GradeJob], on_start: Any = None) -> Iterator[JobOutcome]:
+    def run(self, jobs: Iterable[GradeJob],
+            on_start: OnStart | None = None) -> Generator[JobOutcome, None, None]:
         """Yield one outcome per job as each finishes. Closing the iterator (or an exception, Ctrl-C
         included) ends every child still running."""
         pending = deque(jobs)
@@ -307,18 +319,24 @@ class RayExecutor:
         gpus = f", {self.gpus_per_task:g} GPU per task" if self.gpus_per_task else ""
         return f"ray on {where}{gpus}"
 
-    def run(self, jobs: Iterable[GradeJob], on_start: Any = None) -> Iterator[JobOutcome]:
+    def run(self, jobs: Iterable[GradeJob],
+            on_start: OnStart | None = None) -> Generator[JobOutcome, None, None]:
         try:
             import ray
         except ImportError:
-            raise RuntimeError("--executor ray needs Ray: pip install 'kernel-grader[ray]'") from None
+            raise ExecutorUnavailable("--executor ray needs Ray: pip install 'kernel-grader[ray]'") from None
         started_here = not ray.is_initialized()
         if started_here:
-            init: dict[str, Any] = {"address": self.address, "include_dashboard": False, "log_to_driver": False,
-                                    "configure_logging": False}
-            if self.address is None and self.num_cpus is not None:
-                init["num_cpus"] = self.num_cpus
-            ray.init(**init)
+            init: dict[str, Any] = {"address": self.address, "include_dashboard": False,
+                                    "log_to_driver": False, "configure_logging": False}
+            if self.address is None:  # a local instance: its workers import this grader, installed or not
+                init["runtime_env"] = {"env_vars": {"PYTHONPATH": _package_parent()}}
+                if self.num_cpus is not None:
+                    init["num_cpus"] = self.num_cpus
+            try:
+                ray.init(**init)
+            except Exception as exc:  # no cluster at that address, a port in use, ...
+                raise ExecutorUnavailable(f"cannot start or reach Ray ({self.describe()}): {exc}") from exc
         task = ray.remote(num_cpus=1, num_gpus=self.gpus_per_task, max_retries=0)(_ray_grade)
         pending = deque(jobs)
         limit = self.workers or len(pending) or 1
@@ -410,6 +428,18 @@ def _die_with_parent(parent: int, pdeathsig: bool) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
+def _pass_gpu_choice_to_workers() -> None:
+    """The worker inherits only an allow-list of variables, and CUDA_VISIBLE_DEVICES is not on it yet:
+    without this the worker of a grade placed on GPU 1 would run on GPU 0. This process grades one
+    submission and exits, so widening the list here changes nothing for anyone else.
+    (To drop once grader.worker_client passes CUDA_VISIBLE_DEVICES itself.)"""
+    from grader import worker_client
+
+    passed = getattr(worker_client, "_PASSED_ENVIRONMENT", None)
+    if isinstance(passed, tuple) and "CUDA_VISIBLE_DEVICES" not in passed:
+        worker_client._PASSED_ENVIRONMENT = (*passed, "CUDA_VISIBLE_DEVICES")  # type: ignore[attr-defined]
+
+
 def child_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader.executors",
                                      description="grade one submission for `grader batch` (internal)")
@@ -428,8 +458,10 @@ def child_main(argv: list[str] | None = None) -> int:
     from grader.grading import GradeRequest, grade
     from grader.outputs import write_outputs
 
+    _pass_gpu_choice_to_workers()
     assignment = find_assignment(args.assignment, args.assignments)
-    result, pytest_report = grade(GradeRequest(assignment, args.submission.resolve(), args.backend, seed=args.seed))
+    request = GradeRequest(assignment, args.submission.resolve(), args.backend, seed=args.seed)
+    result, pytest_report = grade(request)
     write_outputs(args.out, result, assignment, pytest_report)
     return 0
 

@@ -36,6 +36,7 @@ class GradeRequest:
     seed: int | None = None
     public_only: bool = False
     gpu_compile_check: bool = True
+    hidden: tuple[str, ...] = ()  # extra folders the worker must not see (the output folder, say)
 
 
 def new_seed() -> int:
@@ -50,7 +51,7 @@ def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
     cases = consolidate_traps(cases_from_report(report, request), request.assignment)
     notes: list[str] = []
     if request.backend == "interpreter" and request.gpu_compile_check:
-        aot_cases, aot_notes = aot_check(request.assignment, request.submission)
+        aot_cases, aot_notes = aot_check(request.assignment, request.submission, request.hidden)
         cases = cases + aot_cases
         notes.extend(aot_notes)
     result = GradeResult(
@@ -85,6 +86,7 @@ def run_pytest(request: GradeRequest, seed: int) -> dict[str, Any]:
         ]
         if request.public_only:
             args.append("--grader-public-only")
+        args.extend(f"--grader-hide={path}" for path in request.hidden)
         log = io.StringIO()
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             exit_code = pytest.main(args)

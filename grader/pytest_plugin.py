@@ -24,6 +24,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--grader-backend", default="interpreter", choices=("interpreter", "cuda"))
     group.addoption("--grader-seed", type=int, default=None, help="seed for the generated inputs")
     group.addoption("--grader-public-only", action="store_true", help="run only public cases")
+    group.addoption("--grader-hide", action="append", default=[],
+                    help="a folder the worker must not see (repeatable), e.g. the output folder")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -45,11 +47,12 @@ class GradingSession:
         seed = config.getoption("--grader-seed")
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         self.public_only = bool(config.getoption("--grader-public-only"))
+        self.hidden = tuple(config.getoption("--grader-hide"))
         self.battery: Battery | None = None
 
     def battery_for(self, assignment: Assignment) -> Battery:
         if self.battery is None:
-            self.battery = Battery(assignment, self.submission, self.backend, self.seed)
+            self.battery = Battery(assignment, self.submission, self.backend, self.seed, hidden=self.hidden)
         return self.battery
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:

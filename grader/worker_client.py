@@ -62,6 +62,14 @@ class WorkerOptions:
     # When the grader runs as root (as on Gradescope): run student code as this unprivileged user, in
     # its own network namespace. None keeps the grader's user.
     sandbox_user: str | None = SANDBOX_USER
+    # Folders the worker must not see (reference solutions, specs, output folders, other students'
+    # submissions): an empty tmpfs is mounted over each inside the worker's own mount namespace.
+    hidden_paths: tuple[str, ...] = ()
+    # Run the worker in its own PID, mount and network namespaces when the grader is root (Linux
+    # `unshare`): it cannot see or signal the grader, reach the network, read /proc of other
+    # processes, or leave a daemon behind (all die with the namespace). On by default except on CUDA,
+    # where it has not been verified yet.
+    namespaces: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,7 @@ def _libc():
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _confine(options: WorkerOptions, identity: _Identity | None) -> None:  # in the child, before exec
+def _confine(options: WorkerOptions, identity: _Identity | None, isolated: bool) -> None:  # child, pre-exec
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversized writes fail instead of killing
     resource.setrlimit(resource.RLIMIT_FSIZE, (WORKER_OUTPUT_LIMIT_BYTES, WORKER_OUTPUT_LIMIT_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -127,6 +135,8 @@ def _confine(options: WorkerOptions, identity: _Identity | None) -> None:  # in 
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     libc = _libc()
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the worker dies with the grader
+    if isolated:
+        return  # namespaces and the user drop are done by `unshare` and `setpriv` in the command
     if identity is not None:
         libc.unshare(_CLONE_NEWNET)  # no network at all (best effort: needs root, which we have here)
         resource.setrlimit(resource.RLIMIT_NPROC, (WORKER_MAX_PROCESSES, WORKER_MAX_PROCESSES))
@@ -176,6 +186,38 @@ class Worker:
         env["HOME"] = str(self.sandbox)
         return env
 
+    def _command(self, read_fd: int, write_fd: int) -> list[str]:
+        worker = [sys.executable, "-m", "grader.worker", self.options.backend, str(read_fd), str(write_fd)]
+        if not self.isolated:
+            return worker
+        drop = []
+        if self.identity is not None:
+            drop = ["setpriv", f"--reuid={self.identity.uid}", f"--regid={self.identity.gid}", "--clear-groups",
+                    "--no-new-privs", "--"]
+        # Inside the new namespaces: hide folders under empty tmpfs mounts, then exec the worker.
+        script = ('IFS=:; for d in $GRADER_HIDE; do [ -d "$d" ] && mount -t tmpfs -o size=1m,mode=0555 tmpfs "$d"; '
+                  'done; unset GRADER_HIDE; exec "$@"')
+        return ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--",
+                "sh", "-c", script, "sh", *drop, *worker]
+
+    @property
+    def isolated(self) -> bool:
+        return _namespaces_available() and (
+            self.options.namespaces if self.options.namespaces is not None else self.options.backend != "cuda"
+        )
+
+    def _hidden(self) -> str:
+        """The hidden folders, minus any that would hide what the worker itself needs."""
+        needed = [self.sandbox, Path(__file__).resolve().parent, Path(sys.prefix), Path(sys.base_prefix),
+                  Path(sys.executable).resolve().parent]
+        keep = []
+        for raw in self.options.hidden_paths:
+            path = Path(raw).resolve()
+            if any(path == n or path in n.parents for n in needed):
+                continue
+            keep.append(str(path))
+        return ":".join(keep)
+
     def start(self) -> dict[str, Any]:
         """Start a worker and import the submission; return the worker's load reply."""
         self.stop()
@@ -186,16 +228,20 @@ class Worker:
         w2g_read, w2g_write = os.pipe()
         log = open(self.sandbox / "output.log", "ab")  # noqa: SIM115 - handed to the child
         try:
+            env = self._environment()
+            isolated = self.isolated
+            if isolated:
+                env["GRADER_HIDE"] = self._hidden()
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "grader.worker", self.options.backend, str(g2w_read), str(w2g_write)],
+                self._command(g2w_read, w2g_write),
                 cwd=self.sandbox,
-                env=self._environment(),
+                env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
                 pass_fds=(g2w_read, w2g_write),
                 start_new_session=True,
-                preexec_fn=lambda: _confine(self.options, self.identity),  # noqa: PLW1509
+                preexec_fn=lambda: _confine(self.options, self.identity, isolated),  # noqa: PLW1509
             )
         finally:
             log.close()
@@ -290,6 +336,19 @@ class Worker:
         if reply.get("fatal"):
             self.stop()
         return reply
+
+
+@functools.lru_cache(maxsize=1)
+def _namespaces_available() -> bool:
+    """Root, Linux, and `unshare` can create PID/mount/network namespaces here (probed once)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    try:
+        probe = subprocess.run(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--", "true"],
+                               capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0
 
 
 def _become_subreaper() -> None:

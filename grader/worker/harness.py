@@ -112,6 +112,8 @@ def describe_symbol(obj: Any) -> dict[str, Any]:
     return {
         "kind": kind,
         "type": type(obj).__name__,
+        # a kernel must be Triton's own object, not a look-alike class whose `run` does the work in Python
+        "triton_class": type(obj).__module__.split(".")[0] == "triton",
         "params": params,
         "line": line,
         "tuned": tuned_meta(obj) if is_kernel else [],
@@ -361,7 +363,8 @@ def compile_for_gpu(kernel: Any, signature: dict[str, str], constexprs: dict[str
 
 def encode_value(value: Any, depth: int = 0) -> Any:
     """A returned value as plain data: exact tensors are copied to the CPU; anything else is described."""
-    if type(value) is torch.Tensor:
+    if type(value) is torch.Tensor and value.layout == torch.strided and not value.is_nested \
+            and value.device.type != "meta":
         return {"tensor": value.detach().to("cpu").clone(), "device": str(value.device),
                 "dtype": str(value.dtype), "shape": list(value.shape)}
     if type(value) in (tuple, list) and depth == 0:
