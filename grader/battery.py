@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from grader import guards
+from grader.compare import close_mask
 from grader.diagnosis import nan_leaks
 from grader.inputs import InputMaker, case_seed
 from grader.judge import judge_case
@@ -133,7 +134,9 @@ class Battery:
         if blocked is not None:
             observation = Observation(failure=blocked.failure, message=blocked.message)
         else:
-            observation = self._probe_guard_reads(case, problem, inputs, expected, self._run(case, problem, inputs))
+            observation = self._run(case, problem, inputs)
+            observation = self._probe_nondeterminism(case, problem, inputs, expected, observation)
+            observation = self._probe_guard_reads(case, problem, inputs, expected, observation)
         tolerance = self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
         return judge_case(
             case=case,
@@ -229,6 +232,26 @@ class Battery:
                 confirmed[name] = from_guards
         return dataclasses.replace(observation, guard_reads=confirmed)
 
+    def _probe_nondeterminism(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                              expected: Mapping[str, torch.Tensor], observation: Observation) -> Observation:
+        """A wrong output: run the identical case once more. Different bits on identical inputs mean a
+        race or a read of memory nothing wrote (on a GPU; the interpreter runs programs in order)."""
+        if observation.failure or not observation.outputs or outputs_close(observation.outputs, expected, self._tol(case)):
+            return observation
+        again = self._run(case, problem, inputs)
+        if again.failure:
+            return observation
+        differing = tuple(
+            name for name, out in observation.outputs.items()
+            if name in again.outputs and (out.shape != again.outputs[name].shape
+                                          or not torch.equal(guards.bits(out.contiguous()),
+                                                             guards.bits(again.outputs[name].contiguous())))
+        )
+        return dataclasses.replace(observation, nondeterministic=differing) if differing else observation
+
+    def _tol(self, case: Case):
+        return self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
+
     def _run_kernel(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
                     finite_guard: float | None = None) -> Observation:
         assert problem.kernel_args is not None, f"problem {problem.name} has no kernel binding"
@@ -322,6 +345,16 @@ class Battery:
             block_meta=dict(case.meta),
             row_strides=placed.row_strides(),
         )
+
+
+def outputs_close(outputs: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], tol: Any) -> bool:
+    for name, exp in expected.items():
+        out = outputs.get(name)
+        if out is None or tuple(out.shape) != tuple(exp.shape):
+            return False
+        if not bool(close_mask(out, exp, tol.atol, tol.rtol).all()):
+            return False
+    return True
 
 
 def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, ...]:

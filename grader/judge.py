@@ -86,6 +86,11 @@ def judge_case(
         oob_reads=observation.guard_reads, block_meta=observation.block_meta,
     )
 
+    if observation.nondeterministic:
+        named.append("nondeterministic")
+        lines.append(f"{', '.join(observation.nondeterministic)} differed between two runs on identical inputs: "
+                     "a race between programs, or a read of memory nothing wrote")
+
     for finding in observation.guard_findings:
         named.append(GUARD_TRAPS[finding.kind])
         lines.append(finding.message())

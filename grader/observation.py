@@ -33,6 +33,8 @@ class Observation:
     # Output positions whose NaN turned finite when the input guards held a finite value: values read
     # from outside the input tensors (filled by the battery's probe run).
     guard_reads: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    # Outputs whose bits differed when the identical case was run a second time.
+    nondeterministic: tuple[str, ...] = ()
 
 
 def error_message(error: Mapping[str, Any], submission_name: str) -> str:
