@@ -363,6 +363,9 @@ def compile_for_gpu(kernel: Any, signature: dict[str, str], constexprs: dict[str
 
 def encode_value(value: Any, depth: int = 0) -> Any:
     """A returned value as plain data: exact tensors are copied to the CPU; anything else is described."""
+    if type(value) is torch.Tensor and (value.layout != torch.strided or value.is_nested):
+        return {"other": f"{'nested' if value.is_nested else str(value.layout).replace('torch.', '')} Tensor",
+                "repr": "a tensor without a plain strided layout"}
     if type(value) is torch.Tensor and value.layout == torch.strided and not value.is_nested \
             and value.device.type != "meta":
         return {"tensor": value.detach().to("cpu").clone(), "device": str(value.device),
