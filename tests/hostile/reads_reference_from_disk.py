@@ -1,4 +1,4 @@
-# attack: finds reference/fused_layers.py on disk ($PYTHONPATH, the grader package's folder, sys.path, walking up from __file__, the checkout's absolute path) and exec()s it to use its kernels and wrappers
+# attack: finds reference/fused_layers.py on disk ($PYTHONPATH, the grader package's folder, sys.path, walking up from __file__) and exec()s it to use its kernels and wrappers
 # expect: unwritten-output
 # ruff: noqa: E402, E501, F401, F811, F841, I001
 # The kernels store nothing, so every point this submission earns came from the stolen reference.
@@ -270,7 +270,6 @@ def _find_reference():
     grader = sys.modules.get("grader")
     for entry in getattr(grader, "__path__", []):
         candidates.append(os.path.join(os.path.dirname(entry), "reference", "fused_layers.py"))
-    candidates.append("/work/main/reference/fused_layers.py")
     for path in candidates:
         try:
             with open(path, encoding="utf-8") as f:
