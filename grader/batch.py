@@ -639,6 +639,13 @@ def plan(out: Path, submissions: Sequence[Submission], manifest: Manifest) -> li
             if s.path is not None and result_state(out / s.id, manifest, s.sha256)[0] != "current"]
 
 
+def hidden_from_students(submissions: Path, out: Path) -> tuple[str, ...]:
+    """What student code must not see (the worker mounts empty folders over these when it can): the
+    whole class's submissions (the folder, or the folder holding the zip) and the batch's output."""
+    source = Path(submissions).resolve()
+    return (str(source if source.is_dir() else source.parent), str(out))
+
+
 def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission], out: Path, scratch: Path,
            stream: IO[str], summary: BatchSummary) -> None:
     if not todo:
@@ -650,7 +657,8 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
     by_id = {s.id: s for s in todo}
     timeout = options.grade_timeout_s or default_grade_timeout(options.assignment, options.backend)
     jobs = [GradeJob(s.id, s.path, options.assignment.submission_file, options.assignment.id,
-                     Path(options.assignments_root), options.backend, manifest.seed, timeout)
+                     Path(options.assignments_root), options.backend, manifest.seed, timeout,
+                     hidden_from_students(options.submissions, out))
             for s in todo if s.path is not None]
     executor = make_executor(options, scratch / "jobs")
     log.write("run-start", executor=executor.describe(), to_grade=len(todo), seed=manifest.seed,

@@ -55,6 +55,7 @@ class GradeJob:
     backend: str  # "interpreter" or "cuda"
     seed: int
     timeout_s: float  # wall-clock limit for the whole grade (the grader's own limits come first)
+    hidden: tuple[str, ...] = ()  # folders the student's code must not see (other students' files)
 
 
 OnStart = Callable[["GradeJob", str], None]  # called with the job and its GPU ("" if none) as it starts
@@ -87,6 +88,8 @@ def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: boo
         "--out", str(out_dir),
         "--parent", str(os.getpid()),
     ]
+    for path in job.hidden:
+        command += ["--hide", path]
     if pdeathsig:
         command.append("--pdeathsig")
     return command
@@ -451,6 +454,7 @@ def child_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--parent", required=True, type=int)
     parser.add_argument("--pdeathsig", action="store_true")
+    parser.add_argument("--hide", action="append", default=[], help="a folder the worker must not see")
     args = parser.parse_args(argv)
     _die_with_parent(args.parent, args.pdeathsig)
 
@@ -460,7 +464,9 @@ def child_main(argv: list[str] | None = None) -> int:
 
     _pass_gpu_choice_to_workers()
     assignment = find_assignment(args.assignment, args.assignments)
-    request = GradeRequest(assignment, args.submission.resolve(), args.backend, seed=args.seed)
+    args.out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
+    hidden = (*args.hide, str(args.out.resolve()))
+    request = GradeRequest(assignment, args.submission.resolve(), args.backend, seed=args.seed, hidden=hidden)
     result, pytest_report = grade(request)
     write_outputs(args.out, result, assignment, pytest_report)
     return 0

@@ -321,29 +321,27 @@ def trap_eps_missing(inputs: dict[str, Any]) -> list[Signature]:
     constant = var == 0
     out[constant] = float("nan")  # 0/0 on exactly constant rows
     signatures = [Signature({"out": out})]
-    if bool((var == 0).all()):
-        # Exactly constant rows: a float32 mean equal to the value gives 0/0 = NaN; one an ulp off
-        # gives (x - mean) / |x - mean| = +-1 on the whole row. Either way no eps shows as that.
-        def nan_or_unit_rows(outputs: Any) -> bool:
+    constant_rows = var == 0
+    tiny_rows = (var > 0) & (var < eps / 10)
+    if bool((constant_rows | tiny_rows).all()):
+        # Rows whose variance is far below eps (quantised 5.0 + 1e-6 rows can even be exactly constant
+        # in float32): the values cannot be predicted, but the mistake is recognisable row by row.
+        # Exactly constant: a float32 mean equal to the value gives 0/0 = NaN, one an ulp off gives
+        # (x - mean) / |x - mean| = +-1 on the whole row. Near-constant: every row is scaled to unit
+        # variance (var(z) = var / var_kernel <= 1, shrunk by the float32 mean's rounding), where the
+        # correct kernel leaves it ~var/eps << 1, and z follows x.
+        def no_eps_rows(outputs: Any) -> bool:
             z = (outputs["out"].double() - b) / g
-            nan_rows = torch.isnan(z).all(dim=-1)
-            unit_rows = ((z.abs() - 1).abs() < 1e-3).all(dim=-1)
-            return bool((nan_rows | unit_rows).all())
-
-        signatures.append(Signature({}, predicate=nan_or_unit_rows))
-    if bool(((var > 0) & (var < eps / 10)).all()):
-        # Near-constant rows: the float32 values are too quantised to predict, but without eps every
-        # row is scaled to unit variance, where the correct kernel leaves it ~var/eps << 1.
-        def unit_variance_rows(outputs: Any) -> bool:
-            z = (outputs["out"].double() - b) / g
+            nan_or_unit = torch.isnan(z).all(dim=-1) | ((z.abs() - 1).abs() < 1e-3).all(dim=-1)
             row_var = z.var(dim=-1, unbiased=False)
             centred = x - x.mean(dim=-1, keepdim=True)
             zc = z - z.mean(dim=-1, keepdim=True)
             corr = (zc * centred).sum(dim=-1) / (zc.norm(dim=-1) * centred.norm(dim=-1))
-            # var(z) = var / var_kernel <= 1; the float32 mean's rounding can shrink it on 5.0 + 1e-6 rows
-            return bool(((row_var > 0.25) & (row_var < 1.1) & (corr > 0.95)).all())
+            unit = (row_var > 0.25) & (row_var < 1.1) & (corr > 0.95)
+            ok = torch.where(constant_rows, nan_or_unit, unit | nan_or_unit)
+            return bool(ok.all())
 
-        signatures.append(Signature({}, predicate=unit_variance_rows))
+        signatures.append(Signature({}, predicate=no_eps_rows))
     return signatures
 
 
