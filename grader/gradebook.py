@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jinja2
 
 from grader.atomic import write_json, write_text
 from grader.catalog import trap_catalog
+from grader.report import template_environment
 from grader.results import GradeResult
 from grader.spec import Assignment
 
@@ -346,16 +346,5 @@ def class_stats(book: Gradebook, results: Mapping[str, GradeResult], assignment:
 # ------------------------------------------------------------------------------------------- HTML
 
 
-def _environment() -> jinja2.Environment:
-    # Same settings as grader.report's environment (autoescaped HTML, strict undefined names).
-    return jinja2.Environment(
-        loader=jinja2.PackageLoader("grader", "templates"),
-        autoescape=jinja2.select_autoescape(enabled_extensions=("html",), default_for_string=False),
-        trim_blocks=True,
-        lstrip_blocks=True,
-        undefined=jinja2.StrictUndefined,
-    )
-
-
 def class_report_html(stats: ClassStats) -> str:
-    return _environment().get_template("class_report.html").render(s=stats, book=stats.book)
+    return template_environment().get_template("class_report.html").render(s=stats, book=stats.book)

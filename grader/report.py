@@ -469,7 +469,8 @@ def view(
 # ------------------------------------------------------------------------------------------ rendering
 
 
-def _environment() -> jinja2.Environment:
+def template_environment() -> jinja2.Environment:
+    """The one jinja2 environment of every view (student reports, class report): autoescaped HTML."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("grader", "templates"),
         autoescape=jinja2.select_autoescape(enabled_extensions=("html",), default_for_string=False),
@@ -486,7 +487,7 @@ def _environment() -> jinja2.Environment:
 
 
 def render(template: str, report: ReportView) -> str:
-    return _environment().get_template(template).render(v=report, r=report.result)
+    return template_environment().get_template(template).render(v=report, r=report.result)
 
 
 def render_capped(template: str, make_view: Callable[[Detail], ReportView], max_chars: int | None) -> str:

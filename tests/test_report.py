@@ -349,7 +349,7 @@ def test_html_shows_score_targets_trap_input_fix_and_map(assignment: Assignment)
     trap = assignment.traps["bias-wrong-axis"]
     card = html[html.index('id="trap-bias-wrong-axis"') : html.index('id="trap-oob-read"')]
     for text in (trap.title, trap.explanation, trap.exposed_by, trap.section, assignment.chapter):
-        assert report._environment().filters["escape"](text) in card, text
+        assert report.template_environment().filters["escape"](text) in card, text
     assert "bias = tl.load(bias_ptr + cols, mask=cols &lt; N, other=0.0); acc += bias[None, :]" in card
     words = (
         "M=24 N=20 K=32 · near-constant rows (5.0 + 1e-6 noise) · padded rows (row stride &gt; row length)"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grader.catalog import trap_catalog
-from grader.report import _environment
+from grader.report import template_environment
 from grader.spec import Assignment, load_assignment
 
 pytestmark = pytest.mark.slow
@@ -47,7 +47,7 @@ def mutant(repo_root: Path, grade_text: Callable) -> Callable:
 
 
 def html_escape(text: str) -> str:
-    return str(_environment().filters["escape"](text))
+    return str(template_environment().filters["escape"](text))
 
 
 def read(graded, name: str) -> str:
