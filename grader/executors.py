@@ -168,7 +168,9 @@ class _Attempt:
         if timed_out:
             why = f"grading took longer than {self.job.timeout_s:g} s and was stopped"
         else:
-            why = f"the grading process ended with {_describe_exit(code)} without writing results"
+            from grader.worker_client import describe_exit
+
+            why = f"the grading process ended with {describe_exit(code)} without writing results"
         tail = _tail(self.scratch / "child.log")
         error = why + (f"\n--- its output (last {LOG_TAIL_CHARS} characters) ---\n{tail}" if tail else "")
         return JobOutcome(self.job.student, False, {}, error, device, self.started_at, elapsed)
@@ -218,16 +220,6 @@ def _signal_group(pid: int, sig: int) -> None:
     except (ProcessLookupError, PermissionError):
         pass
 
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "no exit status"
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
 
 
 # ------------------------------------------------------------------------------------------- local

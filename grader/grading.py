@@ -155,6 +155,3 @@ def consolidate_traps(cases: list[CaseResult], assignment: Assignment) -> list[C
         out.append(case)
     return out
 
-
-def restrict_to_public(result: GradeResult) -> GradeResult:
-    return replace(result, cases=tuple(c for c in result.cases if c.visibility == "public"))

@@ -10,12 +10,6 @@ import torch
 
 from grader.guards import GuardFinding
 
-# Failure kinds that stop a case before any output exists; each is also the trap id it is reported as.
-STRUCTURAL_FAILURES = (
-    "import-fails", "missing-symbol", "wrong-signature", "compile-error", "runtime-error",
-    "timeout", "crash", "bad-output", "tampering",
-)
-
 
 @dataclass(frozen=True)
 class Observation:

@@ -156,7 +156,6 @@ class Worker:
         self.process: subprocess.Popen[bytes] | None = None
         self.to_worker = -1
         self.from_worker = -1
-        self.restarts = 0
         self.sandboxed_path = self.sandbox / self.submission.name
         self.token = secrets.token_hex(8)
         self.identity = _sandbox_identity(options)
@@ -307,7 +306,7 @@ class Worker:
             code = self._exit_code()
             tail = self.output_tail()
             self.stop()
-            raise WorkerFailure("crash", f"the worker died while {what} ({_describe_exit(code)})", tail) from exc
+            raise WorkerFailure("crash", f"the worker died while {what} ({describe_exit(code)})", tail) from exc
         if not isinstance(reply, dict):
             self.stop()
             raise WorkerFailure("crash", f"the worker sent a malformed reply while {what}")
@@ -329,7 +328,7 @@ class Worker:
         except OSError:
             code = self._exit_code()
             self.stop()
-            raise WorkerFailure("crash", f"the worker died before {what} ({_describe_exit(code)})") from None
+            raise WorkerFailure("crash", f"the worker died before {what} ({describe_exit(code)})") from None
         started = time.monotonic()
         reply = self._receive(timeout, what)
         reply["elapsed_s"] = time.monotonic() - started
@@ -389,13 +388,13 @@ def _kill_marked(token: str) -> None:
                 pass
 
 
-def _describe_exit(code: int | None) -> str:
+def describe_exit(code: int | None) -> str:
+    """A process's exit status in words: `exit code 3`, `signal SIGKILL`, or `no exit status`."""
     if code is None:
-        return "it did not exit"
+        return "no exit status"
     if code < 0:
         try:
-            name = signal.Signals(-code).name
+            return f"signal {signal.Signals(-code).name}"
         except ValueError:
-            name = f"signal {-code}"
-        return f"killed by {name}"
+            return f"signal {-code}"
     return f"exit code {code}"
