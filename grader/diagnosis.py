@@ -182,7 +182,11 @@ def inherit_kernel_traps(
     """A wrapper case that failed without a named cause (`unknown`/`precision`) in a submission whose
     kernel for the same problem has structural findings (out-of-bounds, unwritten) inherits them:
     the wrapper launches that kernel, on an output it allocated itself, where the grader has no
-    guards. `case_problems` gives each case's (problem, is_wrapper)."""
+    guards. `case_problems` gives each case's (problem, is_wrapper).
+
+    Out-of-bounds writes race: a program storing past its row overwrites a neighbour's elements,
+    and on a GPU which store lands last changes from run to run. So `nondeterministic` is no cause
+    of its own in a case that writes out of bounds, or in a wrapper whose kernel does."""
     found: dict[str, list[str]] = {}
     for traps, (problem, is_wrapper) in zip(case_traps, case_problems):
         if not is_wrapper:
@@ -191,11 +195,18 @@ def inherit_kernel_traps(
                     found[problem].append(t)
     out = []
     for traps, (problem, is_wrapper) in zip(case_traps, case_problems):
+        inherited = found.get(problem, []) if is_wrapper else []
+        if RACING_WRITE in traps or RACING_WRITE in inherited:
+            traps = tuple(t for t in traps if t != RACE) or (() if RACING_WRITE in traps else ("unknown",))
         vague = set(traps) <= {"unknown", "precision"} and traps
-        if is_wrapper and vague and found.get(problem):
-            traps = tuple(found[problem])
+        if vague and inherited:
+            traps = tuple(inherited)
         out.append(traps)
     return out
+
+
+RACING_WRITE = "oob-write"
+RACE = "nondeterministic"
 
 
 def classify_unmatched(comparisons: list[Comparison]) -> str:

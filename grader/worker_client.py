@@ -201,9 +201,7 @@ class Worker:
 
     @property
     def isolated(self) -> bool:
-        return _namespaces_available() and (
-            self.options.namespaces if self.options.namespaces is not None else self.options.backend != "cuda"
-        )
+        return _namespaces_available() and namespaces_wanted(self.options)
 
     def _hidden(self) -> str:
         """The hidden folders, minus any that would hide what the worker itself needs."""
@@ -335,6 +333,18 @@ class Worker:
         if reply.get("fatal"):
             self.stop()
         return reply
+
+
+def namespaces_wanted(options: WorkerOptions) -> bool:
+    """WorkerOptions.namespaces if set, else $GRADER_NAMESPACES ("on"/"off"), else on except on CUDA."""
+    if options.namespaces is not None:
+        return options.namespaces
+    setting = os.environ.get("GRADER_NAMESPACES", "auto").strip().lower()
+    if setting in ("on", "1", "yes"):
+        return True
+    if setting in ("off", "0", "no"):
+        return False
+    return options.backend != "cuda"
 
 
 @functools.lru_cache(maxsize=1)

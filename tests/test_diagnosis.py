@@ -187,6 +187,19 @@ def test_wrapper_failures_inherit_their_kernels_structural_traps() -> None:
     assert out == [("oob-write",), ("oob-write",), ("oob-write",), ("gelu-tanh",), ("unknown",)]
 
 
+def test_races_from_out_of_bounds_writes_are_the_out_of_bounds_write() -> None:
+    # on a GPU, a store one past the row races with the neighbouring row's program: the wrapper's
+    # output (no guards) differs between runs; that is the kernel's oob-write, not a second mistake
+    traps = [("oob-write",), ("nondeterministic",), ("oob-write", "nondeterministic"), ("nondeterministic",)]
+    problems = [("ln", False), ("ln", True), ("ln", False), ("stats", True)]
+    out = inherit_kernel_traps(traps, problems, {"oob-write", "oob-read", "unwritten-output"})
+    assert out == [("oob-write",), ("oob-write",), ("oob-write",), ("nondeterministic",)]
+    # a wrapper whose kernel only reads out of bounds keeps its own nondeterminism
+    out = inherit_kernel_traps([("oob-read",), ("nondeterministic",)], [("ln", False), ("ln", True)],
+                               {"oob-write", "oob-read", "unwritten-output"})
+    assert out == [("oob-read",), ("nondeterministic",)]
+
+
 def test_a_signature_equal_to_the_oracle_is_no_evidence() -> None:
     expected = {"out": f64(1.0, 2.0)}
     same = Signature({"out": f64(1.0, 2.0)})
