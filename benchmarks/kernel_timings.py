@@ -1,13 +1,16 @@
 """GPU timings of the reference kernels against torch eager, with the device's measured ceilings.
 
-    python benchmarks/kernel_timings.py [--explore]
+    python benchmarks/kernel_timings.py [--explore] [--fidelity]
 
 Prints one table: kernel, shape, reference time, torch time, % of measured copy bandwidth (row
 kernels) or TFLOP/s (matmul), and the spread of five repeated medians. `--explore` also times
 candidate launch configurations of the fused matmul (a copy of the reference kernel with an
-optional grouped program order), to choose the reference's configuration.
-Needs a CUDA GPU. Timing: triton.testing.do_bench (CUDA events, L2 flushed between repetitions,
-median), inputs rotated among several sets so no repetition hits a warm cache.
+optional grouped program order), to choose the reference's configuration. `--fidelity` times each
+reference kernel FIDELITY_RUNS times in this one run, the way a performance case does (median of five
+do_bench medians), prints the runs and their spread, and exits 1 if any spread exceeds +-3%.
+Needs a CUDA GPU. Timing: grader.worker.timing.bench, the grader's own (triton.testing.do_bench:
+CUDA events, L2 flushed between repetitions, median), inputs rotated among several sets so no
+repetition hits a warm cache.
 """
 
 from __future__ import annotations
@@ -15,16 +18,22 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import statistics
+import sys
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
-from triton.testing import do_bench
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grader.worker import timing  # noqa: E402
+
 REPEATS = 5
+FIDELITY_RUNS = 5
+FIDELITY_LIMIT_PCT = 3.0
 
 
 def load_reference():
@@ -34,25 +43,29 @@ def load_reference():
     return module
 
 
-def timed(fn_for_set, sets: int) -> tuple[float, float]:
-    """Median of REPEATS do_bench medians (ms) and their spread (max-min over median, %)."""
-    state = {"i": 0}
-
-    def call():
-        fn_for_set(state["i"] % sets)
-        state["i"] += 1
-
-    medians = [do_bench(call, warmup=100, rep=500, return_mode="median") for _ in range(REPEATS)]
-    mid = statistics.median(medians)
-    return mid, 100.0 * (max(medians) - min(medians)) / mid
+def timed(fn_for_set, sets: int, warmup_ms: float = 100, rep_ms: float = 500) -> tuple[float, float]:
+    """Median of REPEATS do_bench medians (ms) and their full spread (max-min over median, %)."""
+    fn_for_set(0)  # compile (and autotune) before timing
+    measured = timing.bench(fn_for_set, sets=sets, repeats=REPEATS, warmup_ms=warmup_ms, rep_ms=rep_ms)
+    return measured.median_ms, 2 * measured.spread_pct
 
 
 def copy_bandwidth() -> float:
-    """Device-to-device copy, bytes read + written per second (GB/s)."""
-    src = torch.empty(1 << 28, device="cuda", dtype=torch.float32).normal_()
-    dst = torch.empty_like(src)
-    ms, _ = timed(lambda i: dst.copy_(src), 1)
-    return 2 * src.numel() * 4 / (ms * 1e-3) / 1e9
+    """Device-to-device copy of 1 GiB, bytes read + written per second (GB/s)."""
+    return timing.copy_bandwidth_gbs()
+
+
+def fidelity(name: str, fn_for_set, sets: int) -> bool:
+    """Time one kernel FIDELITY_RUNS times as a performance case does (grader defaults: warm-up 25 ms,
+    100 ms of repetitions, REPEATS medians); print the runs and their spread; True if within the limit."""
+    fn_for_set(0)
+    runs = [timing.bench(fn_for_set, sets=sets, repeats=REPEATS).median_ms for _ in range(FIDELITY_RUNS)]
+    mid = statistics.median(runs)
+    spread = 100.0 * (max(runs) - min(runs)) / 2 / mid
+    ok = spread <= FIDELITY_LIMIT_PCT
+    print(f"{name:20} " + " ".join(f"{r:.4f}" for r in runs) + f" ms  spread ±{spread:.2f}%  "
+          f"{'ok' if ok else 'OVER'} (limit ±{FIDELITY_LIMIT_PCT:g}%)")
+    return ok
 
 
 @triton.jit
@@ -77,9 +90,11 @@ def _grouped_linear_gelu(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stri
              mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--explore", action="store_true")
+    parser.add_argument("--fidelity", action="store_true",
+                        help=f"also time each reference kernel {FIDELITY_RUNS} times and check the spread")
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = True  # fair: Triton's tl.dot uses tf32 on float32 too
     ref = load_reference()
@@ -88,6 +103,10 @@ def main() -> None:
     print(f"measured copy bandwidth: {gbs:.0f} GB/s (read + write)")
     rows = []
     sets = 3
+    stable = True
+    if args.fidelity:
+        print(f"timing fidelity: each reference kernel timed {FIDELITY_RUNS} times in this run "
+              "(ms, each the median of 5 do_bench medians)")
 
     m = n = 8192
     xs = [torch.randn(m, n, device="cuda") for _ in range(sets)]
@@ -104,6 +123,8 @@ def main() -> None:
         t_torch, _ = timed(torch_fn, sets)
         pct = 100.0 * nbytes / (t_ref * 1e-3) / 1e9 / gbs
         rows.append((name, f"{m}x{n}", t_ref, t_torch, f"{pct:5.1f}% of copy BW", spread))
+        if args.fidelity:
+            stable = fidelity(name, fn, sets) and stable
     del xs
 
     mm = nn_ = kk = 4096
@@ -115,6 +136,9 @@ def main() -> None:
     t_torch, _ = timed(lambda i: F.gelu(F.linear(xs[i], weight, bias)), sets)
     rows.append(("fused_linear_gelu", f"{mm}x{nn_}x{kk}", t_ref, t_torch,
                  f"{flops / (t_ref * 1e-3) / 1e12:6.1f} TFLOP/s", spread))
+    if args.fidelity:
+        linear = lambda i: ref.fused_linear_gelu(xs[i], weight, bias)  # noqa: E731
+        stable = fidelity("fused_linear_gelu", linear, sets) and stable
 
     print(f"{'kernel':20} {'shape':16} {'reference ms':>12} {'torch ms':>9} {'speedup':>8}  {'throughput':22} spread")
     for name, shape, t_ref, t_torch, throughput, spread in rows:
@@ -144,6 +168,11 @@ def main() -> None:
             print(f"  {bm, bn, bk, gm, warps, stages}: {t:.4f} ms  {flops / (t * 1e-3) / 1e12:6.1f} TFLOP/s "
                   f"±{spread / 2:.1f}%")
 
+    if args.fidelity:
+        verdict = "every spread within" if stable else "SOME SPREAD OVER"
+        print(f"timing fidelity: {verdict} ±{FIDELITY_LIMIT_PCT:g}%")
+    return 0 if stable else 1
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,17 +19,23 @@ from grader.compare import close_mask
 from grader.diagnosis import nan_leaks
 from grader.inputs import InputMaker, case_seed
 from grader.judge import judge_case
-from grader.observation import Observation, classify_error, error_message
+from grader.observation import Finding, Observation, classify_error, error_message
 from grader.problem import In, Out, Problem, Stride
 from grader.problems import load_problems
+from grader.replay import ReplayPlan, check_outputs, plan_replay
 from grader.results import CaseResult
+from grader.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
 from grader.spec import Assignment, Case, FunctionSpec, KernelSpec
+from grader.worker.protocol import POINTERS_LINE
 from grader.worker_client import Worker, WorkerFailure, WorkerOptions
 
 # Finite value put into input guards for the second run that confirms an out-of-bounds read.
 GUARD_PROBE_VALUE = 7.0
 
 OUTPUT_ROW_GAP = 1
+
+# Kernels run this many times slower under compute-sanitizer memcheck (deadline factor).
+SANITIZER_SLOWDOWN = 20
 
 # Row gaps for "row-gap" layouts: distinct per buffer so a kernel that mixes up two strides is seen.
 _GAPS = (3, 5, 7, 11, 13, 17, 19, 23)
@@ -68,7 +74,8 @@ class Battery:
     """Grades cases of one assignment for one submission, through one (restartable) worker."""
 
     def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int,
-                 worker_options: WorkerOptions | None = None, hidden: tuple[str, ...] = ()) -> None:
+                 worker_options: WorkerOptions | None = None, hidden: tuple[str, ...] = (),
+                 sanitizer: tuple[str, ...] | None = None) -> None:
         self.assignment = assignment
         self.problems: Mapping[str, Problem] = load_problems(assignment)
         self.submission = Path(submission)
@@ -79,6 +86,11 @@ class Battery:
             hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden),
         )
         self.worker = Worker(self.submission, list(assignment.required_symbols), options)
+        # Replays wrapper launches; it never runs wrapper code, so nothing a wrapper did can touch it.
+        self.replayer = Worker(self.submission, list(assignment.required_symbols), options)
+        # `--sanitize` on CUDA: kernel cases run once more under this memcheck command.
+        self.sanitizer = Worker(self.submission, list(assignment.required_symbols), dataclasses.replace(
+            options, tool=sanitizer, tool_environment=tuple(SANITIZER_ENV.items()))) if sanitizer else None
         self.load_reply: dict[str, Any] | None = None
         self.load_problem: SymbolProblem | None = None
 
@@ -122,6 +134,9 @@ class Battery:
 
     def close(self) -> None:
         self.worker.close()
+        self.replayer.close()
+        if self.sanitizer is not None:
+            self.sanitizer.close()
 
     # ------------------------------------------------------------------ running cases
 
@@ -137,6 +152,8 @@ class Battery:
             observation = self._run(case, problem, inputs)
             observation = self._probe_nondeterminism(case, problem, inputs, expected, observation)
             observation = self._probe_guard_reads(case, problem, inputs, expected, observation)
+            observation = self._verify_by_replay(case, inputs, expected, observation)
+            observation = self._sanitize(case, problem, inputs, observation)
         tolerance = self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
         return judge_case(
             case=case,
@@ -249,11 +266,51 @@ class Battery:
         )
         return dataclasses.replace(observation, nondeterministic=differing) if differing else observation
 
+    def _verify_by_replay(self, case: Case, inputs: Mapping[str, Any], expected: Mapping[str, torch.Tensor],
+                          observation: Observation) -> Observation:
+        """A wrapper case whose values pass: do its recorded kernel launches, replayed in a fresh worker
+        that runs no wrapper code, produce those values? (grader/replay.py)"""
+        spec = self.assignment.functions.get(case.target)
+        if (spec is None or spec.max_launches == 0 or observation.failure or not observation.launches
+                or not outputs_close(observation.outputs, expected, self._tol(case))):
+            return observation
+        plan = plan_replay(observation.launches, observation.sent_storages, inputs)
+        finding: Finding | None = None
+        if plan.trap:
+            finding = Finding(plan.trap, plan.problem)
+        else:
+            reply = self._replay(plan)
+            if isinstance(reply, str):
+                finding = Finding("tampering", f"the recorded launches of {case.target} could not be "
+                                        f"replayed in a fresh worker: {reply}")
+            else:
+                tol = self._tol(case)
+                finding = check_outputs(observation.outputs, observation.result_views, plan, reply, tol.atol, tol.rtol)
+        return dataclasses.replace(observation, replay_finding=finding) if finding else observation
+
+    def _replay(self, plan: ReplayPlan) -> dict[int, torch.Tensor] | str:
+        """Run the planned launches in the replay worker: its buffers after the last, or what went wrong."""
+        try:
+            if not self.replayer.alive:
+                loaded = self.replayer.start()
+                if not loaded.get("ok"):
+                    return "importing the submission failed: " + error_message(loaded.get("error", {}),
+                                                                               self.submission.name)
+            reply = self.replayer.request({"op": "replay", "launches": list(plan.launches)},
+                                          self.assignment.call_timeout_s, "replaying the recorded launches")
+        except WorkerFailure as failure:
+            return f"{failure.kind}: {failure.detail}"
+        if not reply.get("ok"):
+            return error_message(reply.get("error", {}), self.submission.name)
+        buffers = reply.get("buffers")
+        return buffers if isinstance(buffers, dict) else "malformed reply"
+
     def _tol(self, case: Case):
         return self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
 
-    def _run_kernel(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
-                    finite_guard: float | None = None) -> Observation:
+    def _launch_message(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                        finite_guard: float | None = None) -> tuple[_Placed, dict[str, Any], str]:
+        """The grader's own launch of a kernel case: guarded buffers, the request, and its description."""
         assert problem.kernel_args is not None, f"problem {problem.name} has no kernel binding"
         binding = problem.kernel_args(inputs)
         refs = [v for v in binding.values() if isinstance(v, (In, Out))]
@@ -271,16 +328,45 @@ class Battery:
             else:
                 args.append(value)
         what = f"{spec.name}[grid]({', '.join(f'{k}={v}' for k, v in case.meta.items())})"
-        reply = self._request(
-            {"op": "launch", "kernel": spec.name, "storages": placed.storages, "views": placed.views(),
-             "args": args, "meta": dict(case.meta), "grid": list(spec.grid)},
-            what,
-        )
+        message = {"op": "launch", "kernel": spec.name, "storages": placed.storages, "views": placed.views(),
+                   "args": args, "meta": dict(case.meta), "grid": list(spec.grid)}
+        return placed, message, what
+
+    def _run_kernel(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                    finite_guard: float | None = None) -> Observation:
+        placed, message, what = self._launch_message(spec, case, problem, inputs, finite_guard)
+        reply = self._request(message, what)
         if isinstance(reply, Observation):
             return reply
         if not reply.get("ok"):
             return self._error_observation(reply, what)
         return self._observe(placed, reply, launches=None, case=case)
+
+    def _sanitize(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                  observation: Observation) -> Observation:
+        """`--sanitize`: the kernel case once more in a worker under compute-sanitizer memcheck; its
+        reports of invalid global accesses become oob-read / oob-write findings naming the buffer."""
+        spec = self.assignment.kernels.get(case.target)
+        if self.sanitizer is None or spec is None or observation.failure not in (None, "runtime-error", "crash"):
+            return observation
+        placed, message, what = self._launch_message(spec, case, problem, inputs)
+        try:
+            if not self.sanitizer.alive and not self.sanitizer.start().get("ok"):
+                return observation
+        except WorkerFailure:
+            return observation
+        offset = self.sanitizer.output_size()
+        try:  # an invalid access usually ends the worker (its CUDA context is lost): the report is in its log
+            self.sanitizer.request(dict(message, announce_pointers=True),
+                                   self.assignment.call_timeout_s * SANITIZER_SLOWDOWN, what + " under compute-sanitizer")
+        except WorkerFailure:
+            pass
+        time.sleep(0.2)  # memcheck's report is written by the tool process, next to the reply
+        text = self.sanitizer.output_since(offset)
+        buffers = {placed.plans[key].name: (ptr, storage.numel() * storage.element_size())
+                   for key, ptr, storage in zip(placed.keys, announced_pointers(text), placed.storages)}
+        findings = memcheck_findings(parse_memcheck(text), buffers)
+        return dataclasses.replace(observation, sanitizer_findings=findings) if findings else observation
 
     def _run_function(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
                       finite_guard: float | None = None) -> Observation:
@@ -311,6 +397,8 @@ class Battery:
         unwritten, findings = poisoned_outputs(returned)
         return Observation(
             outputs=returned,
+            sent_storages=tuple(placed.storages),
+            result_views=tuple(reply.get("result_views") or ()),
             unwritten=unwritten,
             guard_findings=observation.guard_findings + findings,
             launches=observation.launches,
@@ -345,6 +433,17 @@ class Battery:
             block_meta=dict(case.meta),
             row_strides=placed.row_strides(),
         )
+
+
+def announced_pointers(text: str) -> list[int]:
+    """The device addresses of a launch's buffers, as the worker printed them before launching."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(POINTERS_LINE):
+            try:
+                return [int(p) for p in line[len(POINTERS_LINE):].split()]
+            except ValueError:
+                return []
+    return []
 
 
 def outputs_close(outputs: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], tol: Any) -> bool:

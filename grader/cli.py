@@ -34,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--assignment", required=True)
     g.add_argument("--out", required=True, type=Path,
                    help="output folder; with several submissions, one subfolder per submission (file stem)")
+    g.add_argument("--sanitize", action="store_true",
+                   help="CUDA: run every kernel case once more under compute-sanitizer memcheck (slow)")
     _common(g)
 
     c = sub.add_parser("check", help="run the public cases on your submission and explain every failure")
@@ -101,7 +103,7 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
         out = args.out if len(submissions) == 1 else args.out / path.stem
         out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
         result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed,
-                                                   hidden=(str(out.resolve()),)))
+                                                   hidden=(str(out.resolve()),), sanitize=args.sanitize))
         write_outputs(out, result, assignment, pytest_report)
         traps = ", ".join(result.traps) or "none"
         print(f"{path.name}: {result.score:g} / {result.max_score:g}  traps: {traps}  "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from grader.performance import leaderboard, summary_dict
+from grader.report import perf_line
 from grader.results import GradeResult
 from grader.spec import Assignment
 
@@ -36,7 +38,22 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
             "extra_data": {"traps": list(case.traps), "case_id": case.case_id, "target": case.target,
                            "elapsed_s": round(case.elapsed_s, 4)},
         })
-    return {
+    for perf in result.performance:
+        if perf.max_score <= 0:  # informational (or not measurable here): extra_data and leaderboard only
+            continue
+        tests.append({
+            "name": f"performance {perf.title}",
+            "number": str(len(tests) + 1),
+            "score": perf.score,
+            "max_score": perf.max_score,
+            "status": "passed" if perf.timed else "failed",
+            "output": _clip(perf_line(perf), MAX_TEST_OUTPUT_CHARS),
+            "tags": ["performance"],
+            "visibility": "visible",
+            "extra_data": {"case_id": perf.perf_id, "target": perf.target, "traps": [],
+                           "performance": perf.to_dict()},
+        })
+    out: dict[str, Any] = {
         "score": result.score,
         "execution_time": round(result.execution_time_s, 3),
         "output": _clip(summary, MAX_TOP_OUTPUT_CHARS),
@@ -54,5 +71,10 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
             "backend": result.backend,
             "versions": dict(result.versions),
             "notes": list(result.notes),
+            "performance": summary_dict(result.performance),
         },
     }
+    board = leaderboard(result.performance)
+    if board:
+        out["leaderboard"] = board
+    return out

@@ -24,7 +24,9 @@ from grader.diagnosis import explain_away, inherit_kernel_traps
 
 INHERITED_TRAPS = {"oob-write", "oob-read", "unwritten-output"}
 from grader.environment import backend_label, versions
-from grader.results import CaseResult, GradeResult
+from grader.performance import by_id
+from grader.results import CaseResult, GradeResult, PerfResult
+from grader.sanitizer import sanitizer_command
 from grader.spec import Assignment
 
 
@@ -37,6 +39,8 @@ class GradeRequest:
     public_only: bool = False
     gpu_compile_check: bool = True
     hidden: tuple[str, ...] = ()  # extra folders the worker must not see (the output folder, say)
+    performance: bool = True  # run the spec's [[performance]] cases (timed on CUDA, skipped elsewhere)
+    sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
 
 
 def new_seed() -> int:
@@ -49,7 +53,7 @@ def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
     seed = request.seed if request.seed is not None else new_seed()
     report = run_pytest(request, seed)
     cases = consolidate_traps(cases_from_report(report, request), request.assignment)
-    notes: list[str] = []
+    notes: list[str] = list(sanitizer_notes(request))
     if request.backend == "interpreter" and request.gpu_compile_check:
         aot_cases, aot_notes = aot_check(request.assignment, request.submission, request.hidden)
         cases = cases + aot_cases
@@ -64,8 +68,31 @@ def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
         execution_time_s=round(time.monotonic() - started, 3),
         notes=tuple(notes),
         public_only=request.public_only,
+        performance=performance_from_report(report, request) if request.performance else (),
     )
     return result, report
+
+
+def performance_from_report(report: dict[str, Any], request: GradeRequest) -> tuple[PerfResult, ...]:
+    """One PerfResult per performance case of the spec, in spec order, from the report's metadata."""
+    found: dict[str, PerfResult] = {}
+    for test in report.get("tests", []):
+        data = test.get("metadata", {}).get("performance")
+        if data is not None:
+            found[str(data["perf_id"])] = PerfResult.from_dict(data)
+    return tuple(by_id(found, request.assignment.performance))
+
+
+def sanitizer_notes(request: GradeRequest) -> tuple[str, ...]:
+    if not request.sanitize:
+        return ()
+    if request.backend != "cuda":
+        return ("--sanitize applies to the CUDA backend only; it was ignored on the interpreter.",)
+    command = sanitizer_command()
+    if command is None:
+        return ("--sanitize: compute-sanitizer was not found (PATH, /usr/local/cuda/bin); kernel cases ran once.",)
+    return (f"--sanitize: every kernel case also ran under `{' '.join(command)}` with "
+            "PYTORCH_NO_CUDA_MEMORY_CACHING=1; its invalid global accesses are reported as oob-read / oob-write.",)
 
 
 def run_pytest(request: GradeRequest, seed: int) -> dict[str, Any]:
@@ -86,7 +113,11 @@ def run_pytest(request: GradeRequest, seed: int) -> dict[str, Any]:
         ]
         if request.public_only:
             args.append("--grader-public-only")
+        if request.sanitize:
+            args.append("--grader-sanitize")
         args.extend(f"--grader-hide={path}" for path in request.hidden)
+        if not request.performance:
+            args.append("--grader-no-performance")
         log = io.StringIO()
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             exit_code = pytest.main(args)

@@ -67,6 +67,9 @@ def judge_case(
     if fusion:
         named.append("not-fused")
         lines.extend(fusion)
+    if observation.replay_finding is not None:
+        named.append(observation.replay_finding.trap)
+        lines.append(observation.replay_finding.message)
 
     shape_problems = output_shape_problems(observation.outputs, expected)
     if shape_problems:
@@ -94,6 +97,9 @@ def judge_case(
     for finding in observation.guard_findings:
         named.append(GUARD_TRAPS[finding.kind])
         lines.append(finding.message())
+    for extra in observation.sanitizer_findings:
+        named.append(extra.trap)
+        lines.append(extra.message)
     evidence["guard_findings"] = [f.message() for f in observation.guard_findings]
 
     values_ok = all(c.ok for c in comparisons)

@@ -12,6 +12,14 @@ from grader.guards import GuardFinding
 
 
 @dataclass(frozen=True)
+class Finding:
+    """A trap some check named, with the sentence that explains it to the student."""
+
+    trap: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Observation:
     failure: str | None = None
     message: str = ""
@@ -29,6 +37,13 @@ class Observation:
     guard_reads: Mapping[str, torch.Tensor] = field(default_factory=dict)
     # Outputs whose bits differed when the identical case was run a second time.
     nondeterministic: tuple[str, ...] = ()
+    # Wrapper cases: the storages the grader sent, where each returned tensor lives in the worker, and
+    # what replaying the recorded launches in a fresh worker found (grader/replay.py).
+    sent_storages: tuple[torch.Tensor, ...] = ()
+    result_views: tuple[Any, ...] = ()
+    replay_finding: Finding | None = None
+    # Kernel cases run again under compute-sanitizer memcheck (`--sanitize`): what it reported.
+    sanitizer_findings: tuple[Finding, ...] = ()
 
 
 def error_message(error: Mapping[str, Any], submission_name: str) -> str:

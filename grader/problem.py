@@ -75,6 +75,28 @@ TrapFunction = Callable[
 
 
 @dataclass(frozen=True)
+class Baseline:
+    """How a problem is timed against torch eager, and what one run of it costs (for performance cases).
+
+    - `run(inputs)`: torch eager on the logical inputs (tensors already on the GPU), e.g.
+      `F.layer_norm(...)`. It returns a tensor or a tuple whose items are the outputs named, in order,
+      by `outputs`; the student's output at the timed size is checked against them.
+    - `bytes_moved(dims)`: bytes a kernel must read and write at least (memory-bound problems: the
+      report gives achieved bandwidth as a share of the device's measured copy bandwidth), or None.
+    - `flops(dims)`: floating-point operations of one run (compute-bound problems: TFLOP/s), or None.
+    - `tf32`: time torch with `torch.backends.cuda.matmul.allow_tf32 = True` (fair when tl.dot on
+      float32 uses tf32 too).
+    """
+
+    label: str
+    run: Callable[[Mapping[str, Any]], Any]
+    outputs: tuple[str, ...] = ("out",)
+    bytes_moved: Callable[[Mapping[str, int]], int] | None = None
+    flops: Callable[[Mapping[str, int]], int] | None = None
+    tf32: bool = False
+
+
+@dataclass(frozen=True)
 class Problem:
     """One computation of an assignment, shared by the kernel and the wrapper that compute it.
 
@@ -85,6 +107,7 @@ class Problem:
     - `traps`: trap id -> signature function; it returns a Signature (or a list of alternatives, or
       a plain dict of outputs), or None where the trap does not apply to the inputs. Trap functions
       also receive `inputs["_row_strides"]`: the row stride (elements) of each input as placed.
+    - `baseline`: torch eager and the bytes/flops of one run, for `[[performance]]` cases.
     """
 
     name: str
@@ -93,3 +116,4 @@ class Problem:
     kernel_args: Callable[[Mapping[str, Any]], dict[str, KernelArg]] | None = None
     call_args: Callable[[Mapping[str, Any]], tuple[list[Any], dict[str, Any]]] | None = None
     traps: Mapping[str, TrapFunction] = field(default_factory=dict)
+    baseline: Baseline | None = None  # torch eager and the cost model, for performance cases

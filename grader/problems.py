@@ -48,4 +48,10 @@ def load_problems(assignment: Assignment) -> Mapping[str, Problem]:
         if target in assignment.functions and problem.call_args is None:
             raise SpecError(assignment.spec_path, f"functions.{target}.problem",
                             f"problem {spec.problem!r} has no call_args binding")
+    for index, perf in enumerate(assignment.performance):
+        spec = assignment.kernels.get(perf.target) or assignment.functions[perf.target]
+        if problems[spec.problem].baseline is None:
+            raise SpecError(assignment.spec_path, f"performance[{index}] (id={perf.id!r}).target",
+                            f"problem {spec.problem!r} declares no baseline (torch eager) "
+                            f"in {assignment.module}")
     return problems

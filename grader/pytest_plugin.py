@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 
 from grader.battery import Battery
-from grader.results import CaseResult
-from grader.spec import Assignment, Case, load_assignment
+from grader.sanitizer import sanitizer_command
+from grader.results import CaseResult, PerfResult
+from grader.spec import Assignment, Case, PerfCase, load_assignment
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -24,6 +25,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--grader-backend", default="interpreter", choices=("interpreter", "cuda"))
     group.addoption("--grader-seed", type=int, default=None, help="seed for the generated inputs")
     group.addoption("--grader-public-only", action="store_true", help="run only public cases")
+    group.addoption("--grader-sanitize", action="store_true",
+                    help="CUDA: run kernel cases once more under compute-sanitizer memcheck")
+    group.addoption("--grader-no-performance", action="store_true",
+                    help="leave out the spec's performance cases (e.g. in the selftest)")
     group.addoption("--grader-hide", action="append", default=[],
                     help="a folder the worker must not see (repeatable), e.g. the output folder")
 
@@ -48,11 +53,17 @@ class GradingSession:
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         self.public_only = bool(config.getoption("--grader-public-only"))
         self.hidden = tuple(config.getoption("--grader-hide"))
+        self.performance = not config.getoption("--grader-no-performance")
+        sanitize = bool(config.getoption("--grader-sanitize")) and self.backend == "cuda"
+        self.sanitizer = sanitizer_command() if sanitize else None
         self.battery: Battery | None = None
+        self.perf_runner: Any = None  # grader.benchmark.PerfRunner, made when a performance case runs
+        self.case_results: list[CaseResult] = []  # correctness results so far: they gate performance
 
     def battery_for(self, assignment: Assignment) -> Battery:
         if self.battery is None:
-            self.battery = Battery(assignment, self.submission, self.backend, self.seed, hidden=self.hidden)
+            self.battery = Battery(assignment, self.submission, self.backend, self.seed, hidden=self.hidden,
+                                   sanitizer=self.sanitizer)
         return self.battery
 
     def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -60,7 +71,18 @@ class GradingSession:
             return AssignmentFile.from_parent(parent, path=file_path, session_state=self)
         return None
 
+    def run_performance(self, assignment: Assignment, perf: PerfCase) -> PerfResult:
+        from grader import benchmark, performance
+
+        if self.backend != "cuda":  # nothing to start: the interpreter cannot time anything
+            return performance.skipped(perf)
+        if self.perf_runner is None:
+            self.perf_runner = benchmark.PerfRunner(assignment, self.seed)
+        return self.perf_runner.run(perf, self.battery_for(assignment), self.case_results)
+
     def pytest_sessionfinish(self) -> None:
+        if self.perf_runner is not None:
+            self.perf_runner.close()
         if self.battery is not None:
             self.battery.close()
 
@@ -69,6 +91,9 @@ class GradingSession:
         result = getattr(item, "grade", None)
         if call.when == "call" and result is not None:
             return {"grade": result.to_dict()}
+        perf = getattr(item, "performance", None)
+        if call.when == "call" and perf is not None:
+            return {"performance": perf.to_dict()}
         return {}
 
     @pytest.hookimpl(optionalhook=True)
@@ -91,6 +116,8 @@ class AssignmentFile(pytest.File):
         state = self.session_state
         for case in assignment.cases_for(state.backend, public_only=state.public_only):
             yield CaseItem.from_parent(self, name=case.id, case=case, assignment=assignment)
+        for perf in assignment.performance if state.performance else ():  # after the cases: they gate it
+            yield PerfItem.from_parent(self, name=perf.id, perf=perf, assignment=assignment)
 
 
 class CaseItem(pytest.Item):
@@ -103,6 +130,7 @@ class CaseItem(pytest.Item):
     def runtest(self) -> None:
         state: GradingSession = self.parent.session_state  # type: ignore[attr-defined]
         self.grade = state.battery_for(self.assignment).run_case(self.case)
+        state.case_results.append(self.grade)
         if not self.grade.passed:
             raise CaseFailed(self.grade)
 
@@ -113,3 +141,26 @@ class CaseItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, 0, f"{self.case.target}: {self.case.id}"
+
+
+class PerfItem(pytest.Item):
+    """A performance case: timed on CUDA once its target's correctness cases passed; otherwise skipped
+    with the reason (a performance case never fails the test run)."""
+
+    def __init__(self, *, perf: PerfCase, assignment: Assignment, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.perf = perf
+        self.assignment = assignment
+        self.performance: PerfResult | None = None
+
+    def runtest(self) -> None:
+        state: GradingSession = self.parent.session_state  # type: ignore[union-attr]
+        self.performance = state.run_performance(self.assignment, self.perf)
+        if not self.performance.timed:
+            pytest.skip(f"{self.performance.status}: {self.performance.reason}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        return f"grader internal error: {excinfo.exconly()}"
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"performance {self.perf.target}: {self.perf.id}"

@@ -25,7 +25,7 @@ import jinja2
 
 from grader.catalog import trap_catalog
 from grader.error_maps import CODES, LEGEND
-from grader.results import CaseResult, GradeResult
+from grader.results import CaseResult, GradeResult, Measurement, PerfResult
 from grader.spec import Assignment, TrapText
 
 MAX_MESSAGE_CHARS = 3000
@@ -391,8 +391,107 @@ class ReportView:
         return clean(self.result.submission, 200)
 
     @property
+    def performance(self) -> tuple[PerfRow, ...]:
+        return tuple(perf_row(p) for p in self.result.performance)
+
+    @property
+    def performance_device(self) -> str:
+        return device_line(self.result)
+
+    @property
+    def performance_skipped(self) -> str:
+        """One line instead of the table when no case could be measured at all (the interpreter)."""
+        perf = self.result.performance
+        if not perf or any(p.status != "skipped" for p in perf):
+            return ""
+        reasons = sorted({p.reason for p in perf})
+        return f"{len(perf)} performance case(s) not measured: {'; '.join(reasons)}."
+
+    @property
     def legend(self) -> list[tuple[str, str, str]]:
         return [(c, MAP_COLOURS[c], LEGEND[c]) for c in CODES]
+
+
+# ------------------------------------------------------------------------------------------ performance
+
+
+@dataclass(frozen=True)
+class PerfRow:
+    """One performance case, formatted for a table (every field a short string)."""
+
+    id: str
+    title: str
+    shape: str
+    status: str  # "timed" | "skipped" | "not-run" | "error"
+    time: str  # "0.1354 ms"
+    spread: str  # "±0.3%"
+    vs_torch: str  # "1.63x"
+    vs_reference: str
+    throughput: str  # "94.0% of copy bandwidth" or "313.7 TFLOP/s"
+    points: str  # "1 / 2"
+    reason: str
+    torch_label: str
+    torch_time: str
+    reference_time: str
+
+    @property
+    def timed(self) -> bool:
+        return self.status == "timed"
+
+
+def _ms(m: Measurement | None) -> str:
+    return f"{m.median_ms:.4f} ms" if m else "–"
+
+
+def _times(ratio: float | None) -> str:
+    return f"{ratio:.2f}x" if ratio is not None else "–"
+
+
+def throughput(m: Measurement | None) -> str:
+    if m is None:
+        return ""
+    parts = []
+    if m.pct_of_copy_bandwidth is not None:
+        parts.append(f"{m.pct_of_copy_bandwidth:.1f}% of copy bandwidth ({m.gb_per_s:.0f} GB/s)")
+    if m.tflops is not None:
+        parts.append(f"{m.tflops:.1f} TFLOP/s")
+    return ", ".join(parts)
+
+
+def perf_row(p: PerfResult) -> PerfRow:
+    return PerfRow(
+        id=p.perf_id, title=p.title, shape=f"{p.shape} {p.dtype}", status=p.status,
+        time=_ms(p.student), spread=f"±{p.student.spread_pct:.1f}%" if p.student else "",
+        vs_torch=_times(p.speedup_vs_torch), vs_reference=_times(p.speedup_vs_reference),
+        throughput=throughput(p.student),
+        points=f"{p.score:g} / {p.max_score:g}" if p.max_score else "–",
+        reason=clean(p.reason, 600), torch_label=p.torch.label if p.torch else "",
+        torch_time=_ms(p.torch), reference_time=_ms(p.reference),
+    )
+
+
+def perf_line(p: PerfResult) -> str:
+    """One performance case in one line of plain text (Gradescope test output, terminal)."""
+    r = perf_row(p)
+    if not r.timed:
+        return f"{r.status}: {r.reason}"
+    parts = [f"{r.time} {r.spread}", f"{r.vs_torch} torch eager ({r.torch_label} {r.torch_time})"]
+    if p.reference:
+        parts.append(f"{r.vs_reference} the reference ({r.reference_time})")
+    if r.throughput:
+        parts.append(r.throughput)
+    if p.max_score:
+        parts.append(f"{r.points} points")
+    if r.reason:
+        parts.append(r.reason)
+    return " · ".join(parts)
+
+
+def device_line(result: GradeResult) -> str:
+    d = result.performance_device
+    if d is None:
+        return ""
+    return f"{d.gpu} (copy bandwidth {d.copy_gb_per_s:.0f} GB/s), torch {d.torch}, triton {d.triton}"
 
 
 def case_view(

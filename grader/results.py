@@ -46,6 +46,120 @@ class CaseResult:
         )
 
 
+PERF_STATUSES = ("timed", "skipped", "not-run", "error")
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One implementation timed on one performance case: medians of repeated do_bench runs."""
+
+    label: str  # what was timed: "your layernorm", "reference", "F.layer_norm"
+    medians_ms: tuple[float, ...]
+    median_ms: float
+    spread_pct: float  # half the range of the medians, % of their median (printed as +-)
+    gb_per_s: float | None = None  # bytes moved / time (problems that declare bytes_moved)
+    pct_of_copy_bandwidth: float | None = None
+    tflops: float | None = None  # problems that declare flops
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["medians_ms"] = list(self.medians_ms)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Measurement | None:
+        if data is None:
+            return None
+        optional = {k: (None if data.get(k) is None else float(data[k]))
+                    for k in ("gb_per_s", "pct_of_copy_bandwidth", "tflops")}
+        return cls(label=str(data["label"]), medians_ms=tuple(float(m) for m in data["medians_ms"]),
+                   median_ms=float(data["median_ms"]), spread_pct=float(data["spread_pct"]), **optional)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """Where performance was measured: the GPU, its measured copy bandwidth, the versions."""
+
+    gpu: str
+    copy_gb_per_s: float  # a 1 GiB device-to-device copy, bytes read + written per second
+    torch: str
+    triton: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> DeviceInfo | None:
+        if data is None:
+            return None
+        return cls(str(data["gpu"]), float(data["copy_gb_per_s"]), str(data["torch"]), str(data["triton"]))
+
+
+@dataclass(frozen=True)
+class PerfResult:
+    """One performance case. `status`: "timed" (numbers below); "skipped" (the backend cannot time:
+    the interpreter; never counted, max_score 0); "not-run" (the target's correctness cases did not all
+    pass, or it cannot be run); "error" (it failed or gave a wrong output at the timed size)."""
+
+    perf_id: str
+    target: str
+    title: str
+    dims: Mapping[str, int]
+    dtype: str
+    status: str
+    reason: str = ""
+    student: Measurement | None = None
+    reference: Measurement | None = None
+    torch: Measurement | None = None
+    speedup_vs_torch: float | None = None  # torch time / your time: > 1 is faster than torch
+    speedup_vs_reference: float | None = None
+    relative_to: str = "reference"  # what thresholds compare with
+    thresholds: tuple[tuple[float, float], ...] = ()  # (speedup, points)
+    score: float = 0.0
+    max_score: float = 0.0
+    device: DeviceInfo | None = None
+
+    @property
+    def timed(self) -> bool:
+        return self.status == "timed"
+
+    @property
+    def shape(self) -> str:
+        return "x".join(str(v) for v in self.dims.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "perf_id": self.perf_id, "target": self.target, "title": self.title, "dims": dict(self.dims),
+            "dtype": self.dtype, "status": self.status, "reason": self.reason,
+            "student": self.student.to_dict() if self.student else None,
+            "reference": self.reference.to_dict() if self.reference else None,
+            "torch": self.torch.to_dict() if self.torch else None,
+            "speedup_vs_torch": self.speedup_vs_torch, "speedup_vs_reference": self.speedup_vs_reference,
+            "relative_to": self.relative_to, "thresholds": [list(t) for t in self.thresholds],
+            "score": self.score, "max_score": self.max_score,
+            "device": self.device.to_dict() if self.device else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PerfResult:
+        def ratio(key: str) -> float | None:
+            return None if data.get(key) is None else float(data[key])
+
+        return cls(
+            perf_id=str(data["perf_id"]), target=str(data["target"]), title=str(data["title"]),
+            dims={str(k): int(v) for k, v in dict(data.get("dims", {})).items()}, dtype=str(data["dtype"]),
+            status=str(data["status"]), reason=str(data.get("reason", "")),
+            student=Measurement.from_dict(data.get("student")),
+            reference=Measurement.from_dict(data.get("reference")),
+            torch=Measurement.from_dict(data.get("torch")),
+            speedup_vs_torch=ratio("speedup_vs_torch"), speedup_vs_reference=ratio("speedup_vs_reference"),
+            relative_to=str(data.get("relative_to", "reference")),
+            thresholds=tuple((float(s), float(p)) for s, p in data.get("thresholds", ())),
+            score=float(data.get("score", 0.0)), max_score=float(data.get("max_score", 0.0)),
+            device=DeviceInfo.from_dict(data.get("device")),
+        )
+
+
 @dataclass(frozen=True)
 class GradeResult:
     assignment: str
@@ -58,14 +172,19 @@ class GradeResult:
     notes: tuple[str, ...] = ()  # submission-level messages (import errors, GPU compile problems)
     public_only: bool = False
     format_version: int = RESULTS_FORMAT_VERSION
+    performance: tuple[PerfResult, ...] = ()  # [[performance]] cases (skipped ones have max_score 0)
 
     @property
     def score(self) -> float:
-        return sum(c.score for c in self.cases)
+        return sum(c.score for c in self.cases) + sum(p.score for p in self.performance)
 
     @property
     def max_score(self) -> float:
-        return sum(c.max_score for c in self.cases)
+        return sum(c.max_score for c in self.cases) + sum(p.max_score for p in self.performance)
+
+    @property
+    def performance_device(self) -> DeviceInfo | None:
+        return next((p.device for p in self.performance if p.device is not None), None)
 
     @property
     def traps(self) -> tuple[str, ...]:
@@ -97,6 +216,7 @@ class GradeResult:
             "max_score": self.max_score,
             "traps": list(self.traps),
             "cases": [c.to_dict() for c in self.cases],
+            "performance": [p.to_dict() for p in self.performance],
         }
 
     @classmethod
@@ -112,4 +232,5 @@ class GradeResult:
             notes=tuple(data.get("notes", ())),
             public_only=bool(data.get("public_only", False)),
             format_version=int(data.get("format_version", RESULTS_FORMAT_VERSION)),
+            performance=tuple(PerfResult.from_dict(p) for p in data.get("performance", ())),
         )

@@ -68,7 +68,8 @@ def corpus(assignment: Assignment) -> list[Path]:
 def grade_one(args: tuple[Assignment, Path, str, int, Path | None]) -> SelftestRow:
     assignment, path, backend, seed, out = args
     expected = expected_traps(path, backend)
-    result, report = grade(GradeRequest(assignment, path, backend, seed=seed))
+    # Diagnosis only: the mutants' speed is beside the point (and would cost GPU time per submission).
+    result, report = grade(GradeRequest(assignment, path, backend, seed=seed, performance=False))
     if out is not None:
         write_outputs(out / path.stem, result, assignment, report)
     return SelftestRow(

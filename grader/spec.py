@@ -19,6 +19,8 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 BACKENDS = ("interpreter", "cuda")
+PERF_DTYPES = ("float32", "float16", "bfloat16")
+PERF_RELATIVE_TO = ("reference", "torch")
 VISIBILITIES = ("public", "hidden")
 LAYOUTS = ("contiguous", "row-gap")
 
@@ -106,6 +108,52 @@ class Case:
 
 
 @dataclass(frozen=True)
+class Threshold:
+    """Reaching `speedup` (the student's speed over the bar's: >1 is faster) earns `points`."""
+
+    speedup: float
+    points: float
+
+
+@dataclass(frozen=True)
+class PerfCase:
+    """One timed run of a target on one (large) input, on CUDA only, after its correctness cases pass.
+
+    Points: those of the highest threshold reached, relative to the reference kernel (or to torch
+    eager, `relative_to = "torch"`); none without thresholds (an informational, leaderboard case).
+    """
+
+    id: str
+    target: str
+    dims: Mapping[str, int]
+    tolerance: str  # profile the output at this size is checked against before timing counts
+    dtype: str = "float32"
+    kind: str = "random"
+    meta: Mapping[str, int] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    thresholds: tuple[Threshold, ...] = ()
+    relative_to: str = "reference"
+    input_sets: int = 3  # inputs rotated among this many copies, so no repetition hits a warm cache
+    repeats: int = 5  # do_bench medians taken; the case reports their median and spread
+    timeout_s: float = 300.0
+    description: str = ""
+
+    @property
+    def max_score(self) -> float:
+        return max((t.points for t in self.thresholds), default=0.0)
+
+    @property
+    def shape(self) -> str:
+        return "x".join(str(v) for v in self.dims.values())
+
+    def as_case(self) -> Case:
+        """The correctness-case view of this input (what `Problem.make_inputs` takes)."""
+        return Case(id=self.id, target=self.target, dims=self.dims, kind=self.kind, points=0.0,
+                    visibility="public", tolerance=self.tolerance, meta=self.meta, options=self.options,
+                    backends=("cuda",), description=self.description)
+
+
+@dataclass(frozen=True)
 class TrapText:
     """The human side of a trap: what a student reads in the report."""
 
@@ -136,6 +184,7 @@ class Assignment:
     chapter: str = ""
     reference: str = ""  # path (relative to the spec) of the reference solution, for selftest
     mutants: str = ""  # folder (relative to the spec) of the mutant corpus, for selftest
+    performance: tuple[PerfCase, ...] = ()  # timed cases ([[performance]]), CUDA only
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -238,7 +287,7 @@ def load_assignment(spec_path: Path) -> Assignment:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(spec_path, "", f"not valid TOML: {exc}") from None
     top = _Reader(spec_path, raw, "")
-    top.reject_unknown({"assignment", "tolerances", "kernels", "functions", "cases", "traps"})
+    top.reject_unknown({"assignment", "tolerances", "kernels", "functions", "cases", "traps", "performance"})
     head = top.sub("assignment")
     head.reject_unknown(
         {"id", "title", "module", "submission_file", "chapter", "call_timeout_s", "import_timeout_s",
@@ -252,6 +301,7 @@ def load_assignment(spec_path: Path) -> Assignment:
     if not targets:
         raise top.fail("kernels", "the assignment names no kernels and no functions")
     cases = _load_cases(top, targets, tolerances, kernels)
+    performance = _load_performance(top, targets, tolerances, kernels, {c.id for c in cases})
     module = head.get("module", str)
     if not (spec_path.parent / module).is_file():
         raise head.fail("module", f"names {module!r}, which is not a file next to the spec")
@@ -275,6 +325,7 @@ def load_assignment(spec_path: Path) -> Assignment:
         chapter=head.get("chapter", str, ""),
         reference=head.get("reference", str, ""),
         mutants=head.get("mutants", str, ""),
+        performance=performance,
     )
 
 
@@ -430,3 +481,83 @@ def _int_table(r: _Reader, name: str, required: bool) -> dict[str, int]:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise r.fail(f"{name}.{key}", f"must be a non-negative integer, got {value!r}")
     return dict(table)
+
+
+_PERF_KEYS = {
+    "id", "target", "dims", "dtype", "tolerance", "kind", "meta", "options", "thresholds", "relative_to",
+    "input_sets", "repeats", "timeout_s", "description",
+}
+
+
+def _load_performance(
+    top: _Reader,
+    targets: set[str],
+    tolerances: Mapping[str, ToleranceProfile],
+    kernels: Mapping[str, KernelSpec],
+    case_ids: set[str],
+) -> tuple[PerfCase, ...]:
+    raw = top.get("performance", list, [])
+    seen = set(case_ids)
+    out = []
+    for index, table in enumerate(raw):
+        if not isinstance(table, dict):
+            raise top.fail(f"performance[{index}]", "must be a table ([[performance]])")
+        r = _Reader(top.path, table, f"performance[{index}]")
+        r.reject_unknown(_PERF_KEYS)
+        perf_id = r.get("id", str)
+        r = _Reader(top.path, table, f"performance[{index}] (id={perf_id!r})")
+        if perf_id in seen:
+            raise r.fail("id", "is used by an earlier case or performance case; ids must be unique")
+        seen.add(perf_id)
+        target = r.get("target", str)
+        if target not in targets:
+            raise r.fail("target", f"{target!r} is not a kernel or function of this assignment")
+        dtype = r.choice("dtype", PERF_DTYPES, "float32")
+        tolerance = r.get("tolerance", str)
+        if tolerance not in tolerances:
+            raise r.fail("tolerance", f"{tolerance!r} is not a profile under [tolerances]")
+        if ("cuda", dtype) not in tolerances[tolerance].entries:
+            raise r.fail("tolerance", f"profile {tolerance!r} has no cuda.{dtype} entry")
+        meta = _int_table(r, "meta", required=False)
+        if target in kernels:
+            missing = [c for c in kernels[target].constexprs if c not in meta]
+            if missing:
+                raise r.fail("meta", "kernel targets must give every constexpr; missing "
+                             + ", ".join(missing))
+        timeout_s = float(r.get("timeout_s", (int, float), 300.0))
+        if timeout_s <= 0:
+            raise r.fail("timeout_s", "must be > 0")
+        out.append(PerfCase(
+            id=perf_id, target=target, dims=_int_table(r, "dims", required=True), tolerance=tolerance,
+            dtype=dtype, kind=r.get("kind", str, "random"), meta=meta,
+            options=dict(r.get("options", dict, {})), thresholds=_thresholds(r),
+            relative_to=r.choice("relative_to", PERF_RELATIVE_TO, "reference"),
+            input_sets=_positive_int(r, "input_sets", 3), repeats=_positive_int(r, "repeats", 5),
+            timeout_s=timeout_s, description=r.get("description", str, ""),
+        ))
+    return tuple(out)
+
+
+def _positive_int(r: _Reader, name: str, default: int) -> int:
+    value = r.get(name, int, default)
+    if value < 1:
+        raise r.fail(name, f"must be >= 1, got {value}")
+    return value
+
+
+def _thresholds(r: _Reader) -> tuple[Threshold, ...]:
+    """`thresholds = [[speedup, points], ...]`: speedups strictly increasing, points non-decreasing."""
+    raw = r.get("thresholds", list, [])
+    out: list[Threshold] = []
+    for i, pair in enumerate(raw):
+        ok = (isinstance(pair, list) and len(pair) == 2
+              and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in pair))
+        if not ok:
+            raise r.fail(f"thresholds[{i}]", f"must be [speedup, points] (two numbers), got {pair!r}")
+        speedup, points = float(pair[0]), float(pair[1])
+        if speedup <= 0 or points < 0:
+            raise r.fail(f"thresholds[{i}]", "speedup must be > 0 and points >= 0")
+        if out and (speedup <= out[-1].speedup or points < out[-1].points):
+            raise r.fail(f"thresholds[{i}]", "speedups must increase and points must not decrease")
+        out.append(Threshold(speedup, points))
+    return tuple(out)

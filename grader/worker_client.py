@@ -67,9 +67,13 @@ class WorkerOptions:
     hidden_paths: tuple[str, ...] = ()
     # Run the worker in its own PID, mount and network namespaces when the grader is root (Linux
     # `unshare`): it cannot see or signal the grader, reach the network, read /proc of other
-    # processes, or leave a daemon behind (all die with the namespace). On by default except on CUDA,
-    # where it has not been verified yet.
+    # processes, or leave a daemon behind (all die with the namespace). None: $GRADER_NAMESPACES
+    # ("on"/"off"), else on (verified on the H200: CUDA works inside them).
     namespaces: bool | None = None
+    # Run the worker under this tool (e.g. compute-sanitizer's memcheck: grader/sanitizer.py), with
+    # these extra environment variables.
+    tool: tuple[str, ...] = ()
+    tool_environment: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -183,10 +187,12 @@ class Worker:
         env["PYTHONNOUSERSITE"] = "1"
         env["TRITON_CACHE_DIR"] = str(self.sandbox / "triton-cache")
         env["HOME"] = str(self.sandbox)
+        env.update(dict(self.options.tool_environment))
         return env
 
     def _command(self, read_fd: int, write_fd: int) -> list[str]:
-        worker = [sys.executable, "-m", "grader.worker", self.options.backend, str(read_fd), str(write_fd)]
+        worker = [*self.options.tool, sys.executable, "-m", "grader.worker", self.options.backend, str(read_fd),
+                  str(write_fd)]
         if not self.isolated:
             return worker
         drop = []
@@ -282,6 +288,21 @@ class Worker:
 
     # ------------------------------------------------------------------ talking
 
+    def output_size(self) -> int:
+        try:
+            return (self.sandbox / "output.log").stat().st_size
+        except OSError:
+            return 0
+
+    def output_since(self, offset: int, limit: int = 1 << 20) -> str:
+        """What the worker printed since `output_size()` returned `offset` (at most `limit` bytes)."""
+        try:
+            with open(self.sandbox / "output.log", "rb") as f:
+                f.seek(offset)
+                return f.read(limit).decode("utf-8", "replace")
+        except OSError:
+            return ""
+
     def output_tail(self) -> str:
         path = self.sandbox / "output.log"
         try:
@@ -336,15 +357,13 @@ class Worker:
 
 
 def namespaces_wanted(options: WorkerOptions) -> bool:
-    """WorkerOptions.namespaces if set, else $GRADER_NAMESPACES ("on"/"off"), else on except on CUDA."""
+    """WorkerOptions.namespaces if set, else $GRADER_NAMESPACES ("on"/"off"), else on."""
     if options.namespaces is not None:
         return options.namespaces
     setting = os.environ.get("GRADER_NAMESPACES", "auto").strip().lower()
     if setting in ("on", "1", "yes"):
         return True
-    if setting in ("off", "0", "no"):
-        return False
-    return options.backend != "cuda"
+    return setting not in ("off", "0", "no")
 
 
 @functools.lru_cache(maxsize=1)

@@ -351,8 +351,6 @@ def test_modifies_inputs(grade_text, reference_graded) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known gap (docs/security.md): code in the worker's process can switch off "
-                   "the in-process launch/operator recorder; needs replaying the recorded launches to verify outputs")
 def test_evades_fusion_check(grade_text, reference_graded) -> None:
     graded = grade_text(hostile_text("evades_fusion_check.py"))
     assert graded.exit_code == 0
@@ -375,12 +373,11 @@ def test_fakes_kernel_object(grade_text, reference_graded) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known gap (docs/security.md): the worker's reply pipe is writable by the "
-                   "code it runs; a forged reply cannot be told from a real one in-process")
 def test_forges_worker_reply(grade_text, reference_graded) -> None:
     graded = grade_text(hostile_text("forges_worker_reply.py"))
     assert graded.exit_code == 0
-    assert_outcome(graded.results, reference_graded, {"row_mean_var": {"not-fused"}}, everything_fails=True)
+    # The forged reply carries no launch record the grader can replay: the account was altered.
+    assert_outcome(graded.results, reference_graded, {"row_mean_var": {"tampering"}}, everything_fails=True)
     assert_expected_traps("forges_worker_reply.py", graded.results)
 
 

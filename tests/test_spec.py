@@ -215,3 +215,124 @@ def test_every_exposed_and_signature_trap_is_documented(fused_layers) -> None:
 def test_reference_and_mutants_exist(fused_layers) -> None:
     assert (fused_layers.root / fused_layers.reference).is_file()
     assert sorted((fused_layers.root / fused_layers.mutants).glob("*.py"))
+
+
+# ------------------------------------------------------------------------------------ performance cases
+
+PERF = """
+[[performance]]
+id = "perf-copy"
+target = "copy"
+description = "a million elements"
+dims = { N = 1000000 }
+tolerance = "exact"
+thresholds = [[0.5, 1], [0.8, 2.5]]
+
+[[performance]]
+id = "perf-copy-kernel"
+target = "copy_kernel"
+dims = { N = 4096 }
+meta = { BLOCK = 1024 }
+tolerance = "exact"
+relative_to = "torch"
+input_sets = 4
+repeats = 7
+timeout_s = 60
+"""
+WITH_PERF = VALID + PERF
+
+
+def perf_edited(old: str, new: str) -> str:
+    assert WITH_PERF.count(old) == 1, old
+    return WITH_PERF.replace(old, new)
+
+
+def test_performance_cases_load(tmp_path: Path) -> None:
+    a = load_assignment(write_spec(tmp_path, WITH_PERF))
+    first, second = a.performance
+    assert (first.id, first.target, dict(first.dims)) == ("perf-copy", "copy", {"N": 1000000})
+    assert first.dtype == "float32"
+    assert [(t.speedup, t.points) for t in first.thresholds] == [(0.5, 1.0), (0.8, 2.5)]
+    assert first.max_score == 2.5 and first.relative_to == "reference"
+    assert (first.input_sets, first.repeats, first.timeout_s) == (3, 5, 300.0)  # defaults
+    assert second.thresholds == () and second.max_score == 0  # informational by default
+    assert (second.relative_to, second.input_sets, second.repeats, second.timeout_s) == ("torch", 4, 7, 60.0)
+    assert second.as_case().meta == {"BLOCK": 1024} and second.as_case().dims == {"N": 4096}
+    assert a.max_score == 3  # correctness points only: performance points come with a timed run
+
+
+def test_no_performance_section_means_none(tmp_path: Path) -> None:
+    assert load_assignment(write_spec(tmp_path, VALID)).performance == ()
+
+
+PERF_ID = "performance[0] (id='perf-copy')"
+PERF_ID_2 = "performance[1] (id='perf-copy-kernel')"
+BROKEN_PERF = {
+    "unknown key": (('id = "perf-copy"\n', 'id = "perf-copy"\ncolour = "red"\n'),
+                    "performance[0].colour", "unknown key"),
+    "unknown target": (('target = "copy"\ndescription', 'target = "paste"\ndescription'),
+                       f"{PERF_ID}.target", "'paste' is not a kernel or function"),
+    "id shared with a correctness case": (('id = "perf-copy"\n', 'id = "kernel-basic"\n'),
+                                          "performance[0] (id='kernel-basic').id", "unique"),
+    "threshold not a pair": (("[[0.5, 1], [0.8, 2.5]]", "[[0.5, 1, 2]]"), f"{PERF_ID}.thresholds[0]",
+                             "[speedup, points]"),
+    "threshold of strings": (("[[0.5, 1], [0.8, 2.5]]", '[["fast", 1]]'), f"{PERF_ID}.thresholds[0]",
+                             "[speedup, points]"),
+    "speedups not increasing": (("[[0.5, 1], [0.8, 2.5]]", "[[0.8, 1], [0.5, 2]]"),
+                                f"{PERF_ID}.thresholds[1]", "must increase"),
+    "points decreasing": (("[[0.5, 1], [0.8, 2.5]]", "[[0.5, 2], [0.8, 1]]"), f"{PERF_ID}.thresholds[1]",
+                          "must not decrease"),
+    "negative points": (("[[0.5, 1], [0.8, 2.5]]", "[[0.5, -1]]"), f"{PERF_ID}.thresholds[0]", "points >= 0"),
+    "unknown dtype": (('dims = { N = 1000000 }\n', 'dims = { N = 1000000 }\ndtype = "float64"\n'),
+                      f"{PERF_ID}.dtype", "must be one of float32"),
+    "tolerance without that dtype": (
+        ('dims = { N = 1000000 }\n', 'dims = { N = 1000000 }\ndtype = "float16"\n'),
+        f"{PERF_ID}.tolerance", "no cuda.float16 entry"),
+    "kernel target missing a constexpr": (("meta = { BLOCK = 1024 }\n", ""), f"{PERF_ID_2}.meta",
+                                          "missing BLOCK"),
+    "bad relative_to": (('relative_to = "torch"', 'relative_to = "cublas"'),
+                        f"{PERF_ID_2}.relative_to", "must be one of reference, torch"),
+    "zero repeats": (("repeats = 7", "repeats = 0"), f"{PERF_ID_2}.repeats", ">= 1"),
+    "negative timeout": (("timeout_s = 60", "timeout_s = -1"), f"{PERF_ID_2}.timeout_s", "> 0"),
+    "a table, not an array of tables": (
+        (PERF, '\n[performance]\nid = "perf-copy"\n'), "performance", "must be a list"),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN_PERF))
+def test_performance_spec_errors_name_file_and_key(tmp_path: Path, name: str) -> None:
+    (old, new), key, problem = BROKEN_PERF[name]
+    err = spec_error(tmp_path, perf_edited(old, new))
+    assert err.key == key
+    assert problem in err.problem
+
+
+def test_performance_target_needs_a_baseline(tmp_path: Path) -> None:
+    """A performance case's problem must declare torch eager to compare with (checked when the oracle
+    module is loaded: the spec alone cannot know)."""
+    path = write_spec(tmp_path, WITH_PERF)
+    (tmp_path / "oracles.py").write_text(
+        "from grader.problem import In, Out, Problem\n"
+        "PROBLEMS = {'copy': Problem(name='copy', make_inputs=lambda c, m: {}, expected=lambda i: {},\n"
+        "    kernel_args=lambda i: {}, call_args=lambda i: ([], {}))}\n", encoding="utf-8")
+    with pytest.raises(SpecError) as info:
+        load_problems(load_assignment(path))
+    assert info.value.key == "performance[0] (id='perf-copy').target"
+    assert "declares no baseline" in info.value.problem
+
+
+def test_real_assignments_declare_performance(repo_root: Path) -> None:
+    fused = load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
+    shapes = {(p.target, p.shape) for p in fused.performance}
+    assert {("row_mean_var", "8192x8192"), ("layernorm", "8192x8192"),
+            ("fused_linear_gelu", "4096x4096x4096")} <= shapes
+    softmax = load_assignment(repo_root / "assignments" / "softmax" / "assignment.toml")
+    assert ("softmax", "8192x8192") in {(p.target, p.shape) for p in softmax.performance}
+    for a in (fused, softmax):
+        problems = load_problems(a)  # every performance target's problem has a baseline
+        for perf in a.performance:
+            spec = a.kernels.get(perf.target) or a.functions[perf.target]
+            baseline = problems[spec.problem].baseline
+            assert baseline is not None
+            assert baseline.bytes_moved or baseline.flops, perf.id
+            assert perf.max_score == 0  # informational: the grade is correctness only

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from grader.inputs import InputMaker
-from grader.problem import In, Out, Problem, Signature, Stride
+from grader.problem import Baseline, In, Out, Problem, Signature, Stride
 from grader.spec import Case
 
 F32_EPS = 2.0**-24  # unit roundoff of float32
@@ -382,6 +382,29 @@ def trap_cancellation_ln(inputs: dict[str, Any]) -> Signature:
                      min_deviation=min_deviation / 5)
 
 
+# --------------------------------------------------------------------------- performance baselines
+# Torch eager on the same inputs (tensors on the GPU), and the least work one run must do: bytes a
+# row kernel reads and writes (its bandwidth is reported as a share of the measured copy bandwidth),
+# floating-point operations of the matmul (TFLOP/s). float32 throughout: 4 bytes an element.
+
+LINEAR_BASELINE = Baseline(
+    label="F.gelu(F.linear(x, weight, bias))",
+    run=lambda i: F.gelu(F.linear(i["x"], i["weight"], i["bias"])),
+    flops=lambda d: 2 * d["M"] * d["N"] * d["K"],  # one multiply-add per (m, n, k); bias and GELU are O(MN)
+    tf32=True,  # tl.dot on float32 uses tf32 on the GPU: the same for torch
+)
+ROW_STATS_BASELINE = Baseline(
+    label="torch.var_mean(x, dim=1, unbiased=False)",
+    run=lambda i: torch.var_mean(i["x"], dim=1, unbiased=False),
+    outputs=("var", "mean"),
+    bytes_moved=lambda d: 4 * (d["M"] * d["N"] + 2 * d["M"]),  # read x, write mean and var
+)
+LAYERNORM_BASELINE = Baseline(
+    label="F.layer_norm",
+    run=lambda i: F.layer_norm(i["x"], (i["x"].shape[-1],), i["weight"], i["bias"], i["eps"]),
+    bytes_moved=lambda d: 4 * (2 * d["M"] * d["N"] + 2 * d["N"]),  # read x, write out, read gamma and beta
+)
+
 # --------------------------------------------------------------------------- registration
 
 PROBLEMS = {
@@ -397,6 +420,7 @@ PROBLEMS = {
             "gelu-before-bias": trap_gelu_before_bias,
             "weight-not-transposed": trap_weight_not_transposed,
         },
+        baseline=LINEAR_BASELINE,
     ),
     "row_stats": Problem(
         name="row_stats",
@@ -410,6 +434,7 @@ PROBLEMS = {
             "ignores-stride": trap_ignores_stride_stats,
             "variance-cancellation": trap_cancellation_stats,
         },
+        baseline=ROW_STATS_BASELINE,
     ),
     "layernorm": Problem(
         name="layernorm",
@@ -426,5 +451,6 @@ PROBLEMS = {
             "padding-in-reduction": trap_padding_ln,
             "variance-cancellation": trap_cancellation_ln,
         },
+        baseline=LAYERNORM_BASELINE,
     ),
 }

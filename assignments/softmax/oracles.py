@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from grader.inputs import InputMaker
-from grader.problem import In, Out, Problem, Signature, Stride
+from grader.problem import Baseline, In, Out, Problem, Signature, Stride
 from grader.spec import Case
 
 F32_MAX = torch.finfo(torch.float32).max
@@ -197,6 +197,14 @@ def trap_wrong_axis(inputs: dict[str, Any]) -> Signature | None:
     return Signature({"out": torch.softmax(x, dim=0)}, undefined={"out": beyond})
 
 
+# --------------------------------------------------------------------------- performance baseline
+
+SOFTMAX_BASELINE = Baseline(
+    label="torch.softmax(x, dim=-1)",
+    run=lambda i: torch.softmax(i["x"], dim=-1),
+    bytes_moved=lambda d: 4 * 2 * d["M"] * d["N"],  # float32: read x once, write out once
+)
+
 # --------------------------------------------------------------------------- registration
 
 # One problem for all three targets: the trap functions read the launch's BLOCK_N from `meta` (absent
@@ -215,5 +223,6 @@ PROBLEMS = {
             "online-rescale-missing": trap_online_rescale_missing,
             "wrong-axis": trap_wrong_axis,
         },
+        baseline=SOFTMAX_BASELINE,
     ),
 }

@@ -33,6 +33,10 @@ def main() -> int:
             reply = harness.call(request)
         elif op == "compile":
             reply = harness.compile(request)
+        elif op == "time":
+            reply = harness.time(request)
+        elif op == "replay":
+            reply = harness.replay(request)
         else:
             reply = {"ok": False, "error": {"type": "ProtocolError", "message": f"unknown op {op!r}",
                                             "frames": []}}

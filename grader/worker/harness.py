@@ -18,6 +18,16 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader import guards
+from grader.worker.protocol import POINTERS_LINE
+from grader.worker import timing
+from grader.worker.launch_record import LaunchRecord, decode_value, describe_tensor
+
+try:
+    from triton.runtime.autotuner import Autotuner, Heuristics
+
+    _TUNERS: tuple[type, ...] = (Autotuner, Heuristics)
+except ImportError:  # pragma: no cover - every supported triton has them
+    _TUNERS = ()
 
 SUBMISSION_MODULE = "submission"
 
@@ -142,6 +152,8 @@ class _Recorder:
         self.launches: list[dict[str, Any]] = []
         self.torch_ops: dict[str, int] = {}
         self.depth = 0
+        self.current: LaunchRecord | None = None
+        self.keep: list[torch.Tensor] = []  # every tensor a launch saw, alive until the call returns
 
 
 def _patch_kernel_runs() -> None:
@@ -163,15 +175,22 @@ def _patch_kernel_runs() -> None:
             rec = _Recorder.active
             if rec is None or kwargs.get("warmup"):
                 return __original(self, *args, **kwargs)
-            if rec.depth == 0:
-                grid = kwargs.get("grid")
-                rec.launches.append({"kernel": getattr(kernel_function(self), "__name__", "?"),
-                                     "grid": repr(grid)[:80]})
-            rec.depth += 1
+            top = rec.depth == 0
+            rec.depth += 1  # from here on, torch operators the recording itself runs are not counted
             try:
+                if top:
+                    grid = kwargs.get("grid")
+                    rec.launches.append({"kernel": getattr(kernel_function(self), "__name__", "?"),
+                                         "grid": repr(grid)[:80]})
+                    rec.current = LaunchRecord(args, kwargs, rec.keep)
+                if rec.current is not None and not isinstance(self, _TUNERS):
+                    kwargs = rec.current.innermost_call(self, args, kwargs)
                 return __original(self, *args, **kwargs)
             finally:
                 rec.depth -= 1
+                if top and rec.current is not None:
+                    rec.launches[-1]["replay"] = rec.current.encode()
+                    rec.current = None
 
         run._grader_wrapped = True  # type: ignore[attr-defined]
         cls.run = run  # type: ignore[method-assign]
@@ -191,8 +210,9 @@ class _TorchOps(TorchDispatchMode):
             rec.torch_ops[name] = rec.torch_ops.get(name, 0) + 1
         out = func(*args, **(kwargs or {}))
         if name in _ALLOCATIONS and isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
-            with torch.no_grad():
-                guards.bits(out).fill_(guards.nan_pattern(out.dtype, guards.PAYLOAD_OUTPUT_POISON))
+            with torch.no_grad():  # the whole storage: row gaps of a strided allocation too
+                whole = torch.empty(0, dtype=out.dtype, device=out.device).set_(out.untyped_storage())
+                guards.bits(whole).fill_(guards.nan_pattern(out.dtype, guards.PAYLOAD_OUTPUT_POISON))
         return out
 
 
@@ -299,13 +319,18 @@ class Harness:
         args = [self._resolve(a, tensors) for a in request["args"]]
         tuned = set(tuned_meta(kernel))
         meta = {k: v for k, v in request["meta"].items() if k not in tuned}
+        if request.get("announce_pointers"):  # under memcheck the launch may kill the worker: say it first
+            print(f"{POINTERS_LINE} {' '.join(str(p) for p in self._device_ptrs())}", file=sys.stderr, flush=True)
         try:
             kernel[make_grid(request["grid"])](*args, **meta)
             self._sync()
         except BaseException as exc:
             return {"ok": False, "error": describe_exception(exc, self.path),
-                    "fatal": is_fatal_device_error(exc)}
-        return {"ok": True, "storages": self._storages_back()}
+                    "fatal": is_fatal_device_error(exc), "device_ptrs": self._device_ptrs()}
+        return {"ok": True, "storages": self._storages_back(), "device_ptrs": self._device_ptrs()}
+
+    def _device_ptrs(self) -> list[int]:
+        return [int(s.data_ptr()) for s in self._storages]
 
     def compile(self, request: dict[str, Any]) -> dict[str, Any]:
         kernel = getattr(self.module, request["kernel"])
@@ -319,6 +344,23 @@ class Harness:
         except BaseException as exc:
             return {"ok": False, "error": describe_exception(exc, self.path)}
         return {"ok": True}
+
+    def replay(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run recorded launches again, in order, on the storages the grader vouched for; no wrapper
+        code runs. Storages a launch does not reload keep what earlier launches wrote."""
+        buffers: dict[int, torch.Tensor] = {}
+        try:
+            for launch in request["launches"]:
+                for sid, data in launch["load"].items():
+                    buffers[sid] = data.to(self.device).clone()
+                jit = replayable_kernel(self.module, launch["kernel"])
+                args = [decode_value(a, buffers) for a in launch["args"]]
+                kwargs = {k: decode_value(v, buffers) for k, v in launch["kwargs"].items()}
+                jit[tuple(launch["grid"])](*args, **kwargs)
+            self._sync()
+        except BaseException as exc:
+            return {"ok": False, "error": describe_exception(exc, self.path), "fatal": is_fatal_device_error(exc)}
+        return {"ok": True, "buffers": {sid: b.detach().to("cpu").clone() for sid, b in buffers.items()}}
 
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
         function = getattr(self.module, request["function"])
@@ -343,7 +385,73 @@ class Harness:
             "launches": recorder.launches,
             "torch_ops": recorder.torch_ops,
             "storages": self._storages_back(),
+            "result_views": result_views(result),
         }
+
+    # ------------------------------------------------------------------ performance: the "time" op
+
+    def time(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Run a target once on the request's inputs (that run compiles and autotunes it), send back its
+        outputs if asked (`return_outputs`), then, on CUDA and if asked (`time`), time it with
+        grader.worker.timing.bench over `sets` rotated copies of the inputs. See timing.prepare_call
+        for the encoding of `inputs`, `args`, `kwargs` and `outputs`."""
+        prepared = None
+        try:
+            target = getattr(self.module, request["target"])
+            is_kernel = request["kind"] == "kernel"
+            tuned = set(tuned_meta(target)) if is_kernel else set()
+            meta = {k: v for k, v in request.get("meta", {}).items() if k not in tuned}
+            grid = make_grid(request["grid"]) if is_kernel else None
+            prepared = timing.prepare_call(target, request, self.device, grid, meta)
+            result = prepared.call(0)
+            self._sync()
+            reply: dict[str, Any] = {"ok": True}
+            if request.get("return_outputs"):
+                if is_kernel:
+                    reply["outputs"] = [t.detach().to("cpu").clone() for t in prepared.outputs[0]]
+                else:
+                    reply["result"] = encode_value(result)
+            del result
+            if request.get("time") and self.device.type == "cuda":
+                measured = timing.bench(prepared.call, sets=int(request.get("sets", 1)),
+                                        repeats=int(request.get("repeats", 5)),
+                                        warmup_ms=float(request.get("warmup_ms", timing.DEFAULT_WARMUP_MS)),
+                                        rep_ms=float(request.get("rep_ms", timing.DEFAULT_REP_MS)))
+                reply["timing"] = measured.to_dict()
+        except BaseException as exc:
+            return {"ok": False, "error": describe_exception(exc, self.path), "fatal": is_fatal_device_error(exc)}
+        finally:
+            del prepared
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+        return reply
+
+
+def replayable_kernel(module: Any, name: str) -> Any:
+    """The innermost JIT function called `name` among the module's kernels (under any autotune or
+    heuristics wrapper): a replay runs exactly the recorded configuration, without re-tuning."""
+    for obj in vars(module).values():
+        seen = 0
+        while isinstance(obj, triton.runtime.KernelInterface) and seen < 10:
+            if not isinstance(obj, _TUNERS) and getattr(getattr(obj, "fn", None), "__name__", None) == name:
+                return obj
+            obj = getattr(obj, "fn", None)
+            seen += 1
+    raise LookupError(f"the submission has no Triton kernel named {name!r}")
+
+
+def result_views(result: Any) -> list[dict[str, Any] | None]:
+    """Where each returned tensor lives (storage, offset, shape, stride), in return order."""
+    items = list(result) if type(result) in (tuple, list) else [result]
+    views: list[dict[str, Any] | None] = []
+    for item in items:
+        try:
+            plain = (type(item) is torch.Tensor and item.layout == torch.strided and not item.is_nested
+                     and item.device.type != "meta")
+            views.append(describe_tensor(item) if plain else None)
+        except Exception:  # a tensor without a storage of its own: nothing to replay into
+            views.append(None)
+    return views
 
 
 def compile_for_gpu(kernel: Any, signature: dict[str, str], constexprs: dict[str, Any], arch: int) -> None:

@@ -1,5 +1,5 @@
 # attack: row_mean_var computes with torch, then writes a forged 'launched one kernel, no torch ops' reply straight into the worker's pipe to the grader (its fd is in sys.argv), and swallows the harness's truthful reply
-# expect: not-fused, unwritten-output
+# expect: tampering, unwritten-output
 # ruff: noqa: E402, E501, F401, F811, F841, I001
 # The kernels store nothing; the forged reply claims a launch that computed nothing.
 """Reference solution for the ``fused_layers`` assignment (textbook chapter 20).

@@ -1,0 +1,159 @@
+"""Time GPU work the way performance cases do; shared by the worker (student and reference targets),
+the grader (torch eager baselines, the device's copy bandwidth) and benchmarks/.
+
+`bench` wraps `triton.testing.do_bench`: CUDA events, a warm-up, the L2 cache flushed before every
+repetition, the median. It takes that median `repeats` times and reports them all (their median and
+spread are the result), each call on the next of `sets` copies of the inputs, so no repetition reads
+what the previous one left in a cache. The caller makes one untimed call first (compilation,
+autotuning). Only torch and triton are imported: the worker may use this after it confined imports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from triton.testing import do_bench  # bound before any submission is imported
+
+COPY_BYTES = 1 << 30  # the copy-bandwidth probe: a 1 GiB device-to-device copy
+DEFAULT_WARMUP_MS = 25.0
+DEFAULT_REP_MS = 100.0
+
+
+@dataclass(frozen=True)
+class Timing:
+    """`repeats` do_bench medians (ms) of one callable."""
+
+    medians_ms: tuple[float, ...]
+
+    @property
+    def median_ms(self) -> float:
+        return float(statistics.median(self.medians_ms))
+
+    @property
+    def spread_pct(self) -> float:
+        """Half the range of the medians, in % of their median (the report prints it as +-)."""
+        mid = self.median_ms
+        return 100.0 * (max(self.medians_ms) - min(self.medians_ms)) / 2.0 / mid if mid > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"medians_ms": list(self.medians_ms)}
+
+
+def bench(
+    call: Callable[[int], Any],
+    sets: int = 1,
+    repeats: int = 5,
+    warmup_ms: float = DEFAULT_WARMUP_MS,
+    rep_ms: float = DEFAULT_REP_MS,
+) -> Timing:
+    """Time `call(i)` (i = the input set to use, rotating over `sets`) on the current CUDA device."""
+    state = {"i": 0}
+
+    def step() -> None:
+        call(state["i"] % sets)
+        state["i"] += 1
+
+    medians = [
+        float(do_bench(step, warmup=warmup_ms, rep=rep_ms, return_mode="median")) for _ in range(repeats)
+    ]
+    return Timing(tuple(medians))
+
+
+def copy_bandwidth_gbs(nbytes: int = COPY_BYTES, repeats: int = 5) -> float:
+    """Device-to-device copy of `nbytes`: bytes read + written per second, in GB/s."""
+    ms = _time_copy(nbytes, repeats)
+    torch.cuda.empty_cache()  # the two buffers died with _time_copy
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def _time_copy(nbytes: int, repeats: int) -> float:
+    src = torch.empty(nbytes // 4, device="cuda", dtype=torch.float32).normal_()
+    dst = torch.empty_like(src)
+    return bench(lambda i: dst.copy_(src), sets=1, repeats=repeats).median_ms
+
+
+@contextlib.contextmanager
+def tf32_matmul(enabled: bool) -> Iterator[None]:
+    """`torch.backends.cuda.matmul.allow_tf32 = enabled` for the block only (restored after)."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+# --------------------------------------------------------------------------- a timed call, from plain data
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """One target bound to `sets` copies of its inputs on the device: `call(i)` runs it on copy i."""
+
+    call: Callable[[int], Any]
+    outputs: tuple[tuple[torch.Tensor, ...], ...]  # kernel output buffers per set (empty for functions)
+
+
+def _dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dtype
+
+
+def prepare_call(
+    target: Any,
+    request: dict[str, Any],
+    device: torch.device,
+    grid: Callable[[dict[str, Any]], tuple[int, ...]] | None = None,
+    meta: dict[str, Any] | None = None,
+) -> PreparedCall:
+    """Bind a kernel (launched over `grid` with `meta`) or a function to its encoded arguments.
+
+    `request`: `inputs` (contiguous CPU tensors), `args` / `kwargs` whose items are plain values or
+    {"in": i, "T": bool} (input i, transposed if T) or {"out": j} (kernel output buffer j, allocated
+    per set from `outputs`: [{"shape": [...], "dtype": "float32"}]), and `sets`.
+    """
+    sets = int(request.get("sets", 1))
+    first = [t.to(device) for t in request["inputs"]]
+    inputs = [first] + [[t.clone() for t in first] for _ in range(sets - 1)]
+    specs = list(request.get("outputs", ()))
+    outputs = tuple(
+        tuple(torch.empty(tuple(o["shape"]), dtype=_dtype(o["dtype"]), device=device) for o in specs)
+        for _ in range(sets)
+    )
+
+    def resolve(value: Any, i: int) -> Any:
+        if isinstance(value, dict) and "in" in value:
+            tensor = inputs[i][value["in"]]
+            return tensor.T if value.get("T") else tensor
+        if isinstance(value, dict) and "out" in value:
+            return outputs[i][value["out"]]
+        return value
+
+    bound = [
+        (
+            [resolve(a, i) for a in request.get("args", ())],
+            {k: resolve(v, i) for k, v in request.get("kwargs", {}).items()},
+        )
+        for i in range(sets)
+    ]
+    if grid is not None:
+        launch = target[grid]
+        extra = dict(meta or {})
+
+        def call(i: int) -> Any:
+            args, _ = bound[i]
+            return launch(*args, **extra)
+    else:
+
+        def call(i: int) -> Any:
+            args, kwargs = bound[i]
+            return target(*args, **kwargs)
+
+    return PreparedCall(call, outputs)

@@ -1,0 +1,75 @@
+"""On a CUDA machine with compute-sanitizer: `--sanitize` names a wild read, and the buffer it missed.
+
+The row statistics kernel below reads row 0 from 100,000 elements past its input: far beyond the
+grader's guard bands, so without the sanitizer the case only shows wrong values (`unknown`). Under
+memcheck (caching allocator off) the read is outside every allocation: reported with the kernel's
+source line and the nearest allocation (one of the case's buffers).
+Skipped without a GPU or without compute-sanitizer.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+
+from grader.cli import main
+from grader.sanitizer import sanitizer_command
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+    pytest.mark.skipif(sanitizer_command() is None, reason="needs compute-sanitizer"),
+]
+
+LOAD = "x = tl.load(x_ptr + row * stride_m + cols, mask=mask, other=0.0).to(tl.float32)"
+WILD_LOAD = (
+    "x = tl.load(x_ptr + row * stride_m + cols + (row == 0) * 100_000, mask=mask, other=0.0).to(tl.float32)"
+)
+
+
+def test_sanitize_names_a_wild_read(tmp_path, repo_root, planted, capsys) -> None:
+    submission = tmp_path / "fused_layers.py"
+    submission.write_text(
+        planted(LOAD, WILD_LOAD, count=-1), encoding="utf-8"
+    )  # the first: row_mean_var_kernel
+    out = tmp_path / "out"
+    started = time.monotonic()
+    code = main(
+        [
+            "--assignments",
+            str(repo_root / "assignments"),
+            "grade",
+            str(submission),
+            "--sanitize",
+            "--assignment",
+            "fused_layers",
+            "--out",
+            str(out),
+            "--seed",
+            "3",
+            "--backend",
+            "cuda",
+        ]
+    )
+    elapsed = time.monotonic() - started
+    capsys.readouterr()
+    assert code == 0
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    kernel_cases = [t for t in results["tests"] if t["extra_data"]["target"] == "row_mean_var_kernel"]
+    assert kernel_cases
+    for test in kernel_cases:
+        assert test["score"] == 0 and "oob-read" in test["tags"], (test["name"], test["tags"], test["output"])
+        assert (
+            "compute-sanitizer memcheck" in test["output"]
+            and "row_mean_var_kernel (fused_layers.py, line" in test["output"]
+        ), test["output"]
+    clean = [
+        t
+        for t in results["tests"]
+        if t["extra_data"]["target"] in ("fused_linear_gelu_kernel", "layernorm_forward_kernel")
+    ]
+    assert clean and all(t["status"] == "passed" for t in clean), [(t["name"], t["output"]) for t in clean]
+    print(f"\n--sanitize grading took {elapsed:.1f} s; first finding: {kernel_cases[0]['output'][:400]}")

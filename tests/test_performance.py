@@ -1,0 +1,487 @@
+"""Performance cases on the CPU: the pure math (speedups, bandwidth, TFLOP/s, threshold points, the
+correctness gate), the results model and every view of a fabricated timed result (results.json with its
+leaderboard, grade.json, HTML, Markdown, terminal), the worker's "time" op run once through the
+interpreter (the binding of kernels and wrappers to their inputs, without timing), and a real
+`grader grade` on the interpreter, where every performance case is skipped, never passed or failed.
+Timing itself needs a GPU: tests/test_gpu_performance.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader import report
+from grader.battery import Battery
+from grader.benchmark import (
+    baseline_outputs,
+    compare_outputs,
+    encode_call,
+    outputs_from_reply,
+)
+from grader.gradescope import results_json
+from grader.inputs import InputMaker
+from grader.performance import (
+    NEEDS_CUDA,
+    correctness_gate,
+    evaluate,
+    gb_per_s,
+    leaderboard,
+    measurement,
+    not_run,
+    skipped,
+    speedup,
+    tflops,
+    threshold_points,
+)
+from grader.problems import load_problems
+from grader.results import CaseResult, DeviceInfo, GradeResult, PerfResult
+from grader.spec import Assignment, PerfCase, Threshold, load_assignment
+from grader.worker.timing import Timing
+
+H200 = DeviceInfo(gpu="NVIDIA H200", copy_gb_per_s=4000.0, torch="2.11.0+cu130", triton="3.6.0")
+SCRIPT = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def assignment(repo_root: Path) -> Assignment:
+    return load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
+
+
+def perf_case(assignment: Assignment, perf_id: str, **changes) -> PerfCase:
+    (found,) = [p for p in assignment.performance if p.id == perf_id]
+    return dataclasses.replace(found, **changes)
+
+
+# ------------------------------------------------------------------------------------------ the math
+
+
+def test_speedup_is_their_time_over_yours() -> None:
+    assert speedup(2.0, 1.0) == 2.0  # twice as fast as the bar
+    assert speedup(1.0, 4.0) == 0.25
+    with pytest.raises(ValueError):
+        speedup(1.0, 0.0)
+
+
+def test_bandwidth_and_tflops_units() -> None:
+    # 8192x8192 float32 read and written in 0.1354 ms: 3.96 TB/s
+    assert gb_per_s(2 * 8192 * 8192 * 4, 0.1354) == pytest.approx(3965.07, rel=1e-5)
+    # a 4096^3 matmul in 0.4381 ms: 313.7 TFLOP/s (docs/performance.md)
+    assert tflops(2 * 4096**3, 0.4381) == pytest.approx(313.7, rel=1e-3)
+
+
+def test_threshold_points_take_the_highest_threshold_reached() -> None:
+    thresholds = [(0.5, 1.0), (0.8, 2.0), (1.0, 3.0)]
+    assert threshold_points(thresholds, 0.49) == 0
+    assert threshold_points(thresholds, 0.5) == 1  # reaching a threshold counts
+    assert threshold_points(thresholds, 0.95) == 2
+    assert threshold_points(thresholds, 4.0) == 3
+    assert threshold_points(thresholds, None) == 0  # no bar measured
+    assert threshold_points([], 10.0) == 0  # informational case
+
+
+def test_measurement_median_spread_and_throughput() -> None:
+    m = measurement(
+        "reference", [0.100, 0.104, 0.102, 0.098, 0.101], nbytes=400_000_000, flops=None, copy_gb_per_s=4000.0
+    )
+    assert m.median_ms == pytest.approx(0.101)
+    assert m.spread_pct == pytest.approx(100 * 0.003 / 0.101)  # half the range, % of the median
+    assert m.gb_per_s == pytest.approx(400_000_000 / 0.101e-3 / 1e9)
+    assert m.pct_of_copy_bandwidth == pytest.approx(100 * m.gb_per_s / 4000.0)
+    assert m.tflops is None
+    even = measurement("x", [1.0, 3.0], nbytes=None, flops=2 * 10**9, copy_gb_per_s=None)
+    assert even.median_ms == 2.0 and even.tflops == pytest.approx(1.0) and even.gb_per_s is None
+    with pytest.raises(ValueError):
+        measurement("x", [], None, None, None)
+
+
+def test_worker_timing_median_and_spread_match_the_report() -> None:
+    t = Timing((0.100, 0.104, 0.102, 0.098, 0.101))
+    m = measurement("x", t.medians_ms, None, None, None)
+    assert t.median_ms == pytest.approx(m.median_ms) and t.spread_pct == pytest.approx(m.spread_pct)
+
+
+def case(target: str, passed: bool, case_id: str = "c") -> CaseResult:
+    return CaseResult(
+        case_id=case_id,
+        target=target,
+        title=case_id,
+        visibility="public",
+        max_score=1.0,
+        score=float(passed),
+        passed=passed,
+        message="",
+    )
+
+
+def test_correctness_gate_needs_every_case_of_the_target_to_pass() -> None:
+    assert (
+        correctness_gate("layernorm", [case("layernorm", True, "a"), case("row_mean_var", False, "b")])
+        is None
+    )
+    reason = correctness_gate("layernorm", [case("layernorm", True, "a"), case("layernorm", False, "ln-eps")])
+    assert reason is not None and "ln-eps" in reason and "layernorm" in reason
+    assert "no correctness case" in (correctness_gate("layernorm", [case("row_mean_var", True)]) or "")
+
+
+def timed_result(
+    assignment: Assignment, perf_id: str = "perf-layernorm", student_ms: float = 0.2, **changes
+) -> PerfResult:
+    perf = perf_case(assignment, perf_id, **changes)
+    nbytes = 4 * (2 * 8192 * 8192 + 2 * 8192)
+    student = measurement(f"your {perf.target}", [student_ms] * 4 + [student_ms * 1.01], nbytes, None, 4000.0)
+    reference = measurement("reference", [0.1354] * 5, nbytes, None, 4000.0)
+    torch_eager = measurement("F.layer_norm", [0.2215] * 5, nbytes, None, 4000.0)
+    return evaluate(perf, student, reference, torch_eager, H200)
+
+
+def test_evaluate_scores_against_the_reference_or_torch(assignment: Assignment) -> None:
+    thresholds = (Threshold(0.5, 1.0), Threshold(0.8, 2.0))
+    slow = timed_result(assignment, student_ms=0.2, thresholds=thresholds)  # 0.68x the reference
+    assert slow.timed and slow.score == 1 and slow.max_score == 2
+    assert slow.speedup_vs_reference == pytest.approx(0.1354 / 0.2)
+    assert slow.speedup_vs_torch == pytest.approx(0.2215 / 0.2)
+    vs_torch = timed_result(assignment, student_ms=0.2, thresholds=thresholds, relative_to="torch")  # 1.1x
+    assert vs_torch.score == 2
+    informational = timed_result(assignment)
+    assert informational.score == 0 and informational.max_score == 0
+
+
+def test_skipped_cases_count_nothing_untimed_ones_count_zero(assignment: Assignment) -> None:
+    perf = perf_case(assignment, "perf-layernorm", thresholds=(Threshold(1.0, 3.0),))
+    assert skipped(perf).max_score == 0 and skipped(perf).reason == NEEDS_CUDA
+    assert not_run(perf, "failed").max_score == 3 and not_run(perf, "failed").score == 0
+    base = GradeResult(
+        assignment="fused_layers",
+        submission="s.py",
+        backend="interpreter",
+        seed=1,
+        versions={},
+        cases=(case("layernorm", True),),
+        execution_time_s=1.0,
+    )
+    assert dataclasses.replace(base, performance=(skipped(perf),)).max_score == 1
+    assert dataclasses.replace(base, performance=(not_run(perf, "x"),)).max_score == 4
+    timed = dataclasses.replace(timed_result(assignment, student_ms=0.1), max_score=3.0, score=3.0)
+    assert dataclasses.replace(base, performance=(timed,)).score == 4
+
+
+def test_leaderboard_has_time_and_speedup_of_timed_cases_only(assignment: Assignment) -> None:
+    perf = perf_case(assignment, "perf-row-mean-var")
+    board = leaderboard([timed_result(assignment), skipped(perf), not_run(perf, "failed")])
+    assert board == [
+        {"name": "perf-layernorm (ms)", "value": 0.2, "order": "asc"},
+        {"name": "perf-layernorm speedup vs torch", "value": round(0.2215 / 0.2, 3), "order": "desc"},
+    ]
+
+
+# ------------------------------------------------------------------------------------------ results and views
+
+
+def graded(assignment: Assignment, performance: tuple[PerfResult, ...]) -> GradeResult:
+    return GradeResult(
+        assignment="fused_layers",
+        submission="fused_layers.py",
+        backend="cuda:NVIDIA H200",
+        seed=3,
+        versions={"torch": "2.11.0"},
+        cases=(case("layernorm", True, "ln-basic"),),
+        execution_time_s=12.0,
+        performance=performance,
+    )
+
+
+def fabricated(assignment: Assignment) -> GradeResult:
+    return graded(
+        assignment,
+        (
+            timed_result(assignment),
+            not_run(perf_case(assignment, "perf-row-mean-var"), f"row_mean_var failed {SCRIPT}"),
+            skipped(perf_case(assignment, "perf-linear-gelu")),
+        ),
+    )
+
+
+def test_perf_results_round_trip_through_grade_json(assignment: Assignment) -> None:
+    result = fabricated(assignment)
+    data = json.loads(json.dumps(result.to_dict(), allow_nan=False))
+    assert [p["status"] for p in data["performance"]] == ["timed", "not-run", "skipped"]
+    assert data["performance"][0]["device"]["gpu"] == "NVIDIA H200"
+    assert GradeResult.from_dict(data) == result
+    old = {k: v for k, v in data.items() if k != "performance"}  # grade.json written before performance
+    assert GradeResult.from_dict(old).performance == ()
+
+
+def test_results_json_has_performance_and_leaderboard(assignment: Assignment) -> None:
+    result = fabricated(assignment)
+    out = json.loads(json.dumps(results_json(result, assignment, "summary"), allow_nan=False))
+    perf = out["extra_data"]["performance"]
+    assert perf["device"] == H200.to_dict()
+    assert [c["perf_id"] for c in perf["cases"]] == [
+        "perf-layernorm",
+        "perf-row-mean-var",
+        "perf-linear-gelu",
+    ]
+    assert perf["cases"][0]["student"]["median_ms"] == pytest.approx(0.2)
+    assert {e["name"] for e in out["leaderboard"]} == {
+        "perf-layernorm (ms)",
+        "perf-layernorm speedup vs torch",
+    }
+    assert len(out["tests"]) == 1  # informational performance cases are not Gradescope tests
+    assert out["score"] == 1
+
+
+def test_performance_points_are_a_gradescope_test(assignment: Assignment) -> None:
+    scored = dataclasses.replace(
+        timed_result(assignment, thresholds=(Threshold(0.5, 1.0), Threshold(0.8, 2.0)))
+    )
+    out = results_json(graded(assignment, (scored,)), assignment, "summary")
+    test = out["tests"][-1]
+    assert (test["score"], test["max_score"], test["status"]) == (1.0, 2.0, "passed")
+    assert test["extra_data"]["case_id"] == "perf-layernorm" and "performance" in test["tags"]
+    assert "0.2000 ms" in test["output"] and "1 / 2 points" in test["output"]
+    assert out["score"] == 2 and out["extra_data"]["max_score"] == 3
+
+
+def test_no_leaderboard_without_timed_cases(assignment: Assignment) -> None:
+    result = graded(assignment, (skipped(perf_case(assignment, "perf-layernorm")),))
+    out = results_json(result, assignment, "summary")
+    assert "leaderboard" not in out
+    assert out["extra_data"]["performance"]["device"] is None
+
+
+def test_html_markdown_and_terminal_show_the_numbers(assignment: Assignment) -> None:
+    result = fabricated(assignment)
+    html = report.html(result, assignment)
+    assert (
+        'id="performance"' in html and 'data-perf="perf-layernorm"' in html and 'data-status="timed"' in html
+    )
+    assert "0.2000 ms" in html and "1.11x" in html and "0.68x" in html  # time, vs torch, vs reference
+    assert "% of copy bandwidth" in html and "NVIDIA H200" in html and "4000 GB/s" in html
+    assert "skipped: " + NEEDS_CUDA in html and "not-run: row_mean_var failed" in html
+    assert SCRIPT not in html and "&lt;script&gt;" in html  # reasons are escaped
+    markdown = report.markdown(result, assignment, show_hidden_details=False)
+    assert "## Performance" in markdown and "| 0.2000 ms ±" in markdown and "1.11x" in markdown
+    assert SCRIPT not in markdown
+    terminal = report.terminal(result, assignment)
+    assert (
+        "performance (NVIDIA H200" in terminal
+        and "perf-layernorm" in terminal
+        and "0.68x reference" in terminal
+    )
+
+
+def test_reports_have_no_performance_section_without_performance_cases(assignment: Assignment) -> None:
+    result = graded(assignment, ())
+    assert 'id="performance"' not in report.html(result, assignment)
+    assert "## Performance" not in report.markdown(result, assignment)
+
+
+def test_perf_line_for_each_status(assignment: Assignment) -> None:
+    assert report.perf_line(skipped(perf_case(assignment, "perf-layernorm"))) == "skipped: " + NEEDS_CUDA
+    line = report.perf_line(timed_result(assignment))
+    assert (
+        line.startswith("0.2000 ms ±")
+        and "F.layer_norm 0.2215 ms" in line
+        and "the reference (0.1354 ms)" in line
+    )
+
+
+# -------------------------------------------------------------------------------- the "time" op, once
+
+
+@pytest.mark.slow
+def test_time_op_binds_kernels_and_wrappers_like_correctness_cases(
+    assignment: Assignment, repo_root: Path
+) -> None:
+    """Through a real interpreter worker running the reference, untimed (the interpreter cannot time):
+    each target's output on a small input matches the float64 oracle and the torch baseline."""
+    problems = load_problems(assignment)
+    perfs = [
+        PerfCase(id="p-ln", target="layernorm", dims={"M": 5, "N": 37}, tolerance="rowwise"),
+        PerfCase(
+            id="p-ln-kernel",
+            target="layernorm_forward_kernel",
+            dims={"M": 5, "N": 37},
+            tolerance="rowwise",
+            meta={"BLOCK_N": 64},
+        ),
+        PerfCase(
+            id="p-mm-kernel",
+            target="fused_linear_gelu_kernel",
+            dims={"M": 20, "N": 16, "K": 12},
+            tolerance="matmul",
+            meta={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16},
+        ),
+        PerfCase(
+            id="p-stats-kernel",
+            target="row_mean_var_kernel",
+            dims={"M": 7, "N": 33},
+            tolerance="rowwise",
+            meta={"BLOCK_N": 64},
+        ),
+        PerfCase(id="p-stats", target="row_mean_var", dims={"M": 7, "N": 33}, tolerance="rowwise"),
+        PerfCase(id="p-mm", target="fused_linear_gelu", dims={"M": 20, "N": 16, "K": 12}, tolerance="matmul"),
+    ]
+    battery = Battery(assignment, repo_root / "reference" / "fused_layers.py", "interpreter", 1)
+    try:
+        assert battery.symbol_problem("layernorm") is None
+        for perf in perfs:
+            spec = assignment.kernels.get(perf.target) or assignment.functions[perf.target]
+            problem = problems[spec.problem]
+            inputs = problem.make_inputs(perf.as_case(), InputMaker(3))
+            plan = encode_call(perf, assignment, problem, inputs)
+            reply = battery.worker.request(
+                plan.request(sets=2, repeats=1, time=True, return_outputs=True), 120, perf.id
+            )
+            assert reply["ok"], reply
+            assert "timing" not in reply  # never timed off CUDA
+            outputs = outputs_from_reply(plan, reply, "interpreter")
+            assert not isinstance(outputs, str), outputs
+            assert compare_outputs(outputs, problem.expected(inputs), 1e-5, 1e-5) == "", perf.id
+            assert problem.baseline is not None
+            expected = baseline_outputs(problem.baseline, problem.baseline.run(inputs))
+            assert compare_outputs(outputs, expected, 1e-5, 1e-5) == "", perf.id
+    finally:
+        battery.close()
+
+
+def test_compare_outputs_says_what_is_wrong() -> None:
+    expected = {"out": torch.zeros(4, 4)}
+    assert compare_outputs({"out": torch.zeros(4, 4)}, expected, 0.0, 0.0) == ""
+    wrong = torch.zeros(4, 4)
+    wrong[1, 2] = 0.5
+    assert "1 of 16 elements differ" in compare_outputs({"out": wrong}, expected, 1e-3, 0.0)
+    assert "shape (4, 3)" in compare_outputs({"out": torch.zeros(4, 3)}, expected, 0.0, 0.0)
+    assert "shape None" in compare_outputs({}, expected, 0.0, 0.0)
+
+
+# ------------------------------------------------------------------------------------------ a real grade
+
+
+@pytest.mark.slow
+def test_interpreter_grade_skips_performance_cases(reference_graded, assignment: Assignment) -> None:
+    """On the interpreter every performance case is reported as skipped (needs a CUDA GPU): not a test,
+    no leaderboard, no points either way; the correctness grade is untouched."""
+    results = reference_graded.results
+    assert results["score"] == results["extra_data"]["max_score"] == 40
+    perf = results["extra_data"]["performance"]
+    assert [c["perf_id"] for c in perf["cases"]] == [p.id for p in assignment.performance]
+    assert all(c["status"] == "skipped" and c["reason"] == NEEDS_CUDA for c in perf["cases"])
+    assert all(c["score"] == 0 == c["max_score"] and c["student"] is None for c in perf["cases"])
+    assert "leaderboard" not in results
+    assert all("performance" not in t["tags"] for t in results["tests"])
+    grade = json.loads((reference_graded.out_dir / "grade.json").read_text(encoding="utf-8"))
+    assert [p["status"] for p in grade["performance"]] == ["skipped"] * len(assignment.performance)
+    pytest_report = json.loads((reference_graded.out_dir / "pytest-report.json").read_text(encoding="utf-8"))
+    perf_tests = [t for t in pytest_report["tests"] if "metadata" in t and "performance" in t["metadata"]]
+    assert len(perf_tests) == len(assignment.performance)
+    assert all(t["outcome"] == "skipped" for t in perf_tests)
+    assert "## Performance" in (reference_graded.out_dir / "report.md").read_text(encoding="utf-8")
+
+
+# -------------------------------------------------------------------- the CUDA path, on a fake clock
+
+
+class Clocked:
+    """A worker whose "time" replies carry medians, as a CUDA worker's do (the interpreter never times)."""
+
+    def __init__(self, worker, ms: float) -> None:
+        self.worker = worker
+        self.ms = ms
+
+    def __getattr__(self, name: str):
+        return getattr(self.worker, name)
+
+    def request(self, message, timeout, what):
+        reply = self.worker.request(message, timeout, what)
+        if message.get("op") == "time" and reply.get("ok"):
+            reply["timing"] = {"medians_ms": [self.ms] * message["repeats"]}
+        return reply
+
+
+def fake_bench(call, sets=1, repeats=5, **_):
+    call(0)
+    return Timing((0.2,) * repeats)  # torch eager "takes" 0.2 ms
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("bug", "status"), [(None, "timed"), ("y = x_norm * gamma + beta + (row >= 4) * 1.0", "error")]
+)
+def test_measure_path_on_a_fake_clock(
+    monkeypatch,
+    assignment: Assignment,
+    repo_root: Path,
+    tmp_path: Path,
+    planted,
+    reference_source,
+    bug,
+    status,
+) -> None:
+    """Everything a CUDA run does but reading the clock: the student's and the reference's workers (on
+    the interpreter, their medians injected), torch eager here on the CPU, the output check at the
+    timed size (a bug only on rows >= 4 is caught there), speedups, bandwidth and threshold points."""
+    from grader import benchmark
+    from grader.worker import timing
+    from grader.worker_client import Worker, WorkerOptions
+
+    source = planted("y = x_norm * gamma + beta", bug) if bug else reference_source
+    submission = tmp_path / "fused_layers.py"
+    submission.write_text(source, encoding="utf-8")
+    monkeypatch.setattr(timing, "bench", fake_bench)
+    battery = Battery(assignment, submission, "interpreter", 1)
+    battery.worker = Clocked(battery.worker, 0.1)  # type: ignore[assignment]
+    battery.backend = "cuda"
+    runner = benchmark.PerfRunner(assignment, 1, device="cpu")
+    runner._device_info = H200
+
+    def start_reference():
+        worker = Worker(
+            repo_root / "reference" / "fused_layers.py",
+            list(assignment.required_symbols),
+            WorkerOptions(backend="interpreter", import_timeout_s=60),
+        )
+        assert worker.start()["ok"]
+        return Clocked(worker, 0.12)
+
+    monkeypatch.setattr(runner, "start_reference", start_reference)
+    perf = PerfCase(
+        id="p-ln",
+        target="layernorm",
+        dims={"M": 6, "N": 37},
+        tolerance="rowwise",
+        thresholds=(Threshold(1.0, 1.0), Threshold(1.1, 2.0)),
+        repeats=3,
+    )
+    try:
+        result = runner.run(perf, battery, [case("layernorm", True)])
+    finally:
+        runner.close()
+        battery.close()
+    assert result.status == status, result.reason
+    if bug:
+        assert "differs from F.layer_norm" in result.reason and result.score == 0 and result.max_score == 2
+        return
+    assert result.student is not None and result.student.medians_ms == (0.1, 0.1, 0.1)
+    assert result.speedup_vs_reference == pytest.approx(1.2) and result.speedup_vs_torch == pytest.approx(2.0)
+    assert result.student.gb_per_s == pytest.approx(4 * (2 * 6 * 37 + 2 * 37) / 0.1e-3 / 1e9)
+    assert result.student.pct_of_copy_bandwidth == pytest.approx(100 * result.student.gb_per_s / 4000.0)
+    assert result.torch is not None and result.torch.label == "F.layer_norm"
+    assert result.reference is not None and result.reference.median_ms == pytest.approx(0.12)
+    assert (result.score, result.max_score, result.device) == (2.0, 2.0, H200)
+
+
+def test_nothing_measured_is_one_line_not_a_table(assignment: Assignment) -> None:
+    result = graded(assignment, tuple(skipped(p) for p in assignment.performance))
+    line = f"{len(assignment.performance)} performance case(s) not measured: needs a CUDA GPU"
+    for text in (
+        report.markdown(result, assignment),
+        report.html(result, assignment),
+        report.terminal(result, assignment),
+    ):
+        assert line in text
+        assert "your time" not in text and "perf-layernorm " not in text
