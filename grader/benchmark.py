@@ -19,7 +19,8 @@ from grader.battery import Battery, unpack_returns
 from grader.compare import close_mask
 from grader.environment import versions
 from grader.inputs import InputMaker, case_seed
-from grader.observation import error_message
+from grader.judge import fusion_problems
+from grader.observation import Observation, error_message
 from grader.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
 from grader.problem import Baseline, In, Out, Problem, Stride
 from grader.problems import load_problems
@@ -292,6 +293,11 @@ class PerfRunner:
             if reply.get("fatal"):
                 battery.load_reply = None
             return f"{what} raised " + error_message(reply.get("error", {}), battery.submission.name)
+        if plan.kind == "function":
+            record = Observation(launches=tuple(reply.get("launches") or ()), torch_ops=dict(reply.get("torch_ops") or {}))
+            unfused = fusion_problems(record, self.assignment, perf.target)
+            if unfused:
+                return f"{what}: not fused at this size: " + "; ".join(unfused)
         outputs = outputs_from_reply(plan, reply, "cuda" if self.device == "cuda" else "interpreter")
         if isinstance(outputs, str):
             return outputs

@@ -410,7 +410,17 @@ def fake_bench(call, sets=1, repeats=5, **_):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("bug", "status"), [(None, "timed"), ("y = x_norm * gamma + beta + (row >= 4) * 1.0", "error")]
+    ("bug", "status"),
+    [
+        (None, "timed"),
+        (("y = x_norm * gamma + beta", "y = x_norm * gamma + beta + (row >= 4) * 1.0"), "error"),
+        (  # right values at the timed size, from torch: the kind of switch a leaderboard invites
+            ("eps, BLOCK_N=block_n, num_warps=num_warps,\n    )\n    return out",
+             "eps, BLOCK_N=block_n, num_warps=num_warps,\n    )\n"
+             "    return torch.nn.functional.layer_norm(x, (N,), weight, bias, eps)"),
+            "error",
+        ),
+    ],
 )
 def test_measure_path_on_a_fake_clock(
     monkeypatch,
@@ -429,7 +439,7 @@ def test_measure_path_on_a_fake_clock(
     from grader.worker import timing
     from grader.worker_client import Worker, WorkerOptions
 
-    source = planted("y = x_norm * gamma + beta", bug) if bug else reference_source
+    source = planted(*bug) if bug else reference_source
     submission = tmp_path / "fused_layers.py"
     submission.write_text(source, encoding="utf-8")
     monkeypatch.setattr(timing, "bench", fake_bench)
@@ -464,7 +474,8 @@ def test_measure_path_on_a_fake_clock(
         battery.close()
     assert result.status == status, result.reason
     if bug:
-        assert "differs from F.layer_norm" in result.reason and result.score == 0 and result.max_score == 2
+        expected = "not fused at this size" if "layer_norm(" in bug[1] else "differs from F.layer_norm"
+        assert expected in result.reason and result.score == 0 and result.max_score == 2, result.reason
         return
     assert result.student is not None and result.student.medians_ms == (0.1, 0.1, 0.1)
     assert result.speedup_vs_reference == pytest.approx(1.2) and result.speedup_vs_torch == pytest.approx(2.0)

@@ -148,10 +148,11 @@ class _Recorder:
 
     active: _Recorder | None = None
 
-    def __init__(self) -> None:
+    def __init__(self, replayable: bool = True) -> None:
         self.launches: list[dict[str, Any]] = []
         self.torch_ops: dict[str, int] = {}
         self.depth = 0
+        self.replayable = replayable  # keep what a replay needs (storage snapshots): correctness sizes only
         self.current: LaunchRecord | None = None
         self.keep: list[torch.Tensor] = []  # every tensor a launch saw, alive until the call returns
 
@@ -182,7 +183,7 @@ def _patch_kernel_runs() -> None:
                     grid = kwargs.get("grid")
                     rec.launches.append({"kernel": getattr(kernel_function(self), "__name__", "?"),
                                          "grid": repr(grid)[:80]})
-                    rec.current = LaunchRecord(args, kwargs, rec.keep)
+                    rec.current = LaunchRecord(args, kwargs, rec.keep) if rec.replayable else None
                 if rec.current is not None and not isinstance(self, _TUNERS):
                     kwargs = rec.current.innermost_call(self, args, kwargs)
                 return __original(self, *args, **kwargs)
@@ -403,9 +404,15 @@ class Harness:
             meta = {k: v for k, v in request.get("meta", {}).items() if k not in tuned}
             grid = make_grid(request["grid"]) if is_kernel else None
             prepared = timing.prepare_call(target, request, self.device, grid, meta)
-            result = prepared.call(0)
-            self._sync()
-            reply: dict[str, Any] = {"ok": True}
+            recorder = _Recorder(replayable=False)  # a wrapper must stay fused at the timed size too
+            _Recorder.active = recorder if not is_kernel else None
+            try:
+                with _TorchOps():
+                    result = prepared.call(0)
+                self._sync()
+            finally:
+                _Recorder.active = None
+            reply: dict[str, Any] = {"ok": True, "launches": recorder.launches, "torch_ops": recorder.torch_ops}
             if request.get("return_outputs"):
                 if is_kernel:
                     reply["outputs"] = [t.detach().to("cpu").clone() for t in prepared.outputs[0]]
