@@ -409,6 +409,31 @@ def _load_trap(trap_id: str, r: _Reader) -> TrapText:
     )
 
 
+def _entry(top: _Reader, table: Any, section: str, index: int, keys: set[str], seen: set[str],
+           clash: str) -> tuple[_Reader, str]:
+    """One [[section]] table: a reader that names it by index and id, and its id (unique in `seen`)."""
+    if not isinstance(table, dict):
+        raise top.fail(f"{section}[{index}]", f"must be a table ([[{section}]])")
+    r = _Reader(top.path, table, f"{section}[{index}]")
+    r.reject_unknown(keys)
+    entry_id = r.get("id", str)
+    r = _Reader(top.path, table, f"{section}[{index}] (id={entry_id!r})")
+    if entry_id in seen:
+        raise r.fail("id", clash)
+    seen.add(entry_id)
+    return r, entry_id
+
+
+def _target_and_tolerance(r: _Reader, targets: set[str], tolerances: Mapping[str, ToleranceProfile]) -> tuple[str, str]:
+    target = r.get("target", str)
+    if target not in targets:
+        raise r.fail("target", f"{target!r} is not a kernel or function of this assignment")
+    tolerance = r.get("tolerance", str)
+    if tolerance not in tolerances:
+        raise r.fail("tolerance", f"{tolerance!r} is not a profile under [tolerances]")
+    return target, tolerance
+
+
 _CASE_KEYS = {
     "id", "target", "dims", "kind", "points", "visibility", "tolerance", "layout", "meta", "options",
     "backends", "exposes", "description",
@@ -425,21 +450,9 @@ def _load_cases(
     seen: set[str] = set()
     cases = []
     for index, table in enumerate(raw_cases):
-        if not isinstance(table, dict):
-            raise top.fail(f"cases[{index}]", "must be a table ([[cases]])")
-        r = _Reader(top.path, table, f"cases[{index}]")
-        r.reject_unknown(_CASE_KEYS)
-        case_id = r.get("id", str)
-        r = _Reader(top.path, table, f"cases[{index}] (id={case_id!r})")
-        if case_id in seen:
-            raise r.fail("id", "is used by an earlier case; case ids must be unique")
-        seen.add(case_id)
-        target = r.get("target", str)
-        if target not in targets:
-            raise r.fail("target", f"{target!r} is not a kernel or function of this assignment")
-        tolerance = r.get("tolerance", str)
-        if tolerance not in tolerances:
-            raise r.fail("tolerance", f"{tolerance!r} is not a profile under [tolerances]")
+        r, case_id = _entry(top, table, "cases", index, _CASE_KEYS, seen,
+                            "is used by an earlier case; case ids must be unique")
+        target, tolerance = _target_and_tolerance(r, targets, tolerances)
         points = float(r.get("points", (int, float)))
         if points < 0:
             raise r.fail("points", "must be >= 0")
@@ -500,22 +513,10 @@ def _load_performance(
     seen = set(case_ids)
     out = []
     for index, table in enumerate(raw):
-        if not isinstance(table, dict):
-            raise top.fail(f"performance[{index}]", "must be a table ([[performance]])")
-        r = _Reader(top.path, table, f"performance[{index}]")
-        r.reject_unknown(_PERF_KEYS)
-        perf_id = r.get("id", str)
-        r = _Reader(top.path, table, f"performance[{index}] (id={perf_id!r})")
-        if perf_id in seen:
-            raise r.fail("id", "is used by an earlier case or performance case; ids must be unique")
-        seen.add(perf_id)
-        target = r.get("target", str)
-        if target not in targets:
-            raise r.fail("target", f"{target!r} is not a kernel or function of this assignment")
+        r, perf_id = _entry(top, table, "performance", index, _PERF_KEYS, seen,
+                            "is used by an earlier case or performance case; ids must be unique")
+        target, tolerance = _target_and_tolerance(r, targets, tolerances)
         dtype = r.choice("dtype", PERF_DTYPES, "float32")
-        tolerance = r.get("tolerance", str)
-        if tolerance not in tolerances:
-            raise r.fail("tolerance", f"{tolerance!r} is not a profile under [tolerances]")
         if ("cuda", dtype) not in tolerances[tolerance].entries:
             raise r.fail("tolerance", f"profile {tolerance!r} has no cuda.{dtype} entry")
         meta = _int_table(r, "meta", required=False)
