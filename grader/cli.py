@@ -157,6 +157,9 @@ def cmd_list(root: Path) -> int:
             points = sum(c.points for c in a.cases if c.target == target)
             kind = "kernel  " if target in a.kernels else "function"
             print(f"  {kind} {target:28} {points:g} points")
+        for perf in a.performance:  # timed on CUDA only
+            worth = f"up to {perf.max_score:g} points" if perf.thresholds else "leaderboard only"
+            print(f"  timed    {perf.target:28} {perf.shape} {perf.dtype} ({worth})")
     return 0
 
 

@@ -45,6 +45,7 @@ def test_list_prints_the_assignment(repo_root: Path, capsys: pytest.CaptureFixtu
     for target in ("fused_linear_gelu_kernel", "row_mean_var_kernel", "layernorm_forward_kernel",
                    "fused_linear_gelu", "row_mean_var", "layernorm"):
         assert f" {target} " in out
+    assert "timed    layernorm                    8192x8192 float32 (leaderboard only)" in out
 
 
 def test_list_with_no_assignments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
