@@ -1,0 +1,50 @@
+"""Why grader.worker.timing.bench spins the GPU up before it times: medians of a small kernel from idle.
+
+    python benchmarks/timing_spin_up.py
+
+Times the reference LayerNorm at 4096x1024 float32 (about 14 us, where a slow start shows most)
+straight after compiling it in a fresh process, then after the GPU sat idle for IDLE_S seconds,
+each with the spin-up off and on, and prints the five do_bench medians of each. A fresh process on
+a freshly started H200 read its first medians up to 1.6x slow; the spin-up discards that. Needs a
+CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grader.worker import timing  # noqa: E402
+
+IDLE_S = 5.0
+
+
+def main() -> None:
+    path = ROOT / "reference" / "fused_layers.py"
+    spec = importlib.util.spec_from_file_location("reference_fused_layers", path)
+    ref = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ref)
+    xs = [torch.randn(4096, 1024, device="cuda") for _ in range(3)]
+    w, b = torch.randn(1024, device="cuda"), torch.randn(1024, device="cuda")
+    ref.layernorm(xs[0], w, b)  # compile
+    torch.cuda.synchronize()
+    device = torch.cuda.get_device_name(0)
+    print(f"device {device}; reference layernorm 4096x1024 float32, first straight after compiling")
+    for idle_s, spin_up_ms in ((0.0, 0.0), (0.0, timing.DEFAULT_SPIN_UP_MS), (IDLE_S, 0.0),
+                               (IDLE_S, timing.DEFAULT_SPIN_UP_MS)):
+        time.sleep(idle_s)
+        measured = timing.bench(lambda i: ref.layernorm(xs[i], w, b), sets=3, spin_up_ms=spin_up_ms)
+        medians = " ".join(f"{m:.4f}" for m in measured.medians_ms)
+        print(f"  after {idle_s:.0f} s idle, spin-up {spin_up_ms:3.0f} ms: medians {medians} ms; "
+              f"median {measured.median_ms:.4f}, spread ±{measured.spread_pct:.1f}%")
+
+
+if __name__ == "__main__":
+    main()
