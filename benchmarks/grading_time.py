@@ -35,8 +35,8 @@ def main() -> None:
         elapsed = time.perf_counter() - started
         times.append(elapsed)
         battery = sum(c.elapsed_s for c in result.cases if not c.case_id.startswith("gpu-compile"))
-        print(f"run {i}: {elapsed:6.2f} s total, {battery:6.2f} s in cases, score {result.score:g}/{result.max_score:g}, "
-              f"{len(result.cases)} cases, backend {result.backend}")
+        print(f"run {i}: {elapsed:6.2f} s total, {battery:6.2f} s in cases, "
+              f"score {result.score:g}/{result.max_score:g}, {len(result.cases)} cases, backend {result.backend}")
     print(f"median {statistics.median(times):.2f} s over {args.repeat} runs ({backend})")
 
 

@@ -68,8 +68,11 @@ def aot_check(assignment: Assignment, submission: Path,
 
 def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filename: str) -> CaseResult:
     title = f"{spec.name}: compiles for the grading GPU (sm_{GPU_ARCH})"
-    base = dict(case_id=f"gpu-compile-{spec.name}", target=spec.name, title=title, visibility="public",
-                max_score=0.0, score=0.0)
+
+    def result(passed: bool, message: str, traps: tuple[str, ...] = ()) -> CaseResult:
+        return CaseResult(case_id=f"gpu-compile-{spec.name}", target=spec.name, title=title, visibility="public",
+                          max_score=0.0, score=0.0, passed=passed, message=message, traps=traps)
+
     what = f"compiling {spec.name} for sm_{GPU_ARCH}"
     try:
         if not worker.alive:
@@ -77,9 +80,9 @@ def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filenam
         reply = worker.request({"op": "compile", "kernel": spec.name, "signature": kernel_signature(spec),
                                 "constexprs": meta, "arch": GPU_ARCH}, COMPILE_TIMEOUT_S, what)
     except WorkerFailure as failure:
-        return CaseResult(**base, passed=False, message=f"{what}: {failure.detail}", traps=(failure.kind,))
+        return result(False, f"{what}: {failure.detail}", (failure.kind,))
     if reply.get("ok"):
-        return CaseResult(**base, passed=True, message=f"compiles for sm_{GPU_ARCH} with {meta}")
+        return result(True, f"compiles for sm_{GPU_ARCH} with {meta}")
     message = (f"{spec.name} runs in the interpreter but does not compile for the grading GPU "
                f"(sm_{GPU_ARCH}, blocks {meta}): " + error_message(reply.get("error", {}), filename))
-    return CaseResult(**base, passed=False, message=message, traps=("gpu-incompatible",))
+    return result(False, message, ("gpu-incompatible",))

@@ -189,8 +189,10 @@ class Battery:
                 plan = guards.plan_buffer(ref.name, "input", shape, gap, transpose=ref.transpose)
                 storage = guards.build_storage(plan, value.dtype, value.T if ref.transpose else value, finite_guard)
             else:
-                gap = gap_of.get((param_keys or {}).get(ref.like or "", ""), None)
-                if gap is None:
+                shared = gap_of.get((param_keys or {}).get(ref.like or "", ""), None)
+                if shared is not None:
+                    gap = shared
+                else:
                     # An output with a layout of its own always gets a sentinel gap after each row: a
                     # store that runs past the end of a row is then an out-of-bounds write, not a
                     # silent (and, on a GPU, racy) overwrite of the next row's first elements.
@@ -225,7 +227,9 @@ class Battery:
             output_tail=self.worker.output_tail(),
         )
 
-    def _run(self, case: Case, problem: Problem, inputs: Mapping[str, Any], finite_guard: float | None = None) -> Observation:
+    def _run(
+        self, case: Case, problem: Problem, inputs: Mapping[str, Any], finite_guard: float | None = None
+    ) -> Observation:
         if case.target in self.assignment.kernels:
             return self._run_kernel(self.assignment.kernels[case.target], case, problem, inputs, finite_guard)
         return self._run_function(self.assignment.functions[case.target], case, problem, inputs, finite_guard)
@@ -253,7 +257,9 @@ class Battery:
                               expected: Mapping[str, torch.Tensor], observation: Observation) -> Observation:
         """A wrong output: run the identical case once more. Different bits on identical inputs mean a
         race or a read of memory nothing wrote (on a GPU; the interpreter runs programs in order)."""
-        if observation.failure or not observation.outputs or outputs_close(observation.outputs, expected, self._tol(case)):
+        if observation.failure or not observation.outputs:
+            return observation
+        if outputs_close(observation.outputs, expected, self._tol(case)):
             return observation
         again = self._run(case, problem, inputs)
         if again.failure:
@@ -316,7 +322,7 @@ class Battery:
         refs = [v for v in binding.values() if isinstance(v, (In, Out))]
         by_param = {p: _key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
         placed = self._place(case, refs, inputs, by_param, finite_guard)
-        args = []
+        args: list[Any] = []
         for param in spec.params:
             if param in spec.constexprs:
                 continue
@@ -357,14 +363,14 @@ class Battery:
             return observation
         offset = self.sanitizer.output_size()
         try:  # an invalid access usually ends the worker (its CUDA context is lost): the report is in its log
-            self.sanitizer.request(dict(message, announce_pointers=True),
-                                   self.assignment.call_timeout_s * SANITIZER_SLOWDOWN, what + " under compute-sanitizer")
+            timeout_s = self.assignment.call_timeout_s * SANITIZER_SLOWDOWN
+            self.sanitizer.request(dict(message, announce_pointers=True), timeout_s, what + " under compute-sanitizer")
         except WorkerFailure:
             pass
         time.sleep(0.2)  # memcheck's report is written by the tool process, next to the reply
         text = self.sanitizer.output_since(offset)
         buffers = {placed.plans[key].name: (ptr, storage.numel() * storage.element_size())
-                   for key, ptr, storage in zip(placed.keys, announced_pointers(text), placed.storages)}
+                   for key, ptr, storage in zip(placed.keys, announced_pointers(text), placed.storages, strict=False)}
         findings = memcheck_findings(parse_memcheck(text), buffers)
         return dataclasses.replace(observation, sanitizer_findings=findings) if findings else observation
 
@@ -415,7 +421,7 @@ class Battery:
         findings: list[guards.GuardFinding] = []
         outputs: dict[str, torch.Tensor] = {}
         unwritten: dict[str, torch.Tensor] = {}
-        for key, before, now in zip(placed.keys, placed.storages, after):
+        for key, before, now in zip(placed.keys, placed.storages, after, strict=False):
             plan = placed.plans[key]
             if type(now) is not torch.Tensor or now.shape != before.shape or now.dtype != before.dtype:
                 return Observation(failure="crash", message="the worker returned a malformed buffer")
@@ -510,7 +516,8 @@ def check_symbol(target: str, info: Mapping[str, Any], assignment: Assignment, f
     got = list(info.get("params", []))
     comparable = got if target in assignment.kernels else got[: len(expected)]
     if comparable != expected:
-        diff = next((i for i, (a, b) in enumerate(zip(comparable, expected)) if a != b), min(len(got), len(expected)))
+        pairs = enumerate(zip(comparable, expected, strict=False))
+        diff = next((i for i, (a, b) in pairs if a != b), min(len(got), len(expected)))
         detail = (
             f"parameter {diff + 1} is `{got[diff]}` but the contract says `{expected[diff]}`"
             if diff < min(len(got), len(expected))
@@ -537,17 +544,20 @@ def unpack_returns(
         return {}, f"{got}, but it must return {len(names)} tensors ({', '.join(names)})"
     out: dict[str, torch.Tensor] = {}
     expected_device = "cuda" if backend == "cuda" else "cpu"
-    for name, item in zip(names, items):
+    for name, item in zip(names, items, strict=True):  # lengths checked above
         tensor = item.get("tensor") if isinstance(item, Mapping) else None
         if type(tensor) is not torch.Tensor:
             return {}, f"{_what(item)} for `{name}`, not a torch.Tensor"
         if not str(item.get("device", "")).startswith(expected_device):
-            return {}, f"`{name}` on device {item.get('device')}; it must stay on the input's device ({expected_device})"
+            device = item.get("device")
+            return {}, f"`{name}` on device {device}; it must stay on the input's device ({expected_device})"
         out[name] = tensor
     return out, ""
 
 
-def poisoned_outputs(outputs: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], tuple[guards.GuardFinding, ...]]:
+def poisoned_outputs(
+    outputs: Mapping[str, torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], tuple[guards.GuardFinding, ...]]:
     """Elements of returned tensors still holding the poison the worker put into fresh allocations."""
     unwritten: dict[str, torch.Tensor] = {}
     findings = []

@@ -294,7 +294,9 @@ class PerfRunner:
                 battery.load_reply = None
             return f"{what} raised " + error_message(reply.get("error", {}), battery.submission.name)
         if plan.kind == "function":
-            record = Observation(launches=tuple(reply.get("launches") or ()), torch_ops=dict(reply.get("torch_ops") or {}))
+            record = Observation(
+                launches=tuple(reply.get("launches") or ()), torch_ops=dict(reply.get("torch_ops") or {})
+            )
             unfused = fusion_problems(record, self.assignment, perf.target)
             if unfused:
                 return f"{what}: not fused at this size: " + "; ".join(unfused)

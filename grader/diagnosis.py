@@ -188,13 +188,13 @@ def inherit_kernel_traps(
     and on a GPU which store lands last changes from run to run. So `nondeterministic` is no cause
     of its own in a case that writes out of bounds, or in a wrapper whose kernel does."""
     found: dict[str, list[str]] = {}
-    for traps, (problem, is_wrapper) in zip(case_traps, case_problems):
+    for traps, (problem, is_wrapper) in zip(case_traps, case_problems, strict=True):
         if not is_wrapper:
             for t in traps:
                 if t in structural and t not in found.setdefault(problem, []):
                     found[problem].append(t)
     out = []
-    for traps, (problem, is_wrapper) in zip(case_traps, case_problems):
+    for traps, (problem, is_wrapper) in zip(case_traps, case_problems, strict=True):
         inherited = found.get(problem, []) if is_wrapper else []
         if RACING_WRITE in traps or RACING_WRITE in inherited:
             traps = tuple(t for t in traps if t != RACE) or (() if RACING_WRITE in traps else ("unknown",))

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from grader.atomic import write_json, write_text
 from grader.catalog import trap_catalog
 from grader.report import template_environment

@@ -21,13 +21,13 @@ import pytest
 
 from grader.aot import aot_check
 from grader.diagnosis import explain_away, inherit_kernel_traps
-
-INHERITED_TRAPS = {"oob-write", "oob-read", "unwritten-output"}
 from grader.environment import backend_label, versions
 from grader.performance import by_id
 from grader.results import CaseResult, GradeResult, PerfResult
 from grader.sanitizer import sanitizer_command
 from grader.spec import Assignment
+
+INHERITED_TRAPS = {"oob-write", "oob-read", "unwritten-output"}
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def consolidate_traps(cases: list[CaseResult], assignment: Assignment) -> list[C
         problems.append((spec.problem if spec else case.target, case.target in assignment.functions))
     kept = inherit_kernel_traps(kept, problems, INHERITED_TRAPS)
     out = []
-    for case, traps in zip(cases, kept):
+    for case, traps in zip(cases, kept, strict=True):
         if traps != case.traps:
             dropped = [t for t in case.traps if t not in traps]
             added = [t for t in traps if t not in case.traps]

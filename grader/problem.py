@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import torch
 
@@ -45,7 +45,7 @@ class Stride:
     dim: int
 
 
-KernelArg = Union[In, Out, Stride, int, float]
+KernelArg = In | Out | Stride | int | float
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,7 @@ class Signature:
     predicate: Callable[[Mapping[str, torch.Tensor]], bool] | None = None
 
 
-TrapFunction = Callable[
-    [Mapping[str, Any]], Union[Mapping[str, torch.Tensor], Signature, list[Signature], None]
-]
+TrapFunction = Callable[[Mapping[str, Any]], Mapping[str, torch.Tensor] | Signature | list[Signature] | None]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from types import ModuleType
 
 from grader.problem import Problem
-from grader.spec import Assignment, SpecError
+from grader.spec import Assignment, FunctionSpec, KernelSpec, SpecError
 
 _LOADED: dict[str, ModuleType] = {}
 
@@ -35,7 +35,8 @@ def load_problems(assignment: Assignment) -> Mapping[str, Problem]:
     problems = getattr(module, "PROBLEMS", None)
     if not isinstance(problems, Mapping):
         raise SpecError(assignment.spec_path, "assignment.module", f"{assignment.module} defines no PROBLEMS dict")
-    for target, spec in {**assignment.kernels, **assignment.functions}.items():
+    targets: dict[str, KernelSpec | FunctionSpec] = {**assignment.kernels, **assignment.functions}
+    for target, spec in targets.items():
         if spec.problem not in problems:
             raise SpecError(
                 assignment.spec_path, f"{target}.problem",
@@ -49,9 +50,11 @@ def load_problems(assignment: Assignment) -> Mapping[str, Problem]:
             raise SpecError(assignment.spec_path, f"functions.{target}.problem",
                             f"problem {spec.problem!r} has no call_args binding")
     for index, perf in enumerate(assignment.performance):
-        spec = assignment.kernels.get(perf.target) or assignment.functions[perf.target]
-        if problems[spec.problem].baseline is None:
+        target_spec: KernelSpec | FunctionSpec = (
+            assignment.kernels.get(perf.target) or assignment.functions[perf.target]
+        )
+        if problems[target_spec.problem].baseline is None:
             raise SpecError(assignment.spec_path, f"performance[{index}] (id={perf.id!r}).target",
-                            f"problem {spec.problem!r} declares no baseline (torch eager) "
+                            f"problem {target_spec.problem!r} declares no baseline (torch eager) "
                             f"in {assignment.module}")
     return problems

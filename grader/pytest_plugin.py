@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from grader.battery import Battery
-from grader.sanitizer import sanitizer_command
 from grader.results import CaseResult, PerfResult
+from grader.sanitizer import sanitizer_command
 from grader.spec import Assignment, Case, PerfCase, load_assignment
 
 
@@ -120,6 +120,13 @@ class AssignmentFile(pytest.File):
             yield PerfItem.from_parent(self, name=perf.id, perf=perf, assignment=assignment)
 
 
+def session_of(item: pytest.Item) -> GradingSession:
+    """The grading session of the AssignmentFile an item was collected from."""
+    parent = item.parent
+    assert isinstance(parent, AssignmentFile), f"{item.nodeid} was not collected from an assignment file"
+    return parent.session_state
+
+
 class CaseItem(pytest.Item):
     def __init__(self, *, case: Case, assignment: Assignment, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -128,7 +135,7 @@ class CaseItem(pytest.Item):
         self.grade: CaseResult | None = None
 
     def runtest(self) -> None:
-        state: GradingSession = self.parent.session_state  # type: ignore[attr-defined]
+        state = session_of(self)
         self.grade = state.battery_for(self.assignment).run_case(self.case)
         state.case_results.append(self.grade)
         if not self.grade.passed:
@@ -154,7 +161,7 @@ class PerfItem(pytest.Item):
         self.performance: PerfResult | None = None
 
     def runtest(self) -> None:
-        state: GradingSession = self.parent.session_state  # type: ignore[union-attr]
+        state = session_of(self)
         self.performance = state.run_performance(self.assignment, self.perf)
         if not self.performance.timed:
             pytest.skip(f"{self.performance.status}: {self.performance.reason}")

@@ -100,12 +100,12 @@ def check_outputs(
     kernels = ", ".join(str(launch["kernel"]) for launch in plan.launches)
     for index, (name, returned) in enumerate(outputs.items()):
         view = result_views[index] if index < len(result_views) else None
-        candidates = []
-        if _is_view(view) and view["sid"] in buffers:
-            candidates.append(_view(buffers, view))
+        found: list[torch.Tensor | None] = []
+        if view is not None and _is_view(view) and view["sid"] in buffers:
+            found.append(_view(buffers, view))
         else:  # returned a copy: of which replayed argument?
-            candidates.extend(_view(buffers, v) for v in arg_views if v["sid"] in buffers)
-        candidates = [c for c in candidates if c is not None and c.numel() == returned.numel()]
+            found.extend(_view(buffers, v) for v in arg_views if v["sid"] in buffers)
+        candidates = [c for c in found if c is not None and c.numel() == returned.numel()]
         if any(bool(close_mask(returned, c.reshape(returned.shape), atol, rtol).all()) for c in candidates):
             continue
         detail = ""

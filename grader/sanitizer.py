@@ -14,6 +14,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grader.observation import Finding
 
@@ -67,7 +68,7 @@ def parse_memcheck(text: str) -> list[MemcheckReport]:
         if not head:
             continue
         block = lines[index + 1 : index + 8]
-        fields: dict[str, object] = {}
+        fields: dict[str, Any] = {}  # parsed from text: types vary by key
         for item in block:
             if _HEAD.search(item):
                 break
@@ -96,13 +97,13 @@ def parse_memcheck(text: str) -> list[MemcheckReport]:
                 size=_int(head.group(2)),
                 kernel=str(fields.get("kernel", "?")),
                 thread=fields.get("thread", ()),
-                block=fields.get("block", ()),  # type: ignore[arg-type]
+                block=fields.get("block", ()),
                 address=int(fields["address"]),
-                problem=str(fields["problem"]),  # type: ignore[call-overload]
+                problem=str(fields["problem"]),
                 nearest=fields.get("nearest"),
-                distance=fields.get("distance"),  # type: ignore[arg-type]
+                distance=fields.get("distance"),
                 side=str(fields.get("side", "")),
-                nearest_size=fields.get("nearest_size"),  # type: ignore[arg-type]
+                nearest_size=fields.get("nearest_size"),
                 source=str(fields.get("source", "")),
             )
         )

@@ -18,9 +18,9 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader import guards
-from grader.worker.protocol import POINTERS_LINE
 from grader.worker import timing
 from grader.worker.launch_record import LaunchRecord, decode_value, describe_tensor
+from grader.worker.protocol import POINTERS_LINE
 
 try:
     from triton.runtime.autotuner import Autotuner, Heuristics
