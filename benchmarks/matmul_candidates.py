@@ -24,7 +24,29 @@ from triton.testing import do_bench
 
 
 @triton.jit
-def _linear_gelu(
+def _bias_gelu(acc, bias_ptr, cols, N):
+    """The fused epilogue every candidate shares: the bias by output column, then the exact GELU."""
+    acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[None, :]
+    return acc * 0.5 * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+
+
+@triton.jit
+def _tile_position(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
+    """(row, column) of output tile number `tile`; in groups of GROUP_M tile rows when GROUP_M > 1,
+    so programs running together share rows of A and columns of B in L2."""
+    if GROUP_M > 1:
+        first_m = (tile // (GROUP_M * tiles_n)) * GROUP_M
+        group_size = min(tiles_m - first_m, GROUP_M)
+        pid_m = first_m + (tile % group_size)
+        pid_n = (tile % (GROUP_M * tiles_n)) // group_size
+    else:
+        pid_m = tile // tiles_n
+        pid_n = tile % tiles_n
+    return pid_m, pid_n
+
+
+@triton.jit
+def _pointer_tile(
     a_ptr,
     b_ptr,
     bias_ptr,
@@ -38,19 +60,14 @@ def _linear_gelu(
     stride_bn,
     stride_cm,
     stride_cn,
+    pid_m,
+    pid_n,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    GROUP_M: tl.constexpr,
     TAIL_ONLY: tl.constexpr,
 ):
-    if GROUP_M > 1:
-        pid_m, pid_n = tl.swizzle2d(
-            tl.program_id(0), tl.program_id(1), tl.num_programs(0), tl.num_programs(1), GROUP_M
-        )
-    else:
-        pid_m = tl.program_id(0)
-        pid_n = tl.program_id(1)
+    """Tile (pid_m, pid_n) of C with masked pointer loads and store: the reference's form."""
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < M
@@ -96,12 +113,47 @@ def _linear_gelu(
                 other=0.0,
             )
             acc = tl.dot(a, b, acc)
-    acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0)[None, :]
-    out = acc * 0.5 * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+    out = _bias_gelu(acc, bias_ptr, cols, N)
     tl.store(
         c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
         out,
         mask=row_ok[:, None] & col_ok[None, :],
+    )
+
+
+
+
+@triton.jit
+def _linear_gelu(
+    a_ptr,
+    b_ptr,
+    bias_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    TAIL_ONLY: tl.constexpr,
+):
+    if GROUP_M > 1:
+        pid_m, pid_n = tl.swizzle2d(
+            tl.program_id(0), tl.program_id(1), tl.num_programs(0), tl.num_programs(1), GROUP_M
+        )
+    else:
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+    _pointer_tile(
+        a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+        pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K, TAIL_ONLY,
     )
 
 
@@ -142,9 +194,7 @@ def _linear_gelu_tma(
         w = w_desc.load([pid_n * BLOCK_N, k0])
         acc = tl.dot(a, w.T, acc)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < N
-    acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0)[None, :]
-    out = acc * 0.5 * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+    out = _bias_gelu(acc, bias_ptr, cols, N)
     if TMA_STORE:
         c_desc = tl.make_tensor_descriptor(
             c_ptr, shape=[M, N], strides=[stride_cm, stride_cn], block_shape=[BLOCK_M, BLOCK_N]
@@ -155,7 +205,7 @@ def _linear_gelu_tma(
         tl.store(
             c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
             out,
-            mask=(rows < M)[:, None] & col_ok[None, :],
+            mask=(rows < M)[:, None] & (cols < N)[None, :],
         )
 
 
@@ -199,19 +249,14 @@ def _linear_gelu_persistent(
     for tile in tl.range(
         tl.program_id(0), tiles_m * tiles_n, NUM_PROGRAMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE
     ):
-        group = tile // (GROUP_M * tiles_n)
-        first_m = group * GROUP_M
-        group_size = min(tiles_m - first_m, GROUP_M)
-        pid_m = first_m + (tile % group_size)
-        pid_n = (tile % (GROUP_M * tiles_n)) // group_size
+        pid_m, pid_n = _tile_position(tile, tiles_m, tiles_n, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_tiles):
             a = a_desc.load([pid_m * BLOCK_M, ki * BLOCK_K])
             w = w_desc.load([pid_n * BLOCK_N, ki * BLOCK_K])
             acc = tl.dot(a, w.T, acc)
         cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        acc += tl.load(bias_ptr + cols, mask=cols < N, other=0.0)[None, :]
-        out = acc * 0.5 * (1.0 + tl.math.erf(acc * 0.7071067811865476))
+        out = _bias_gelu(acc, bias_ptr, cols, N)
         c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], out)
 
 
@@ -245,40 +290,10 @@ def _linear_gelu_grid_stride(
     first = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
     step = tl.num_programs(0) * tl.num_programs(1)
     for tile in tl.range(first, tiles_m * tiles_n, step, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
-        if GROUP_M > 1:
-            group = tile // (GROUP_M * tiles_n)
-            first_m = group * GROUP_M
-            group_size = min(tiles_m - first_m, GROUP_M)
-            pid_m = first_m + (tile % group_size)
-            pid_n = (tile % (GROUP_M * tiles_n)) // group_size
-        else:
-            pid_m = tile // tiles_n
-            pid_n = tile % tiles_n
-        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        row_ok = rows < M
-        col_ok = cols < N
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            ks = k0 + tl.arange(0, BLOCK_K)
-            k_ok = ks < K
-            a = tl.load(
-                a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak,
-                mask=row_ok[:, None] & k_ok[None, :],
-                other=0.0,
-            )
-            b = tl.load(
-                b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn,
-                mask=k_ok[:, None] & col_ok[None, :],
-                other=0.0,
-            )
-            acc = tl.dot(a, b, acc)
-        acc += tl.load(bias_ptr + cols, mask=col_ok, other=0.0)[None, :]
-        out = acc * 0.5 * (1.0 + tl.math.erf(acc * 0.7071067811865476))
-        tl.store(
-            c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
-            out,
-            mask=row_ok[:, None] & col_ok[None, :],
+        pid_m, pid_n = _tile_position(tile, tiles_m, tiles_n, GROUP_M)
+        _pointer_tile(
+            a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+            stride_cn, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K, False,
         )
 
 
