@@ -421,7 +421,7 @@ class Battery:
         findings: list[guards.GuardFinding] = []
         outputs: dict[str, torch.Tensor] = {}
         unwritten: dict[str, torch.Tensor] = {}
-        for key, before, now in zip(placed.keys, placed.storages, after, strict=False):
+        for key, before, now in zip(placed.keys, placed.storages, after, strict=True):  # length checked above
             plan = placed.plans[key]
             if type(now) is not torch.Tensor or now.shape != before.shape or now.dtype != before.dtype:
                 return Observation(failure="crash", message="the worker returned a malformed buffer")
