@@ -22,10 +22,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from grader.authoring.discovery import assignments_root, find_assignment
 from grader.cli import main as grader_main
-from grader.discovery import assignments_root, find_assignment
-from grader.gradebook import RUN_DETAIL_FIELDS
-from grader.selftest import corpus
+from grader.operations.selftest import corpus
+from grader.publishing.gradebook import RUN_DETAIL_FIELDS
 
 MIN_SUBMISSIONS = 20
 

@@ -12,9 +12,9 @@ import statistics
 import time
 from pathlib import Path
 
-from grader.discovery import assignments_root, find_assignment
-from grader.environment import detect_backend
-from grader.grading import GradeRequest, grade
+from grader.authoring.discovery import assignments_root, find_assignment
+from grader.operations.environment import detect_backend
+from grader.operations.grade import GradeRequest, grade
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,7 +8,7 @@ candidate launch configurations of the fused matmul (a copy of the reference ker
 optional grouped program order), to choose the reference's configuration. `--fidelity` times each
 reference kernel FIDELITY_RUNS times in this one run, the way a performance case does (median of five
 do_bench medians), prints the runs and their spread, and exits 1 if any spread exceeds +-3%.
-Needs a CUDA GPU. Timing: grader.worker.timing.bench, the grader's own (triton.testing.do_bench:
+Needs a CUDA GPU. Timing: grader.running.worker.timing.bench, the grader's own (triton.testing.do_bench:
 CUDA events, L2 flushed between repetitions, median), inputs rotated among several sets so no
 repetition hits a warm cache.
 """
@@ -29,7 +29,7 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.worker import timing  # noqa: E402
+from grader.running.worker import timing  # noqa: E402
 
 REPEATS = 5
 FIDELITY_RUNS = 5

@@ -1,4 +1,4 @@
-"""Why grader.worker.timing.bench spins the GPU up before it times: medians of a small kernel from idle.
+"""Why grader.running.worker.timing.bench spins the GPU up before it times: medians of a small kernel from idle.
 
     python benchmarks/timing_spin_up.py
 
@@ -16,7 +16,7 @@ import time
 import torch
 from kernel_timings import load_reference  # benchmarks/ is on the path: this script lives there
 
-from grader.worker import timing  # kernel_timings put the repository on the path
+from grader.running.worker import timing  # kernel_timings put the repository on the path
 
 IDLE_S = 5.0
 

@@ -6,18 +6,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from grader import report
-from grader.discovery import (
+from grader.authoring.discovery import (
     AssignmentNotFound,
     assignment_for_submission,
     assignments_root,
     find_assignment,
     list_assignment_ids,
 )
-from grader.environment import detect_backend
-from grader.grading import GradeRequest, grade, new_seed
-from grader.outputs import write_outputs
-from grader.spec import Assignment, SpecError
+from grader.authoring.spec import Assignment, SpecError
+from grader.operations.environment import detect_backend
+from grader.operations.grade import GradeRequest, grade, new_seed
+from grader.publishing import report
+from grader.publishing.files import write_outputs
 
 
 class UsageError(Exception):
@@ -134,7 +134,7 @@ def _assignment_for_check(assignment_id: str | None, path: Path, root: Path) -> 
 
 
 def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
-    from grader.selftest import format_table, run_selftest
+    from grader.operations.selftest import format_table, run_selftest
 
     assignment = find_assignment(args.assignment, root)
     backend = detect_backend(args.backend)
@@ -196,8 +196,8 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
 
 
 def cmd_batch(args: argparse.Namespace, root: Path) -> int:
-    from grader.batch import BatchError, BatchOptions, format_summary, run_batch
-    from grader.executors import ExecutorUnavailable
+    from grader.operations.batch import BatchError, BatchOptions, format_summary, run_batch
+    from grader.operations.executors import ExecutorUnavailable
 
     assignment = find_assignment(args.assignment, root)
     if args.workers is not None and args.workers < 1:
@@ -219,7 +219,7 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_gradescope_bundle(args: argparse.Namespace, root: Path) -> int:
-    from grader.bundle import BundleError, BundleOptions, write_bundle
+    from grader.operations.bundle import BundleError, BundleOptions, write_bundle
 
     assignment = find_assignment(args.assignment, root)
     options = BundleOptions(assignment, args.out, torch=args.torch, torch_version=args.torch_version,

@@ -19,10 +19,17 @@ from pathlib import Path
 
 import pytest
 
-from grader import batch
-from grader.batch import BatchError, Manifest, discover_submissions, read_gradescope_metadata, settle_manifest
-from grader.executors import GradeJob, JobOutcome, LocalExecutor
-from grader.gradebook import (
+from grader.authoring.spec import Assignment, load_assignment
+from grader.operations import batch
+from grader.operations.batch import (
+    BatchError,
+    Manifest,
+    discover_submissions,
+    read_gradescope_metadata,
+    settle_manifest,
+)
+from grader.operations.executors import GradeJob, JobOutcome, LocalExecutor
+from grader.publishing.gradebook import (
     Gradebook,
     Student,
     class_report_html,
@@ -34,8 +41,7 @@ from grader.gradebook import (
     target_points,
     ungraded_row,
 )
-from grader.results import CaseResult, GradeResult
-from grader.spec import Assignment, load_assignment
+from grader.publishing.results import CaseResult, GradeResult
 
 SUBMISSION_FILE = "fused_layers.py"
 
@@ -337,7 +343,7 @@ def test_worker_slots_take_gpus_round_robin(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_the_grading_process_hands_its_gpu_to_the_worker(tmp_path: Path) -> None:
-    from grader.executors import child_environment
+    from grader.operations.executors import child_environment
 
     env = child_environment("1")
     assert env["CUDA_VISIBLE_DEVICES"] == "1"

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from grader.cli import main
-from grader.gradebook import RUN_DETAIL_FIELDS
-from grader.selftest import expected_traps
+from grader.operations.selftest import expected_traps
+from grader.publishing.gradebook import RUN_DETAIL_FIELDS
 
 pytestmark = pytest.mark.slow
 
@@ -250,7 +250,7 @@ raise RuntimeError(f"SUBMISSIONS={ls(%r)} OUT={ls(%r)}")
 
 def test_student_code_cannot_see_the_class_or_the_results(repo_root: Path, corpus: Path,
                                                           tmp_path: Path) -> None:
-    from grader.worker_client import _namespaces_available
+    from grader.running.client import _namespaces_available
 
     if not _namespaces_available():
         pytest.skip("the worker hides folders only when the grader runs as root with unshare available")

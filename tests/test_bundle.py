@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
-from grader.bundle import BundleOptions, write_bundle
+from grader.authoring.spec import Assignment, load_assignment
 from grader.cli import main
-from grader.spec import Assignment, load_assignment
+from grader.operations.bundle import BundleOptions, write_bundle
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +49,9 @@ def test_bundle_contents(bundle: Path, tmp_path: Path, assignment: Assignment) -
             assert hashlib.sha256(zf.read(name)).hexdigest() == digest, name
     assert {"setup.sh", "run_autograder", "requirements.txt", "bundle.json"} <= names
     assert modes["setup.sh"] == modes["run_autograder"] == 0o755
-    for needed in ("grader/__init__.py", "grader/cli.py", "grader/worker/__main__.py", "grader/bundle.py",
-                   "grader/generic_traps.toml", "grader/templates/report.md.j2",
+    for needed in ("grader/__init__.py", "grader/cli.py", "grader/running/worker/__main__.py",
+                   "grader/operations/bundle.py",
+                   "grader/authoring/generic_traps.toml", "grader/publishing/templates/report.md.j2",
                    "assignments/fused_layers/assignment.toml", "assignments/fused_layers/oracles.py"):
         assert f"kernel-grader/{needed}" in names, needed
     unwanted = ("reference", "mutants", "__pycache__", ".pyc")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from grader.authoring.spec import load_assignment
 from grader.cli import main
-from grader.spec import load_assignment
 
 TOP_LEVEL_KEYS = {"score", "execution_time", "output", "tests", "extra_data"}
 TEST_KEYS = {"name", "number", "score", "max_score", "status", "output", "tags", "visibility", "extra_data"}

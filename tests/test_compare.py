@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from grader.compare import close_mask, compare
+from grader.judging.compare import close_mask, compare
 
 NAN = float("nan")
 INF = float("inf")

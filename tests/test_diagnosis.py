@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader.compare import compare
-from grader.diagnosis import (
+from grader.authoring.problem import Signature
+from grader.authoring.spec import Tolerance
+from grader.judging.compare import compare
+from grader.judging.diagnosis import (
     PRECISION_FACTOR,
     as_signatures,
     classify_unmatched,
@@ -18,8 +20,6 @@ from grader.diagnosis import (
     nan_leaks,
     signature_matches,
 )
-from grader.problem import Signature
-from grader.spec import Tolerance
 
 NAN = float("nan")
 TOL = Tolerance(atol=1e-5, rtol=1e-5, why="test")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from grader.diagnosis import match_traps
-from grader.inputs import InputMaker
-from grader.spec import load_assignment
+from grader.authoring.inputs import InputMaker
+from grader.authoring.spec import load_assignment
+from grader.judging.diagnosis import match_traps
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -124,7 +124,7 @@ def test_failed_correctness_is_not_timed(tmp_path, repo_root, planted, capsys) -
 def test_timing_fidelity_same_kernel_five_times(repo_root) -> None:
     """The reference LayerNorm at 8192x8192, timed 5 times in this one run as a performance case is
     (median of 5 do_bench medians over 3 rotated input sets): the runs stay within +-3%."""
-    from grader.worker import timing
+    from grader.running.worker import timing
 
     spec = importlib.util.spec_from_file_location(
         "reference_fused_layers", repo_root / "reference" / "fused_layers.py"
@@ -142,7 +142,7 @@ def test_timing_fidelity_same_kernel_five_times(repo_root) -> None:
 
 
 def test_copy_bandwidth_is_measured() -> None:
-    from grader.worker import timing
+    from grader.running.worker import timing
 
     gbs = timing.copy_bandwidth_gbs()
     print(f"\ncopy bandwidth {gbs:.0f} GB/s")

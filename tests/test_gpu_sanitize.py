@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from grader.cli import main
-from grader.sanitizer import sanitizer_command
+from grader.running.sanitizer import sanitizer_command
 
 pytestmark = [
     pytest.mark.gpu,

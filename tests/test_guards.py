@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grader import guards
-from grader.guards import build_storage, check_storage, plan_buffer, unwritten_mask, view_of
-from grader.spec import load_assignment
+from grader.authoring.spec import load_assignment
+from grader.running import guards
+from grader.running.guards import build_storage, check_storage, plan_buffer, unwritten_mask, view_of
 
 VALUES_2D = torch.arange(15, dtype=torch.float32).reshape(3, 5) + 1.0
 

@@ -34,12 +34,12 @@ from typing import Any
 import pytest
 from conftest import ROOT, Graded, read_results
 
-from grader.catalog import trap_catalog
-from grader.spec import Assignment, load_assignment
+from grader.authoring.catalog import trap_catalog
+from grader.authoring.spec import Assignment, load_assignment
 
 HOSTILE = ROOT / "tests" / "hostile"
 OUTPUT_FILES = {"results.json", "grade.json", "report.md", "report.html", "pytest-report.json"}
-FILE_SIZE_LIMIT = 64 << 20  # grader.worker_client.WORKER_OUTPUT_LIMIT_BYTES (RLIMIT_FSIZE)
+FILE_SIZE_LIMIT = 64 << 20  # grader.running.client.WORKER_OUTPUT_LIMIT_BYTES (RLIMIT_FSIZE)
 SUBPROCESS_TIMEOUT_S = 300
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader.judge import judge_case
-from grader.observation import Observation
+from grader.judging.judge import judge_case
+from grader.running.observation import Observation
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,7 @@ def test_wrapper_with_fresh_randomness_is_nondeterministic(planted, grade_text) 
 def test_judge_names_nondeterminism_from_the_observation() -> None:
     import torch
 
-    from grader.discovery import assignments_root, find_assignment
+    from grader.authoring.discovery import assignments_root, find_assignment
 
     assignment = find_assignment("fused_layers", assignments_root())
     case = assignment.case("stats-basic")

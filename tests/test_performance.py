@@ -14,17 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader import report
-from grader.battery import Battery
-from grader.benchmark import (
-    baseline_outputs,
-    compare_outputs,
-    encode_call,
-    outputs_from_reply,
-)
-from grader.gradescope import results_json
-from grader.inputs import InputMaker
-from grader.performance import (
+from grader.authoring.inputs import InputMaker
+from grader.authoring.oracle_loader import load_problems
+from grader.authoring.spec import Assignment, PerfCase, Threshold, load_assignment
+from grader.judging.performance import (
     NEEDS_CUDA,
     correctness_gate,
     evaluate,
@@ -37,10 +30,17 @@ from grader.performance import (
     tflops,
     threshold_points,
 )
-from grader.problems import load_problems
-from grader.results import CaseResult, DeviceInfo, GradeResult, PerfResult
-from grader.spec import Assignment, PerfCase, Threshold, load_assignment
-from grader.worker.timing import Timing
+from grader.publishing import report
+from grader.publishing.gradescope import results_json
+from grader.publishing.results import CaseResult, DeviceInfo, GradeResult, PerfResult
+from grader.running.battery import Battery
+from grader.running.perf_runner import (
+    baseline_outputs,
+    compare_outputs,
+    encode_call,
+    outputs_from_reply,
+)
+from grader.running.worker.timing import Timing
 
 H200 = DeviceInfo(gpu="NVIDIA H200", copy_gb_per_s=4000.0, torch="2.11.0+cu130", triton="3.6.0")
 SCRIPT = "<script>alert(1)</script>"
@@ -435,9 +435,9 @@ def test_measure_path_on_a_fake_clock(
     """Everything a CUDA run does but reading the clock: the student's and the reference's workers (on
     the interpreter, their medians injected), torch eager here on the CPU, the output check at the
     timed size (a bug only on rows >= 4 is caught there), speedups, bandwidth and threshold points."""
-    from grader import benchmark
-    from grader.worker import timing
-    from grader.worker_client import Worker, WorkerOptions
+    from grader.running import perf_runner as benchmark
+    from grader.running.client import Worker, WorkerOptions
+    from grader.running.worker import timing
 
     source = planted(*bug) if bug else reference_source
     submission = tmp_path / "fused_layers.py"
@@ -500,7 +500,7 @@ def test_nothing_measured_is_one_line_not_a_table(assignment: Assignment) -> Non
 
 def test_bench_spins_the_gpu_up_and_discards_it(monkeypatch) -> None:
     """timing.bench: one discarded do_bench of `spin_up_ms` first, then `repeats` medians over the sets."""
-    from grader.worker import timing
+    from grader.running.worker import timing
 
     calls: list[tuple[float, float]] = []
     answers = iter([99.0, 1.0, 2.0, 3.0])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from grader import guards
-from grader.replay import ReplayPlan, check_outputs, grounded, plan_replay
-from grader.worker.launch_record import describe_tensor, storage_bytes, storage_id
+from grader.judging.replay import ReplayPlan, check_outputs, grounded, plan_replay
+from grader.running import guards
+from grader.running.worker.launch_record import describe_tensor, storage_bytes, storage_id
 
 
 def poisoned(n: int) -> torch.Tensor:

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import torch
 
-from grader import report
-from grader.error_maps import CODES, MAX_CELLS, error_map, error_maps, launch_tile
-from grader.results import CaseResult, GradeResult
-from grader.spec import Assignment, load_assignment
+from grader.authoring.spec import Assignment, load_assignment
+from grader.judging.error_maps import CODES, MAX_CELLS, error_map, error_maps, launch_tile
+from grader.publishing import report
+from grader.publishing.results import CaseResult, GradeResult
 
 ATOL = RTOL = 1e-5
 SCRIPT = "<script>alert(1)</script>"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from grader import report
-from grader.spec import Assignment, load_assignment
+from grader.authoring.spec import Assignment, load_assignment
+from grader.publishing import report
 
 CHROMIUM_FLAGS = (
     "--headless",

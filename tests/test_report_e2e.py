@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.catalog import trap_catalog
-from grader.report import template_environment
-from grader.spec import Assignment, load_assignment
+from grader.authoring.catalog import trap_catalog
+from grader.authoring.spec import Assignment, load_assignment
+from grader.publishing.report import template_environment
 
 pytestmark = pytest.mark.slow
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.battery import Battery
-from grader.sanitizer import memcheck_findings, parse_memcheck
-from grader.spec import load_assignment
+from grader.authoring.spec import load_assignment
+from grader.running.battery import Battery
+from grader.running.sanitizer import memcheck_findings, parse_memcheck
 
 # The format of compute-sanitizer's memcheck (CUDA 12/13), two reports and the summary.
 MEMCHECK_OUTPUT = """\

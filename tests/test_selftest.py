@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader.discovery import assignments_root, find_assignment
-from grader.selftest import corpus, run_selftest
+from grader.authoring.discovery import assignments_root, find_assignment
+from grader.operations.selftest import corpus, run_selftest
 
 pytestmark = pytest.mark.slow
 

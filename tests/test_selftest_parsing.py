@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.catalog import trap_catalog
-from grader.selftest import SelftestRow, corpus, expected_traps, format_table
-from grader.spec import load_assignment
+from grader.authoring.catalog import trap_catalog
+from grader.authoring.spec import load_assignment
+from grader.operations.selftest import SelftestRow, corpus, expected_traps, format_table
 
 
 def mutant(tmp_path: Path, text: str) -> Path:

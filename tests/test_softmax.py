@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 import torch
 
-from grader.catalog import trap_catalog
+from grader.authoring.catalog import trap_catalog
+from grader.authoring.inputs import InputMaker, case_seed
+from grader.authoring.oracle_loader import load_module, load_problems
+from grader.authoring.spec import BACKENDS, load_assignment
 from grader.cli import main
-from grader.compare import compare
-from grader.diagnosis import match_traps
-from grader.inputs import InputMaker, case_seed
-from grader.problems import load_module, load_problems
-from grader.selftest import corpus, expected_traps, format_table, run_selftest
-from grader.spec import BACKENDS, load_assignment
+from grader.judging.compare import compare
+from grader.judging.diagnosis import match_traps
+from grader.operations.selftest import corpus, expected_traps, format_table, run_selftest
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 3

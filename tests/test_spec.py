@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from grader.catalog import trap_catalog
+from grader.authoring.catalog import trap_catalog
+from grader.authoring.oracle_loader import load_problems
+from grader.authoring.spec import BACKENDS, SpecError, load_assignment
 from grader.cli import main
-from grader.problems import load_problems
-from grader.spec import BACKENDS, SpecError, load_assignment
 
 # A minimal valid spec: one kernel, one wrapper, one tolerance profile, two cases. Each broken variant
 # below is this text with one edit, so the edit alone is what the loader must complain about.
@@ -312,7 +312,7 @@ def test_performance_target_needs_a_baseline(tmp_path: Path) -> None:
     module is loaded: the spec alone cannot know)."""
     path = write_spec(tmp_path, WITH_PERF)
     (tmp_path / "oracles.py").write_text(
-        "from grader.problem import In, Out, Problem\n"
+        "from grader.authoring.problem import In, Out, Problem\n"
         "PROBLEMS = {'copy': Problem(name='copy', make_inputs=lambda c, m: {}, expected=lambda i: {},\n"
         "    kernel_args=lambda i: {}, call_args=lambda i: ([], {}))}\n", encoding="utf-8")
     with pytest.raises(SpecError) as info:

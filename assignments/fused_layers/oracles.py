@@ -14,9 +14,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from grader.inputs import InputMaker
-from grader.problem import Baseline, In, Out, Problem, Signature, Stride
-from grader.spec import Case
+from grader.authoring.inputs import InputMaker
+from grader.authoring.problem import Baseline, In, Out, Problem, Signature, Stride
+from grader.authoring.spec import Case
 
 F32_EPS = 2.0**-24  # unit roundoff of float32
 

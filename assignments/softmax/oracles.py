@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
-from grader.inputs import InputMaker
-from grader.problem import Baseline, In, Out, Problem, Signature, Stride
-from grader.spec import Case
+from grader.authoring.inputs import InputMaker
+from grader.authoring.problem import Baseline, In, Out, Problem, Signature, Stride
+from grader.authoring.spec import Case
 
 F32_MAX = torch.finfo(torch.float32).max
 F32_TINY = torch.finfo(torch.float32).tiny  # smallest normal float32; below it GPUs may flush to 0

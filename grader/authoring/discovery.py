@@ -1,0 +1,49 @@
+"""Find assignments: `--assignments DIR`, else $GRADER_ASSIGNMENTS, else the checkout's assignments/."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from grader.authoring.spec import Assignment, load_assignment
+
+SPEC_NAME = "assignment.toml"
+
+
+class AssignmentNotFound(Exception):
+    def __init__(self, assignment_id: str, root: Path, known: list[str]) -> None:
+        super().__init__(
+            f"no assignment {assignment_id!r} under {root} (known: {', '.join(known) or 'none'})"
+        )
+
+
+def assignments_root(explicit: str | os.PathLike[str] | None = None) -> Path:
+    if explicit:
+        return Path(explicit).resolve()
+    env = os.environ.get("GRADER_ASSIGNMENTS")
+    if env:
+        return Path(env).resolve()
+    return Path(__file__).resolve().parents[2] / "assignments"
+
+
+def list_assignment_ids(root: Path) -> list[str]:
+    if not root.is_dir():
+        return []
+    return sorted(p.parent.name for p in root.glob(f"*/{SPEC_NAME}"))
+
+
+def find_assignment(assignment_id: str, root: Path) -> Assignment:
+    spec = root / assignment_id / SPEC_NAME
+    if not spec.is_file():
+        raise AssignmentNotFound(assignment_id, root, list_assignment_ids(root))
+    return load_assignment(spec)
+
+
+def assignment_for_submission(submission: Path, root: Path) -> Assignment | None:
+    """The assignment whose submission_file has this file's name, if exactly one does."""
+    matches = []
+    for assignment_id in list_assignment_ids(root):
+        assignment = find_assignment(assignment_id, root)
+        if assignment.submission_file == submission.name:
+            matches.append(assignment)
+    return matches[0] if len(matches) == 1 else None

@@ -1,0 +1,170 @@
+"""Performance cases, the pure part: speedups, bandwidth, TFLOP/s, threshold points, the correctness
+gate, PerfResults and Gradescope leaderboard entries. No timing and no I/O here (grader.running.perf_runner
+measures; this judges what it measured)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from grader.authoring.spec import PerfCase
+from grader.publishing.results import CaseResult, DeviceInfo, Measurement, PerfResult
+
+NEEDS_CUDA = "needs a CUDA GPU (performance is only measured on the cuda backend)"
+
+
+def speedup(bar_ms: float, student_ms: float) -> float:
+    """How many times faster than the bar: bar time / student time (> 1 is faster)."""
+    if student_ms <= 0 or bar_ms <= 0:
+        raise ValueError(f"times must be positive, got {bar_ms} and {student_ms}")
+    return bar_ms / student_ms
+
+
+def gb_per_s(nbytes: int, ms: float) -> float:
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def tflops(flops: int, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12
+
+
+def percent(value: float, ceiling: float) -> float:
+    return 100.0 * value / ceiling if ceiling > 0 else 0.0
+
+
+def threshold_points(thresholds: Sequence[tuple[float, float]], ratio: float | None) -> float:
+    """Points of the highest threshold `ratio` reaches (thresholds: (speedup, points), increasing)."""
+    if ratio is None:
+        return 0.0
+    return max((points for bar, points in thresholds if ratio >= bar), default=0.0)
+
+
+def measurement(
+    label: str,
+    medians_ms: Sequence[float],
+    nbytes: int | None,
+    flops: int | None,
+    copy_gb_per_s: float | None,
+) -> Measurement:
+    """A Measurement from repeated medians, with bandwidth (given bytes) and TFLOP/s (given flops)."""
+    ordered = sorted(float(m) for m in medians_ms)
+    if not ordered or ordered[0] <= 0:
+        raise ValueError(f"{label}: timings must be positive, got {list(medians_ms)}")
+    n = len(ordered)
+    mid = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    spread = 100.0 * (ordered[-1] - ordered[0]) / 2.0 / mid
+    bandwidth = gb_per_s(nbytes, mid) if nbytes else None
+    return Measurement(
+        label=label,
+        medians_ms=tuple(float(m) for m in medians_ms),
+        median_ms=mid,
+        spread_pct=spread,
+        gb_per_s=bandwidth,
+        pct_of_copy_bandwidth=percent(bandwidth, copy_gb_per_s) if bandwidth and copy_gb_per_s else None,
+        tflops=tflops(flops, mid) if flops else None,
+    )
+
+
+def title(perf: PerfCase) -> str:
+    return f"{perf.target}: {perf.description or perf.shape + ' ' + perf.dtype}"
+
+
+def _base(
+    perf: PerfCase, status: str, reason: str, max_score: float, device: DeviceInfo | None = None
+) -> PerfResult:
+    return PerfResult(
+        perf_id=perf.id,
+        target=perf.target,
+        title=title(perf),
+        dims=dict(perf.dims),
+        dtype=perf.dtype,
+        status=status,
+        reason=reason,
+        relative_to=perf.relative_to,
+        thresholds=tuple((t.speedup, t.points) for t in perf.thresholds),
+        max_score=max_score,
+        device=device,
+    )
+
+
+def skipped(perf: PerfCase, reason: str = NEEDS_CUDA) -> PerfResult:
+    """Not measurable here (no GPU): never passed, never failed, worth nothing either way."""
+    return _base(perf, "skipped", reason, max_score=0.0)
+
+
+def not_run(perf: PerfCase, reason: str, device: DeviceInfo | None = None) -> PerfResult:
+    """Measurable, but not timed (correctness failed, the target is missing): 0 of its points."""
+    return _base(perf, "not-run", reason, perf.max_score, device)
+
+
+def errored(perf: PerfCase, reason: str, device: DeviceInfo | None = None) -> PerfResult:
+    return _base(perf, "error", reason, perf.max_score, device)
+
+
+def correctness_gate(target: str, cases: Sequence[CaseResult]) -> str | None:
+    """Why `target` may not be timed yet (None: it may): every correctness case of the target that ran
+    in this run must have passed, and at least one must have run."""
+    mine = [c for c in cases if c.target == target]
+    if not mine:
+        return f"no correctness case of {target} ran in this run, so its speed is not measured"
+    failed = [c.case_id for c in mine if not c.passed]
+    if failed:
+        shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+        return f"{target} failed correctness case(s) {shown}: speed is only measured once every case passes"
+    return None
+
+
+def evaluate(
+    perf: PerfCase,
+    student: Measurement,
+    reference: Measurement | None,
+    torch: Measurement | None,
+    device: DeviceInfo | None,
+    note: str = "",
+) -> PerfResult:
+    """A timed case: speedups against torch eager and the reference, and the threshold points."""
+    vs_torch = speedup(torch.median_ms, student.median_ms) if torch else None
+    vs_reference = speedup(reference.median_ms, student.median_ms) if reference else None
+    ratio = vs_reference if perf.relative_to == "reference" else vs_torch
+    base = _base(perf, "timed", note, perf.max_score, device)
+    return replace(
+        base,
+        student=student,
+        reference=reference,
+        torch=torch,
+        speedup_vs_torch=vs_torch,
+        speedup_vs_reference=vs_reference,
+        score=threshold_points(base.thresholds, ratio),
+    )
+
+
+def leaderboard(results: Sequence[PerfResult]) -> list[dict[str, Any]]:
+    """Gradescope leaderboard entries (https://gradescope-autograders.readthedocs.io: results.json
+    `leaderboard`): per timed case its time (lower is better) and its speedup over torch eager."""
+    entries: list[dict[str, Any]] = []
+    for p in results:
+        if not p.timed or p.student is None:
+            continue
+        entries.append({"name": f"{p.perf_id} (ms)", "value": round(p.student.median_ms, 5), "order": "asc"})
+        if p.speedup_vs_torch is not None:
+            entries.append(
+                {
+                    "name": f"{p.perf_id} speedup vs torch",
+                    "value": round(p.speedup_vs_torch, 3),
+                    "order": "desc",
+                }
+            )
+    return entries
+
+
+def summary_dict(results: Sequence[PerfResult]) -> dict[str, Any]:
+    """`extra_data.performance` of results.json: the device once, then every case."""
+    device = next((p.device for p in results if p.device is not None), None)
+    return {"device": device.to_dict() if device else None, "cases": [p.to_dict() for p in results]}
+
+
+def by_id(results: Mapping[str, PerfResult], perf_cases: Sequence[PerfCase]) -> list[PerfResult]:
+    """Results in spec order; a case with no result (never expected) becomes an error."""
+    missing = "the grader could not run this performance case (a grader problem)"
+    return [results.get(p.id) or errored(p, missing) for p in perf_cases]

@@ -1,0 +1,250 @@
+"""Trust a wrapper's outputs only if its recorded kernel launches reproduce them. Pure: no I/O.
+
+The worker records every launch a wrapper makes (grader/running/worker/launch_record.py). Code in the
+worker can switch that recording off or forge the worker's whole reply, so the grader checks the
+record instead of believing it:
+
+1. `plan_replay`: every buffer a launch was given must come from the case: the inputs the grader
+   sent (bit for bit), a contiguous / transposed / dtype-converted copy of an input, a fresh buffer
+   (uninitialised poison or one constant), or what an earlier launch wrote. A buffer holding
+   anything else was computed outside the kernels (numpy, torch with the recorder off, a cache).
+2. The battery replays the launches in a fresh worker that runs no wrapper code.
+3. `check_outputs`: each returned tensor must be what the replay left in its buffer (or a copy or
+   dtype conversion of a replayed argument), within the case's tolerance.
+
+A launch record that is missing or malformed is `tampering` (an honest wrapper always has one); an
+output the replay does not reproduce is `not-fused` (the values came from outside the kernels).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from grader.judging.compare import close_mask
+from grader.running.observation import Finding
+from grader.running.worker.launch_record import tensor_from
+
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+@dataclass(frozen=True)
+class ReplayPlan:
+    launches: tuple[dict[str, Any], ...] = ()  # what the replay worker runs, in order
+    trap: str = ""  # set when the record itself already shows the outputs cannot be trusted
+    problem: str = ""
+
+
+def plan_replay(
+    launches: Sequence[Mapping[str, Any]], sent: Sequence[torch.Tensor], inputs: Mapping[str, Any]
+) -> ReplayPlan:
+    """The launches to replay, each with the storages to (re)load first; or why there is no point."""
+    planned = []
+    known: set[int] = set()
+    for number, launch in enumerate(launches, 1):
+        record = launch.get("replay") if isinstance(launch, Mapping) else None
+        kernel = launch.get("kernel", "?") if isinstance(launch, Mapping) else "?"
+        where = f"launch {number} ({kernel})"
+        malformed = _malformed(record)
+        if malformed:
+            return ReplayPlan(
+                trap="tampering",
+                problem=f"{where} has no usable launch record ({malformed}): the "
+                "worker's account of what the wrapper ran was altered",
+            )
+        assert isinstance(record, Mapping)
+        views = _tensor_views(record)
+        load = {}
+        for sid, data in record["storages"].items():
+            mine = [v for v in views if v["sid"] == sid]
+            if grounded(data, mine, sent, inputs):
+                load[sid] = data
+            elif sid not in known:
+                param = _param_of(record, sid)
+                return ReplayPlan(
+                    trap="not-fused",
+                    problem=(
+                        f"{where} was given `{param}`, a buffer whose contents come from no input of the case and no "
+                        "earlier launch: it was computed outside the kernels"
+                    ),
+                )
+        known |= set(record["storages"])
+        planned.append(
+            {
+                "kernel": record["kernel"],
+                "grid": list(record["grid"]),
+                "args": list(record["args"]),
+                "kwargs": dict(record["kwargs"]),
+                "load": load,
+            }
+        )
+    return ReplayPlan(tuple(planned))
+
+
+def check_outputs(
+    outputs: Mapping[str, torch.Tensor],
+    result_views: Sequence[Any],
+    plan: ReplayPlan,
+    buffers: Mapping[int, torch.Tensor],
+    atol: float,
+    rtol: float,
+) -> Finding | None:
+    """Each returned tensor against what the replay computed; the first one that disagrees."""
+    if not isinstance(buffers, Mapping) or any(not _is_bytes(b) for b in buffers.values()):
+        return Finding("tampering", "the replay worker's reply was malformed")
+    buffers = dict(buffers)
+    arg_views = [v for launch in plan.launches for v in _tensor_views(launch)]
+    kernels = ", ".join(str(launch["kernel"]) for launch in plan.launches)
+    for index, (name, returned) in enumerate(outputs.items()):
+        view = result_views[index] if index < len(result_views) else None
+        found: list[torch.Tensor | None] = []
+        if view is not None and _is_view(view) and view["sid"] in buffers:
+            found.append(_view(buffers, view))
+        else:  # returned a copy: of which replayed argument?
+            found.extend(_view(buffers, v) for v in arg_views if v["sid"] in buffers)
+        candidates = [c for c in found if c is not None and c.numel() == returned.numel()]
+        if any(bool(close_mask(returned, c.reshape(returned.shape), atol, rtol).all()) for c in candidates):
+            continue
+        detail = ""
+        if candidates:
+            replayed = candidates[0].reshape(returned.shape)
+            wrong = ~close_mask(returned, replayed, atol, rtol)
+            at = tuple(int(i) for i in torch.nonzero(wrong)[0])
+            detail = (
+                f" ({int(wrong.sum())} of {wrong.numel()} elements differ; at {list(at)} the replay gives "
+                f"{float(replayed[at]):.6g}, the wrapper returned {float(returned[at]):.6g})"
+            )
+        return Finding(
+            "not-fused",
+            (
+                f"`{name}` is not what the wrapper's kernel launches computed: running the recorded launches "
+                f"({kernels}) again on the same inputs, with no wrapper code, gives other values{detail}. The returned "
+                "values were computed outside the kernels."
+            ),
+        )
+    return None
+
+
+def grounded(
+    data: torch.Tensor,
+    views: Sequence[Mapping[str, Any]],
+    sent: Sequence[torch.Tensor],
+    inputs: Mapping[str, Any],
+) -> bool:
+    """Do these storage bytes come from the case: a sent storage, one repeated value, or an input copy?"""
+    if data.numel() == 0:
+        return True
+    for storage in sent:
+        raw = storage.detach().reshape(-1).contiguous().view(torch.uint8)
+        if raw.numel() == data.numel() and torch.equal(raw, data):
+            return True
+    for view in views:
+        size = torch.empty(0, dtype=_dtype(view["dtype"])).element_size()
+        if data.numel() % size == 0:
+            values = data.view(_BITS[size])
+            if bool((values == values[0]).all()):
+                return True
+        tensor = _view({0: data}, dict(view, sid=0))
+        if tensor is None or tensor.numel() * size != data.numel():
+            continue
+        for value in inputs.values():
+            if not isinstance(value, torch.Tensor):
+                continue
+            for candidate in (value, value.T) if value.dim() == 2 else (value,):
+                if tuple(candidate.shape) == tuple(tensor.shape) and torch.equal(
+                    candidate.to(tensor.dtype).contiguous().view(_BITS[size]),
+                    tensor.contiguous().view(_BITS[size]),
+                ):
+                    return True
+    return False
+
+
+def _malformed(record: Any) -> str:
+    if not isinstance(record, Mapping):
+        return "missing"
+    if not record.get("complete"):
+        return str(record.get("why") or "incomplete")[:200]
+    storages = record.get("storages")
+    if not isinstance(storages, Mapping) or not all(
+        isinstance(k, int) and _is_bytes(v) for k, v in storages.items()
+    ):
+        return "storages"
+    if (
+        not isinstance(record.get("kernel"), str)
+        or not isinstance(record.get("args"), list)
+        or not isinstance(record.get("kwargs"), Mapping)
+    ):
+        return "kernel or arguments"
+    grid = record.get("grid")
+    if (
+        not isinstance(grid, list)
+        or not 1 <= len(grid) <= 3
+        or not all(type(g) is int and g >= 0 for g in grid)
+    ):
+        return "grid"
+    for view in _tensor_views(record):
+        if not _is_view(view) or view["sid"] not in storages or _view(storages, view) is None:
+            return "a tensor argument outside its storage"
+    return ""
+
+
+def _tensor_views(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    values = list(record.get("args") or []) + list((record.get("kwargs") or {}).values())
+    return [v["tensor"] for v in values if isinstance(v, Mapping) and "tensor" in v]
+
+
+def _param_of(record: Mapping[str, Any], sid: int) -> str:
+    params = list(record.get("params") or [])
+    for index, value in enumerate(record.get("args") or []):
+        if (
+            isinstance(value, Mapping)
+            and isinstance(value.get("tensor"), Mapping)
+            and value["tensor"].get("sid") == sid
+        ):
+            return params[index] if index < len(params) else f"argument {index + 1}"
+    for key, value in (record.get("kwargs") or {}).items():
+        if (
+            isinstance(value, Mapping)
+            and isinstance(value.get("tensor"), Mapping)
+            and value["tensor"].get("sid") == sid
+        ):
+            return str(key)
+    return "a tensor argument"
+
+
+def _is_bytes(value: Any) -> bool:
+    return (
+        type(value) is torch.Tensor
+        and value.dtype == torch.uint8
+        and value.dim() == 1
+        and value.device.type == "cpu"
+    )
+
+
+def _is_view(view: Any) -> bool:
+    return (
+        isinstance(view, Mapping)
+        and isinstance(view.get("sid"), int)
+        and isinstance(view.get("offset"), int)
+        and isinstance(view.get("shape"), list)
+        and isinstance(view.get("stride"), list)
+        and isinstance(_dtype(view.get("dtype")), torch.dtype)
+    )
+
+
+def _dtype(name: Any) -> torch.dtype | None:
+    value = getattr(torch, name, None) if isinstance(name, str) else None
+    return value if isinstance(value, torch.dtype) else None
+
+
+def _view(buffers: Mapping[int, torch.Tensor], view: Mapping[str, Any]) -> torch.Tensor | None:
+    """The described tensor over replayed/snapshot bytes, or None if it does not fit its storage."""
+    try:
+        if not _is_view(view) or any(type(s) is not int or s < 0 for s in view["shape"] + view["stride"]):
+            return None
+        return tensor_from(dict(buffers), dict(view))
+    except (RuntimeError, ValueError, TypeError, KeyError):
+        return None

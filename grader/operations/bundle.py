@@ -1,0 +1,346 @@
+"""Gradescope autograder bundle: `grader gradescope-bundle --assignment ID --out autograder.zip`.
+
+The zip holds, at its root (Gradescope unpacks it into /autograder/source):
+
+    setup.sh           run once as root when Gradescope builds the image: a virtual environment with
+                       torch (CPU wheel by default, or the CUDA build) and the grader's dependencies;
+                       file permissions that keep student code away from the assignment and results
+    run_autograder     run as root for every submission (Gradescope copies it to /autograder/)
+    requirements.txt   the grader's dependencies, torch pinned
+    bundle.json        what was bundled: assignment, grader version, torch, seed
+    kernel-grader/     the grader package and this one assignment (never the reference solution)
+
+`run_autograder` calls `python -m grader.operations.bundle run`, which finds the submission file in
+/autograder/submission, grades it with `grader grade` in a process of its own (with a wall-clock
+limit) and writes /autograder/results/results.json. Student code never runs in the grader's
+processes: the grader's worker runs it, and when the grader runs as root (as on Gradescope) the
+worker drops to the unprivileged user `nobody` in its own network namespace (grader.running.client),
+which can neither read the assignment's hidden cases nor write the results folder. results.json is
+written whatever happens (no file, a submission that crashes or hangs, a grader that fails), and
+`run_autograder` writes a last-resort one if Python itself cannot start.
+
+AUTOGRADER_ROOT moves /autograder (tests unpack the bundle into a temporary root), PYTHON chooses
+the interpreter (default: the bundle's virtual environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grader.authoring.spec import Assignment
+from grader.publishing.atomic import write_json
+
+BUNDLE_FORMAT_VERSION = 1
+PROJECT_DIR = "kernel-grader"
+TORCH_VARIANTS = ("cpu", "cuda")
+CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+DEFAULT_TORCH_VERSION = "2.13.0"
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: the same sources give the same zip, byte for byte
+LOG_TAIL_CHARS = 4000
+
+
+class BundleError(Exception):
+    """A problem building the bundle; the message is for the instructor."""
+
+
+@dataclass(frozen=True)
+class BundleOptions:
+    assignment: Assignment
+    out: Path
+    torch: str = "cpu"
+    torch_version: str = DEFAULT_TORCH_VERSION
+    seed: int | None = None  # None: a fresh seed per submission (recorded in its results)
+
+
+# ------------------------------------------------------------------------------------------- building
+
+
+def package_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def _tree(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"))
+
+
+def grader_requirements(torch_version: str) -> list[str]:
+    """The grader's runtime dependencies (pyproject.toml, else the installed metadata), torch pinned."""
+    pyproject = package_root().parent / "pyproject.toml"
+    if pyproject.is_file():
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib
+        requirements = list(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"])
+    else:
+        from importlib.metadata import PackageNotFoundError, requires
+
+        try:
+            requirements = [r for r in requires("kernel-grader") or [] if "extra ==" not in r]
+        except PackageNotFoundError:
+            raise BundleError("cannot tell the grader's dependencies: no pyproject.toml, "
+                              "and kernel-grader is not installed") from None
+    pinned = [r for r in requirements if not _is_torch(r)]
+    return [f"torch=={torch_version}", *pinned]
+
+
+def _is_torch(requirement: str) -> bool:
+    name = requirement.split(";")[0].strip()
+    for stop in "<>=!~[ ":
+        name = name.split(stop)[0]
+    return name.lower() == "torch"
+
+
+def bundle_files(options: BundleOptions) -> dict[str, tuple[bytes, int]]:
+    """Every file of the zip: name -> (bytes, permission bits)."""
+    if options.torch not in TORCH_VARIANTS:
+        raise BundleError(f"--torch must be one of {', '.join(TORCH_VARIANTS)}")
+    assignment = options.assignment
+    files: dict[str, tuple[bytes, int]] = {}
+    for path in _tree(package_root()):
+        name = f"{PROJECT_DIR}/grader/{path.relative_to(package_root()).as_posix()}"
+        files[name] = (path.read_bytes(), 0o644)
+    assignment_files = _tree(assignment.root)
+    for path in assignment_files:
+        name = f"{PROJECT_DIR}/assignments/{assignment.id}/{path.relative_to(assignment.root).as_posix()}"
+        files[name] = (path.read_bytes(), 0o644)
+    requirements = grader_requirements(options.torch_version)
+    header = "# kernel-grader's dependencies (generated by `grader gradescope-bundle`)\n"
+    files["requirements.txt"] = ((header + "\n".join(requirements) + "\n").encode(), 0o644)
+    files["setup.sh"] = (setup_script(options).encode(), 0o755)
+    files["run_autograder"] = (run_script(options).encode(), 0o755)
+    manifest = {
+        "format_version": BUNDLE_FORMAT_VERSION,
+        "assignment": assignment.id,
+        "submission_file": assignment.submission_file,
+        "grader_version": _grader_version(),
+        "torch": options.torch,
+        "torch_version": options.torch_version,
+        "seed": options.seed,
+        "sha256": {name: hashlib.sha256(data).hexdigest() for name, (data, _) in sorted(files.items())},
+    }
+    files["bundle.json"] = ((json.dumps(manifest, indent=2) + "\n").encode(), 0o644)
+    return files
+
+
+def _grader_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kernel-grader")
+    except PackageNotFoundError:
+        return "source checkout"
+
+
+def write_bundle(options: BundleOptions) -> Path:
+    """Write the zip (deterministically: sorted names, fixed dates) via a temporary file and os.replace."""
+    files = bundle_files(options)
+    out = Path(options.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for name in sorted(files):
+                data, mode = files[name]
+                info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+                info.external_attr = (0o100000 | mode) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.create_system = 3  # Unix, so the permission bits are honoured
+                zf.writestr(info, data)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def setup_script(options: BundleOptions) -> str:
+    index = f"--index-url {CPU_TORCH_INDEX} " if options.torch == "cpu" else ""
+    torch_install = f'"$VENV/bin/pip" install {index}"torch=={options.torch_version}"'
+    return f"""#!/usr/bin/env bash
+# Gradescope runs this once, as root, while building the autograder image (kernel-grader bundle for
+# assignment {options.assignment.id}; torch {options.torch_version}, {options.torch} build).
+set -euo pipefail
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+SRC="$ROOT/source"
+VENV="${{GRADER_VENV:-$ROOT/venv}}"
+
+if ! python3 -m venv --help >/dev/null 2>&1; then
+  apt-get install -y python3-venv python3-pip
+fi
+python3 -m venv "$VENV"
+"$VENV/bin/pip" install --upgrade pip
+{torch_install}
+"$VENV/bin/pip" install -r "$SRC/requirements.txt"
+
+# The grader runs as root; each worker (the process that imports and runs student code) drops to the
+# unprivileged user `nobody` in its own network namespace (grader.running.client). That user must be able
+# to run the environment and import the grader's worker package, and must not read the assignment
+# (hidden cases, oracles) or write /autograder/results.
+chmod -R a+rX "$VENV" "$SRC/{PROJECT_DIR}/grader"
+chmod 755 "$SRC" "$SRC/{PROJECT_DIR}"
+chmod -R go-rwx "$SRC/{PROJECT_DIR}/assignments" "$SRC/bundle.json" "$SRC/requirements.txt"
+mkdir -p "$ROOT/results" && chmod 755 "$ROOT/results"
+"$VENV/bin/python" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+"""
+
+
+def run_script(options: BundleOptions) -> str:
+    seed = f" --seed {options.seed}" if options.seed is not None else ""
+    fallback = json.dumps({
+        "score": 0,
+        "output": "The autograder could not start (exit status STATUS). This is not a problem with your "
+                  "submission: please tell the course staff.",
+        "visibility": "visible", "stdout_visibility": "hidden", "tests": [],
+    })
+    return f"""#!/usr/bin/env bash
+# Gradescope runs this as root for every submission (kernel-grader, assignment {options.assignment.id}).
+# AUTOGRADER_ROOT moves /autograder; PYTHON picks the interpreter (default: the bundle's environment).
+set -u
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+PYTHON="${{PYTHON:-$ROOT/venv/bin/python}}"
+RESULTS="$ROOT/results/results.json"
+mkdir -p "$ROOT/results"
+export PYTHONPATH="$ROOT/source/{PROJECT_DIR}${{PYTHONPATH:+:$PYTHONPATH}}"
+"$PYTHON" -m grader.operations.bundle run --root "$ROOT" --assignment {options.assignment.id}{seed}
+status=$?
+if [ ! -s "$RESULTS" ]; then
+  echo '{fallback}' | sed "s/STATUS/$status/" > "$RESULTS"
+fi
+exit 0
+"""
+
+
+# ------------------------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    root: Path
+
+    @property
+    def source(self) -> Path:
+        return self.root / "source" / PROJECT_DIR
+
+    @property
+    def submission(self) -> Path:
+        return self.root / "submission"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results" / "results.json"
+
+
+def failure_results(message: str) -> dict[str, Any]:
+    """A results.json with score 0 and a message for the student (Gradescope shows `output`)."""
+    return {"score": 0, "output": message, "output_format": "md", "visibility": "visible",
+            "stdout_visibility": "hidden", "tests": [], "extra_data": {"grader_failure": True}}
+
+
+def valid_results(data: Any) -> bool:
+    return (isinstance(data, dict) and isinstance(data.get("score"), (int, float))
+            and isinstance(data.get("tests"), list))
+
+
+def run_autograder(root: Path, assignment_id: str, seed: int | None = None) -> int:
+    """Grade /autograder/submission into /autograder/results/results.json; always write that file."""
+    paths = RunPaths(Path(root))
+    paths.results.parent.mkdir(parents=True, exist_ok=True)
+    print(f"kernel-grader from {package_root()}", flush=True)
+    try:
+        results = _grade_submission(paths, assignment_id, seed)
+    except Exception as exc:  # the grader itself failed: still a results.json, and the details in stdout
+        print(f"grading failed: {type(exc).__name__}: {exc}", flush=True)
+        results = failure_results("The autograder failed while grading your submission. This is not a "
+                                  "problem with your submission: please tell the course staff.")
+    write_json(paths.results, results)
+    return 0
+
+
+def _grade_submission(paths: RunPaths, assignment_id: str, seed: int | None) -> dict[str, Any]:
+    from grader.authoring.discovery import find_assignment
+    from grader.operations.batch import default_grade_timeout, find_submission_file
+
+    assignment = find_assignment(assignment_id, paths.source / "assignments")
+    found, problem = find_submission_file(paths.submission, assignment.submission_file) \
+        if paths.submission.is_dir() else (None, "the submission folder is empty")
+    if found is None:
+        name = assignment.submission_file
+        return failure_results(f"Could not find `{name}` in your submission: {problem}. "
+                               f"Upload one file named `{name}`.")
+    work = Path(tempfile.mkdtemp(prefix="grader-run-"))
+    try:
+        submission = work / "submission" / assignment.submission_file
+        submission.parent.mkdir()
+        shutil.copyfile(found, submission)
+        out = work / "out"
+        command = [sys.executable, "-m", "grader", "--assignments", str(paths.source / "assignments"),
+                   "grade", str(submission), "--assignment", assignment.id, "--out", str(out),
+                   "--backend", "auto"]
+        if seed is not None:
+            command += ["--seed", str(seed)]
+        code, log = _run(command, work, default_grade_timeout(assignment, "interpreter"))
+        print(log[-LOG_TAIL_CHARS:], flush=True)  # to results/stdout: for the staff, hidden from students
+        try:
+            data = json.loads((out / "results.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            data = None
+        if not valid_results(data):
+            why = "ran out of time" if code is None else f"stopped with exit status {code}"
+            return failure_results(f"The grader {why} before writing results. This is not a problem with "
+                                   "your submission: please tell the course staff.")
+        return data  # type: ignore[no-any-return]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run(command: list[str], cwd: Path, timeout: float) -> tuple[int | None, str]:
+    """Run the grading process in its own session with a wall-clock limit; (exit status or None, output)."""
+    log_path = cwd / "grader.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        code = None
+        while time.monotonic() < deadline:
+            code = process.poll()
+            if code is not None:
+                break
+            time.sleep(0.2)
+        if code is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            process.wait()
+    return code, log_path.read_text(encoding="utf-8", errors="replace")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader.operations.bundle")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="grade /autograder/submission (what run_autograder calls)")
+    run.add_argument("--root", type=Path, default=Path(os.environ.get("AUTOGRADER_ROOT", "/autograder")))
+    run.add_argument("--assignment", required=True)
+    run.add_argument("--seed", type=int)
+    args = parser.parse_args(argv)
+    return run_autograder(args.root, args.assignment, args.seed)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

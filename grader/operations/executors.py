@@ -1,0 +1,468 @@
+"""Executors for batch grading: each submission is graded in a process of its own, locally or on Ray.
+
+A job is graded by a child process, `python -m grader.operations.executors ...`, that grades one submission and
+writes its outputs (results.json, grade.json, reports) into a scratch folder. The executor hands the
+files back as bytes in a `JobOutcome`; `grader.operations.batch` commits them. Nothing a submission does can
+stop the batch: the submission runs in the grader's worker (a grandchild), the child's exit status and
+log are recorded when it fails, and a child that outlives its deadline is killed.
+
+Children die with whoever started them: each child is the leader of its own process group (a Ctrl-C
+on the terminal reaches the batch only, which then ends every child), asks Linux to send it SIGTERM
+when its parent dies (`PR_SET_PDEATHSIG`) and, on every platform, polls its parent's pid. On
+SIGTERM a child kills its worker's process group before exiting, so no worker is left orphaned.
+
+    LocalExecutor(workers, devices)   one child per slot; slot k grades on GPU devices[k % len]
+    RayExecutor(address, ...)         one Ray task per submission; each task runs the same child
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+LOG_TAIL_CHARS = 3000
+TERMINATE_GRACE_S = 5.0
+POLL_INTERVAL_S = 0.1
+PARENT_POLL_INTERVAL_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+class ExecutorUnavailable(RuntimeError):
+    """The executor asked for cannot run here (e.g. Ray is not installed); the message says why."""
+
+
+@dataclass(frozen=True)
+class GradeJob:
+    """One submission to grade. `submission` is read by the executor, never by the student's code."""
+
+    student: str
+    submission: Path
+    submission_file: str  # the name the file is graded under (the assignment's submission_file)
+    assignment_id: str
+    assignments_root: Path
+    backend: str  # "interpreter" or "cuda"
+    seed: int
+    timeout_s: float  # wall-clock limit for the whole grade (the grader's own limits come first)
+    hidden: tuple[str, ...] = ()  # folders the student's code must not see (other students' files)
+
+
+OnStart = Callable[["GradeJob", str], None]  # called with the job and its GPU ("" if none) as it starts
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What grading one job produced: the output files when it worked, else why it did not."""
+
+    student: str
+    ok: bool
+    files: Mapping[str, bytes] = field(default_factory=dict)
+    error: str = ""
+    device: str = ""  # CUDA_VISIBLE_DEVICES the grade ran with; "" when not set
+    started_at: float = 0.0  # time.time()
+    elapsed_s: float = 0.0
+
+
+# ------------------------------------------------------------------------------------------- one child
+
+
+def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: bool) -> list[str]:
+    command = [
+        sys.executable, "-m", "grader.operations.executors",
+        "--submission", str(submission),
+        "--assignment", job.assignment_id,
+        "--assignments", str(job.assignments_root),
+        "--backend", job.backend,
+        "--seed", str(job.seed),
+        "--out", str(out_dir),
+        "--parent", str(os.getpid()),
+    ]
+    for path in job.hidden:
+        command += ["--hide", path]
+    if pdeathsig:
+        command.append("--pdeathsig")
+    return command
+
+
+def _package_parent() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def child_environment(device: str | None) -> dict[str, str]:
+    """The child's environment: the caller's, with this grader importable (installed or not) and maybe
+    one GPU made visible."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_parent(), env.get("PYTHONPATH", "")) if p)
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = device
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class _Attempt:
+    """A child process grading one job, in a scratch folder of its own."""
+
+    def __init__(self, job: GradeJob, scratch: Path, device: str | None, pdeathsig: bool) -> None:
+        self.job = job
+        self.scratch = scratch
+        self.device = device
+        self.started_at = time.time()
+        self._started = time.monotonic()
+        submission = scratch / "submission" / job.submission_file
+        submission.parent.mkdir(parents=True)
+        shutil.copyfile(job.submission, submission)
+        self.out_dir = scratch / "out"
+        log = open(scratch / "child.log", "wb")  # noqa: SIM115 - handed to the child
+        try:
+            self.process = subprocess.Popen(
+                child_command(job, submission, self.out_dir, pdeathsig),
+                cwd=scratch, env=child_environment(device),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._started
+
+    @property
+    def overdue(self) -> bool:
+        return self.elapsed_s > self.job.timeout_s
+
+    def poll(self) -> int | None:
+        return self.process.poll()
+
+    def terminate(self) -> None:
+        """SIGTERM the child's group (the child then kills its worker), SIGKILL it after a grace period."""
+        _signal_group(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=TERMINATE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+        _signal_group(self.process.pid, signal.SIGKILL)
+        try:
+            self.process.wait(timeout=TERMINATE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def outcome(self, timed_out: bool = False) -> JobOutcome:
+        code = self.process.returncode
+        elapsed = round(self.elapsed_s, 3)
+        device = self.device if self.device is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        files = _read_outputs(self.out_dir)
+        if not timed_out and code == 0 and "results.json" in files and "grade.json" in files:
+            return JobOutcome(self.job.student, True, files, "", device, self.started_at, elapsed)
+        if timed_out:
+            why = f"grading took longer than {self.job.timeout_s:g} s and was stopped"
+        else:
+            from grader.running.client import describe_exit
+
+            why = f"the grading process ended with {describe_exit(code)} without writing results"
+        tail = _tail(self.scratch / "child.log")
+        error = why + (f"\n--- its output (last {LOG_TAIL_CHARS} characters) ---\n{tail}" if tail else "")
+        return JobOutcome(self.job.student, False, {}, error, device, self.started_at, elapsed)
+
+    def cleanup(self) -> None:
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def run_job(job: GradeJob, scratch_root: Path, device: str | None = None) -> JobOutcome:
+    """Grade one job to the end in a child process (what each Ray task does)."""
+    attempt = _Attempt(job, Path(tempfile.mkdtemp(prefix=f"{job.student}.", dir=scratch_root)), device, False)
+    try:
+        timed_out = False
+        while attempt.poll() is None:
+            if attempt.overdue:
+                attempt.terminate()
+                timed_out = True
+                break
+            time.sleep(POLL_INTERVAL_S)
+        return attempt.outcome(timed_out)
+    finally:
+        if attempt.poll() is None:
+            attempt.terminate()
+        attempt.cleanup()
+
+
+def _read_outputs(out_dir: Path) -> dict[str, bytes]:
+    if not out_dir.is_dir():
+        return {}
+    return {p.name: p.read_bytes() for p in sorted(out_dir.iterdir())
+            if p.is_file() and not p.name.startswith(".")}
+
+
+def _tail(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - LOG_TAIL_CHARS))
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+
+# ------------------------------------------------------------------------------------------- local
+
+
+class LocalExecutor:
+    """Up to `workers` children at a time on this machine. With GPUs, slot k grades on
+    `devices[k % len(devices)]` (several slots may share one GPU)."""
+
+    def __init__(self, workers: int, scratch_root: Path, devices: Sequence[str] = ()) -> None:
+        if workers < 1:
+            raise ValueError("workers must be at least 1")
+        self.workers = workers
+        self.scratch_root = Path(scratch_root)
+        self.devices = tuple(devices)
+
+    def describe(self) -> str:
+        gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""
+        return f"local, {self.workers} worker{'s' if self.workers != 1 else ''}{gpus}"
+
+    def _device(self, slot: int) -> str | None:
+        return self.devices[slot % len(self.devices)] if self.devices else None
+
+    def run(self, jobs: Iterable[GradeJob],
+            on_start: OnStart | None = None) -> Generator[JobOutcome, None, None]:
+        """Yield one outcome per job as each finishes. Closing the iterator (or an exception, Ctrl-C
+        included) ends every child still running."""
+        pending = deque(jobs)
+        running: dict[int, _Attempt] = {}
+        self.scratch_root.mkdir(parents=True, exist_ok=True)
+        try:
+            while pending or running:
+                for slot in range(self.workers):
+                    if slot not in running and pending:
+                        job = pending.popleft()
+                        scratch = Path(tempfile.mkdtemp(prefix=f"{job.student}.", dir=self.scratch_root))
+                        running[slot] = _Attempt(job, scratch, self._device(slot), pdeathsig=True)
+                        if on_start is not None:
+                            on_start(job, running[slot].device or "")
+                finished = False
+                for slot, attempt in list(running.items()):
+                    code = attempt.poll()
+                    if code is None and not attempt.overdue:
+                        continue
+                    if code is None:
+                        attempt.terminate()
+                    del running[slot]
+                    outcome = attempt.outcome(timed_out=code is None)
+                    attempt.cleanup()
+                    finished = True
+                    yield outcome
+                if not finished:
+                    time.sleep(POLL_INTERVAL_S)
+        finally:
+            for attempt in running.values():
+                _signal_group(attempt.process.pid, signal.SIGTERM)
+            for attempt in running.values():
+                attempt.terminate()
+                attempt.cleanup()
+
+
+# ------------------------------------------------------------------------------------------- ray
+
+
+def _ray_grade(job: GradeJob, source: bytes) -> JobOutcome:
+    """A Ray task: grade one job in a child process on whichever node runs the task. The submission
+    travels as bytes, the outputs come back as bytes, so nodes need no shared file system (only the
+    same grader installation and assignments folder)."""
+    scratch_root = Path(tempfile.mkdtemp(prefix="grader-ray-"))
+    try:
+        local = scratch_root / "input" / job.submission_file
+        local.parent.mkdir(parents=True)
+        local.write_bytes(source)
+        return run_job(replace(job, submission=local), scratch_root)
+    finally:
+        shutil.rmtree(scratch_root, ignore_errors=True)
+
+
+class RayExecutor:
+    """One Ray task per submission, on the cluster at `address` or on a local Ray instance. With CUDA
+    each task asks for `gpus_per_task` of a GPU (Ray sets CUDA_VISIBLE_DEVICES for it)."""
+
+    def __init__(self, address: str | None, workers: int | None, gpus_per_task: float = 0.0,
+                 num_cpus: int | None = None) -> None:
+        self.address = address
+        self.workers = workers
+        self.gpus_per_task = gpus_per_task
+        self.num_cpus = num_cpus
+
+    def describe(self) -> str:
+        where = self.address or "a local Ray instance"
+        gpus = f", {self.gpus_per_task:g} GPU per task" if self.gpus_per_task else ""
+        return f"ray on {where}{gpus}"
+
+    def run(self, jobs: Iterable[GradeJob],
+            on_start: OnStart | None = None) -> Generator[JobOutcome, None, None]:
+        try:
+            import ray
+        except ImportError:
+            raise ExecutorUnavailable("--executor ray needs Ray: pip install 'kernel-grader[ray]'") from None
+        started_here = not ray.is_initialized()
+        if started_here:
+            init: dict[str, Any] = {"address": self.address, "include_dashboard": False,
+                                    "log_to_driver": False, "configure_logging": False}
+            if self.address is None:  # a local instance: its workers import this grader, installed or not
+                init["runtime_env"] = {"env_vars": {"PYTHONPATH": _package_parent()}}
+                if self.num_cpus is not None:
+                    init["num_cpus"] = self.num_cpus
+            try:
+                ray.init(**init)
+            except Exception as exc:  # no cluster at that address, a port in use, ...
+                raise ExecutorUnavailable(f"cannot start or reach Ray ({self.describe()}): {exc}") from exc
+        task = ray.remote(num_cpus=1, num_gpus=self.gpus_per_task, max_retries=0)(_ray_grade)
+        pending = deque(jobs)
+        limit = self.workers or len(pending) or 1
+        in_flight: dict[Any, GradeJob] = {}
+        try:
+            while pending or in_flight:
+                while pending and len(in_flight) < limit:
+                    job = pending.popleft()
+                    in_flight[task.remote(job, job.submission.read_bytes())] = job
+                    if on_start is not None:
+                        on_start(job, "")
+                done, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+                for ref in done:
+                    job = in_flight.pop(ref)
+                    try:
+                        outcome = ray.get(ref)
+                    except Exception as exc:  # the task itself failed (node lost, worker died)
+                        outcome = JobOutcome(job.student, False, {}, f"the Ray task failed: {exc}")
+                    yield outcome
+        finally:
+            for ref in in_flight:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # already finished or the cluster is gone
+                    pass
+            if started_here:
+                ray.shutdown()
+
+
+# ------------------------------------------------------------------------------------------- the child
+
+
+def _children_of(pid: int) -> list[int]:
+    """Direct children of `pid` (Linux /proc; elsewhere `pgrep -P`)."""
+    proc = Path("/proc")
+    if proc.is_dir():
+        found = []
+        for entry in proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[-1].split()
+            if len(fields) > 1 and fields[1] == str(pid):
+                found.append(int(entry.name))
+        return found
+    try:
+        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, timeout=5).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(line) for line in out.split() if line.isdigit()]
+
+
+def _kill_workers_and_exit(code: int) -> None:
+    """Kill the worker process groups this child started (they are session leaders), then exit now:
+    an interrupted grade must never write results."""
+    for child in _children_of(os.getpid()):
+        _signal_group(child, signal.SIGKILL)
+        try:
+            os.kill(child, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    os._exit(code)
+
+
+def _die_with_parent(parent: int, pdeathsig: bool) -> None:
+    def on_signal(signum: int, _frame: Any) -> None:
+        _kill_workers_and_exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    if pdeathsig and sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_INTERVAL_S)
+        _kill_workers_and_exit(1)
+
+    if os.getppid() != parent:  # the parent died before we got here
+        _kill_workers_and_exit(1)
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _pass_gpu_choice_to_workers() -> None:
+    """The worker inherits only an allow-list of variables, and CUDA_VISIBLE_DEVICES is not on it yet:
+    without this the worker of a grade placed on GPU 1 would run on GPU 0. This process grades one
+    submission and exits, so widening the list here changes nothing for anyone else.
+    (To drop once grader.running.client passes CUDA_VISIBLE_DEVICES itself.)"""
+    from grader.running import client as worker_client
+
+    passed = getattr(worker_client, "_PASSED_ENVIRONMENT", None)
+    if isinstance(passed, tuple) and "CUDA_VISIBLE_DEVICES" not in passed:
+        worker_client._PASSED_ENVIRONMENT = (*passed, "CUDA_VISIBLE_DEVICES")  # type: ignore[attr-defined]
+
+
+def child_main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grader.operations.executors",
+                                     description="grade one submission for `grader batch` (internal)")
+    parser.add_argument("--submission", required=True, type=Path)
+    parser.add_argument("--assignment", required=True)
+    parser.add_argument("--assignments", required=True, type=Path)
+    parser.add_argument("--backend", required=True, choices=("interpreter", "cuda"))
+    parser.add_argument("--seed", required=True, type=int)
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--parent", required=True, type=int)
+    parser.add_argument("--pdeathsig", action="store_true")
+    parser.add_argument("--hide", action="append", default=[], help="a folder the worker must not see")
+    args = parser.parse_args(argv)
+    _die_with_parent(args.parent, args.pdeathsig)
+
+    from grader.authoring.discovery import find_assignment
+    from grader.operations.grade import GradeRequest, grade
+    from grader.publishing.files import write_outputs
+
+    _pass_gpu_choice_to_workers()
+    assignment = find_assignment(args.assignment, args.assignments)
+    args.out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
+    hidden = (*args.hide, str(args.out.resolve()))
+    request = GradeRequest(assignment, args.submission.resolve(), args.backend, seed=args.seed, hidden=hidden)
+    result, pytest_report = grade(request)
+    write_outputs(args.out, result, assignment, pytest_report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(child_main())

@@ -1,0 +1,188 @@
+"""Grade one submission: run the battery under pytest (+ pytest-json-report), build a GradeResult.
+
+The report pytest-json-report writes is the record of what ran; results are rebuilt from it. A case
+whose item broke inside the grader (never expected, but possible) still becomes a failed case with a
+message, so the result always has every case of the battery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import random
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.authoring.spec import Assignment
+from grader.judging.diagnosis import explain_away, inherit_kernel_traps
+from grader.judging.performance import by_id
+from grader.operations.environment import backend_label, versions
+from grader.publishing.results import CaseResult, GradeResult, PerfResult
+from grader.running.aot import aot_check
+from grader.running.sanitizer import sanitizer_command
+
+INHERITED_TRAPS = {"oob-write", "oob-read", "unwritten-output"}
+
+
+@dataclass(frozen=True)
+class GradeRequest:
+    assignment: Assignment
+    submission: Path
+    backend: str  # "interpreter" or "cuda"
+    seed: int | None = None
+    public_only: bool = False
+    gpu_compile_check: bool = True
+    hidden: tuple[str, ...] = ()  # extra folders the worker must not see (the output folder, say)
+    performance: bool = True  # run the spec's [[performance]] cases (timed on CUDA, skipped elsewhere)
+    sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
+
+
+def new_seed() -> int:
+    return random.SystemRandom().randrange(2**31)
+
+
+def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
+    """Grade; return the result and the raw pytest-json-report document."""
+    started = time.monotonic()
+    seed = request.seed if request.seed is not None else new_seed()
+    report = run_pytest(request, seed)
+    cases = consolidate_traps(cases_from_report(report, request), request.assignment)
+    notes: list[str] = list(sanitizer_notes(request))
+    if request.backend == "interpreter" and request.gpu_compile_check:
+        aot_cases, aot_notes = aot_check(request.assignment, request.submission, request.hidden)
+        cases = cases + aot_cases
+        notes.extend(aot_notes)
+    result = GradeResult(
+        assignment=request.assignment.id,
+        submission=request.submission.name,
+        backend=backend_label(request.backend),
+        seed=seed,
+        versions=versions(),
+        cases=tuple(cases),
+        execution_time_s=round(time.monotonic() - started, 3),
+        notes=tuple(notes),
+        public_only=request.public_only,
+        performance=performance_from_report(report, request) if request.performance else (),
+    )
+    return result, report
+
+
+def performance_from_report(report: dict[str, Any], request: GradeRequest) -> tuple[PerfResult, ...]:
+    """One PerfResult per performance case of the spec, in spec order, from the report's metadata."""
+    found: dict[str, PerfResult] = {}
+    for test in report.get("tests", []):
+        data = test.get("metadata", {}).get("performance")
+        if data is not None:
+            found[str(data["perf_id"])] = PerfResult.from_dict(data)
+    return tuple(by_id(found, request.assignment.performance))
+
+
+def sanitizer_notes(request: GradeRequest) -> tuple[str, ...]:
+    if not request.sanitize:
+        return ()
+    if request.backend != "cuda":
+        return ("--sanitize applies to the CUDA backend only; it was ignored on the interpreter.",)
+    command = sanitizer_command()
+    if command is None:
+        return ("--sanitize: compute-sanitizer was not found (PATH, /usr/local/cuda/bin); kernel cases ran once.",)
+    return (f"--sanitize: every kernel case also ran under `{' '.join(command)}` with "
+            "PYTORCH_NO_CUDA_MEMORY_CACHING=1; its invalid global accesses are reported as oob-read / oob-write.",)
+
+
+def run_pytest(request: GradeRequest, seed: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="grader-pytest-") as tmp:
+        tmpdir = Path(tmp)
+        ini = tmpdir / "pytest.ini"
+        ini.write_text("[pytest]\n", encoding="utf-8")
+        report_path = tmpdir / "report.json"
+        args = [
+            str(request.assignment.spec_path),
+            "-c", str(ini), "--rootdir", str(tmpdir),
+            "-p", "grader.operations.pytest_plugin", "-p", "no:cacheprovider", "-p", "no:randomly",
+            "-q", "--tb=short", "-o", "console_output_style=classic",
+            "--json-report", f"--json-report-file={report_path}", "--json-report-omit", "collectors", "log",
+            f"--grader-submission={request.submission}",
+            f"--grader-backend={request.backend}",
+            f"--grader-seed={seed}",
+        ]
+        if request.public_only:
+            args.append("--grader-public-only")
+        if request.sanitize:
+            args.append("--grader-sanitize")
+        args.extend(f"--grader-hide={path}" for path in request.hidden)
+        if not request.performance:
+            args.append("--grader-no-performance")
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+            exit_code = pytest.main(args)
+        if not report_path.exists():
+            raise RuntimeError(f"pytest did not produce a report (exit code {exit_code}):\n{log.getvalue()[-3000:]}")
+        report = json.loads(report_path.read_text(encoding="utf-8"))
+    report["grader_pytest_exit_code"] = int(exit_code)
+    return report
+
+
+def cases_from_report(report: dict[str, Any], request: GradeRequest) -> list[CaseResult]:
+    """One CaseResult per case of the battery, in spec order, from the report's test metadata."""
+    by_case: dict[str, dict[str, Any]] = {}
+    for test in report.get("tests", []):
+        case_id = test["nodeid"].rsplit("::", 1)[-1]
+        by_case[case_id] = test
+    cases = []
+    for case in request.assignment.cases_for(request.backend, public_only=request.public_only):
+        test = by_case.get(case.id)
+        grade_data = (test or {}).get("metadata", {}).get("grade")
+        if grade_data is not None:
+            cases.append(CaseResult.from_dict(grade_data))
+            continue
+        detail = _longrepr(test) if test else "the case was not run"
+        cases.append(
+            CaseResult(
+                case_id=case.id, target=case.target, title=f"{case.target}: {case.description or case.id}",
+                visibility=case.visibility, max_score=case.points, score=0.0, passed=False,
+                message=f"The grader could not run this case (a grader problem, not yours): {detail}",
+                traps=("unknown",),
+            )
+        )
+    return cases
+
+
+def _longrepr(test: dict[str, Any]) -> str:
+    for stage in ("setup", "call", "teardown"):
+        text = (test.get(stage) or {}).get("longrepr")
+        if text:
+            return str(text)[-1500:]
+    return f"outcome {test.get('outcome')}"
+
+
+def consolidate_traps(cases: list[CaseResult], assignment: Assignment) -> list[CaseResult]:
+    """Use the submission's other cases (see diagnosis): explain away coinciding formula traps, and let
+    vague wrapper failures inherit the structural findings of the kernel they launch."""
+    kept = explain_away([c.traps for c in cases], set(assignment.traps))
+    problems = []
+    for case in cases:
+        spec = assignment.kernels.get(case.target) or assignment.functions.get(case.target)
+        problems.append((spec.problem if spec else case.target, case.target in assignment.functions))
+    kept = inherit_kernel_traps(kept, problems, INHERITED_TRAPS)
+    out = []
+    for case, traps in zip(cases, kept, strict=True):
+        if traps != case.traps:
+            dropped = [t for t in case.traps if t not in traps]
+            added = [t for t in traps if t not in case.traps]
+            note = ""
+            if dropped and not added:
+                note = (f"(On this input the output is also consistent with {', '.join(dropped)}; no other case "
+                        "supports that, so it is not named.)")
+            elif added:
+                note = (f"(The kernel this function launches shows {', '.join(added)} in its own cases: that is "
+                        "the likely cause here too.)")
+            case = replace(case, traps=traps, message=case.message + "\n" + note)
+        out.append(case)
+    return out
+

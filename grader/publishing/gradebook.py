@@ -1,0 +1,349 @@
+"""The class view of a batch: one gradebook row per student, class-wide statistics, and their files.
+
+Rows and statistics are built by pure functions from results (`GradeResult`) and what the batch
+recorded; serialisation sits at the edge: `gradebook_json`, `gradebook_csv` and `class_report_html`,
+written atomically by `write_gradebook`. docs/gradebook.md documents gradebook.json with a schema.
+
+Row statuses: `graded` (a current result), `outdated` (a result from an earlier seed, backend or
+version of the submission; the next run regrades it), `error` (grading itself failed; no score),
+`pending` (not graded yet, e.g. the batch was interrupted), `no-submission` (no file to grade).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grader.authoring.catalog import trap_catalog
+from grader.authoring.spec import Assignment
+from grader.publishing.atomic import write_json, write_text
+from grader.publishing.report import template_environment
+from grader.publishing.results import GradeResult
+
+GRADEBOOK_FORMAT_VERSION = 1
+STATUSES = ("graded", "outdated", "error", "pending", "no-submission")
+SCORED_STATUSES = ("graded", "outdated")
+# Columns that differ between two runs of the same batch (when and where it ran), never in what it graded.
+RUN_DETAIL_FIELDS = ("grading_time_s", "graded_at", "device")
+EXAMPLE_STUDENTS = 5
+SLOWEST_SHOWN = 10
+HANGING_TRAP = "timeout"
+_CSV_TEXT_FIELDS = ("name", "email", "sid", "error")
+
+
+@dataclass(frozen=True)
+class Student:
+    """Who a submission belongs to: the id (a folder name in the batch output) and, when known, from
+    Gradescope's export metadata, the submitters' names, emails and student ids ("; "-joined)."""
+
+    id: str
+    name: str = ""
+    email: str = ""
+    sid: str = ""
+
+
+@dataclass(frozen=True)
+class GradebookRow:
+    student: str
+    name: str
+    email: str
+    sid: str
+    status: str
+    score: float | None
+    max_score: float
+    target_scores: Mapping[str, float]  # empty unless scored
+    traps: tuple[str, ...]
+    backend: str
+    seed: int | None
+    grading_time_s: float | None
+    graded_at: str  # ISO 8601, UTC; "" when not graded
+    device: str  # CUDA_VISIBLE_DEVICES of the grade; "" on CPU
+    submission_sha256: str
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "student": self.student, "name": self.name, "email": self.email, "sid": self.sid,
+            "status": self.status, "score": self.score, "max_score": self.max_score,
+            "target_scores": dict(self.target_scores), "traps": list(self.traps),
+            "backend": self.backend, "seed": self.seed, "grading_time_s": self.grading_time_s,
+            "graded_at": self.graded_at, "device": self.device,
+            "submission_sha256": self.submission_sha256, "error": self.error,
+        }
+
+
+@dataclass(frozen=True)
+class Gradebook:
+    assignment: str
+    title: str
+    max_score: float
+    targets: Mapping[str, float]  # target -> points, in spec order
+    rows: tuple[GradebookRow, ...]
+    generated_at: str
+    seed: int | None = None
+    backend: str = ""
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(STATUSES, 0)
+        for row in self.rows:
+            out[row.status] += 1
+        return out
+
+
+# ------------------------------------------------------------------------------------------- rows
+
+
+def target_points(assignment: Assignment, backend: str) -> dict[str, float]:
+    points: dict[str, float] = dict.fromkeys(assignment.targets, 0.0)
+    for case in assignment.cases_for(backend):
+        points[case.target] = points.get(case.target, 0.0) + case.points
+    return points
+
+
+def graded_row(student: Student, result: GradeResult, record: Mapping[str, Any],
+               current: bool = True) -> GradebookRow:
+    return GradebookRow(
+        student=student.id, name=student.name, email=student.email, sid=student.sid,
+        status="graded" if current else "outdated",
+        score=result.score, max_score=result.max_score,
+        target_scores={t: got for t, (got, _total) in result.score_by_target().items()},
+        traps=result.traps, backend=result.backend, seed=result.seed,
+        grading_time_s=result.execution_time_s,
+        graded_at=str(record.get("finished_at", "")), device=str(record.get("device", "")),
+        submission_sha256=str(record.get("submission_sha256", "")),
+    )
+
+
+def ungraded_row(student: Student, status: str, max_score: float, *, error: str = "", sha256: str = "",
+                 record: Mapping[str, Any] | None = None) -> GradebookRow:
+    """A row without a score: `error`, `pending` or `no-submission`."""
+    if status not in STATUSES or status in SCORED_STATUSES:
+        raise ValueError(f"not an unscored status: {status!r}")
+    record = record or {}
+    return GradebookRow(
+        student=student.id, name=student.name, email=student.email, sid=student.sid,
+        status=status, score=None, max_score=max_score, target_scores={}, traps=(),
+        backend=str(record.get("backend", "")), seed=record.get("seed"),
+        grading_time_s=record.get("elapsed_s"), graded_at=str(record.get("finished_at", "")),
+        device=str(record.get("device", "")), submission_sha256=sha256, error=error,
+    )
+
+
+# ------------------------------------------------------------------------------------------- files
+
+
+def gradebook_json(book: Gradebook) -> dict[str, Any]:
+    scored = [r.score for r in book.rows if r.score is not None]
+    return {
+        "format_version": GRADEBOOK_FORMAT_VERSION,
+        "assignment": book.assignment,
+        "title": book.title,
+        "max_score": book.max_score,
+        "targets": dict(book.targets),
+        "seed": book.seed,
+        "backend": book.backend,
+        "generated_at": book.generated_at,
+        "summary": {
+            "students": len(book.rows),
+            **book.counts(),
+            "mean": round(statistics.fmean(scored), 4) if scored else None,
+            "median": statistics.median(scored) if scored else None,
+        },
+        "rows": [r.to_dict() for r in book.rows],
+    }
+
+
+def csv_columns(book: Gradebook) -> list[str]:
+    fixed_head = ["student", "name", "email", "sid", "status", "score", "max_score"]
+    fixed_tail = ["traps", "backend", "seed", "grading_time_s", "graded_at", "device", "submission_sha256",
+                  "error"]
+    clash = set(book.targets) & set(fixed_head + fixed_tail)
+    if clash:
+        raise ValueError(f"target names clash with gradebook columns: {sorted(clash)}")
+    return fixed_head + list(book.targets) + fixed_tail
+
+
+def gradebook_csv(book: Gradebook) -> str:
+    """One row per student; per-target scores in columns named after the targets; traps `;`-joined.
+    Text cells that a spreadsheet would run as a formula (=, +, -, @) are prefixed with `'`."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    columns = csv_columns(book)
+    writer.writerow(columns)
+    for row in book.rows:
+        data = row.to_dict()
+        cells = []
+        for column in columns:
+            if column in book.targets:
+                value: Any = row.target_scores.get(column)
+            elif column == "traps":
+                value = ";".join(row.traps)
+            else:
+                value = data[column]
+            cells.append(_csv_cell(column, value))
+        writer.writerow(cells)
+    return buffer.getvalue()
+
+
+def _csv_cell(column: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.6g}" if not value.is_integer() else str(int(value))
+    text = str(value)
+    if column in _CSV_TEXT_FIELDS and text[:1] in ("=", "+", "-", "@"):
+        return "'" + text
+    return text
+
+
+def write_gradebook(out_dir: Path, book: Gradebook, stats: ClassStats) -> list[Path]:
+    """gradebook.json, gradebook.csv and class_report.html in `out_dir`, each atomically."""
+    out_dir = Path(out_dir)
+    paths = [out_dir / "gradebook.json", out_dir / "gradebook.csv", out_dir / "class_report.html"]
+    write_json(paths[0], gradebook_json(book))
+    write_text(paths[1], gradebook_csv(book))
+    write_text(paths[2], class_report_html(stats))
+    return paths
+
+
+# ------------------------------------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True)
+class HistogramBin:
+    label: str
+    count: int
+    share: float  # of scored students
+
+
+@dataclass(frozen=True)
+class CaseRate:
+    case_id: str
+    target: str
+    title: str
+    visibility: str
+    points: float
+    passed: int
+    graded: int
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.graded if self.graded else 0.0
+
+
+@dataclass(frozen=True)
+class TrapCount:
+    trap: str
+    title: str
+    section: str
+    students: int
+    share: float  # of scored students
+    examples: tuple[str, ...]
+    top_cases: tuple[tuple[str, int], ...]  # (case id, students) where the trap was named most
+
+
+@dataclass(frozen=True)
+class SlowSubmission:
+    student: str
+    seconds: float
+    timed_out_cases: int
+
+
+@dataclass(frozen=True)
+class ClassStats:
+    book: Gradebook
+    histogram: tuple[HistogramBin, ...]
+    cases: tuple[CaseRate, ...]
+    traps: tuple[TrapCount, ...]
+    slowest: tuple[SlowSubmission, ...]
+    hanging: tuple[SlowSubmission, ...]
+    unscored: tuple[GradebookRow, ...] = field(default_factory=tuple)
+
+    @property
+    def scored(self) -> list[float]:
+        return [r.score for r in self.book.rows if r.score is not None]
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.fmean(self.scored) if self.scored else None
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.scored) if self.scored else None
+
+    @property
+    def full_marks(self) -> int:
+        return sum(r.score is not None and r.score >= r.max_score > 0 for r in self.book.rows)
+
+
+def histogram(rows: Sequence[GradebookRow], bins: int = 10) -> tuple[HistogramBin, ...]:
+    """Scores as a share of the maximum in `bins` equal bins, then a bin of its own for full marks."""
+    scored = [r for r in rows if r.score is not None]
+    counts = [0] * (bins + 1)
+    for row in scored:
+        fraction = row.score / row.max_score if row.max_score else 0.0  # type: ignore[operator]
+        counts[bins if fraction >= 1.0 else min(bins - 1, max(0, int(fraction * bins)))] += 1
+    labels = [f"{100 * i // bins}–{100 * (i + 1) // bins}%" for i in range(bins)] + ["100%"]
+    total = len(scored) or 1
+    return tuple(HistogramBin(label, n, n / total) for label, n in zip(labels, counts, strict=True))
+
+
+def class_stats(book: Gradebook, results: Mapping[str, GradeResult], assignment: Assignment) -> ClassStats:
+    """Pass rate per case, trap frequencies with example students, slowest and hanging submissions."""
+    scored_ids = [r.student for r in book.rows if r.score is not None and r.student in results]
+    catalog = trap_catalog(assignment)
+    case_order: dict[str, CaseRate] = {}
+    passed: dict[str, int] = {}
+    graded: dict[str, int] = {}
+    trap_students: dict[str, list[str]] = {}
+    trap_cases: dict[str, dict[str, int]] = {}
+    for student in scored_ids:
+        result = results[student]
+        for case in result.cases:
+            if case.case_id not in case_order:
+                case_order[case.case_id] = CaseRate(case.case_id, case.target, case.title, case.visibility,
+                                                    case.max_score, 0, 0)
+            graded[case.case_id] = graded.get(case.case_id, 0) + 1
+            passed[case.case_id] = passed.get(case.case_id, 0) + int(case.passed)
+            for trap in case.traps:
+                per_case = trap_cases.setdefault(trap, {})
+                per_case[case.case_id] = per_case.get(case.case_id, 0) + 1
+        for trap in result.traps:
+            trap_students.setdefault(trap, []).append(student)
+    spec_rank = {c.id: i for i, c in enumerate(assignment.cases)}
+    cases = sorted(
+        (CaseRate(c.case_id, c.target, c.title, c.visibility, c.points, passed[c.case_id], graded[c.case_id])
+         for c in case_order.values()),
+        key=lambda c: (spec_rank.get(c.case_id, len(spec_rank)), c.case_id),
+    )
+    total = len(scored_ids) or 1
+    traps = []
+    for trap, students in trap_students.items():
+        text = catalog.get(trap)
+        top = sorted(trap_cases.get(trap, {}).items(), key=lambda kv: (-kv[1], spec_rank.get(kv[0], 0)))[:3]
+        examples = tuple(sorted(students)[:EXAMPLE_STUDENTS])
+        traps.append(TrapCount(trap, text.title if text else trap, text.section if text else "",
+                               len(students), len(students) / total, examples, tuple(top)))
+    traps.sort(key=lambda t: (-t.students, t.trap))
+    timings = []
+    for student in scored_ids:
+        result = results[student]
+        hung = sum(HANGING_TRAP in c.traps for c in result.cases)
+        timings.append(SlowSubmission(student, result.execution_time_s, hung))
+    slowest = sorted(timings, key=lambda s: (-s.seconds, s.student))[:SLOWEST_SHOWN]
+    hanging = sorted((s for s in timings if s.timed_out_cases), key=lambda s: (-s.timed_out_cases, s.student))
+    unscored = tuple(r for r in book.rows if r.score is None)
+    return ClassStats(book, histogram(book.rows), tuple(cases), tuple(traps), tuple(slowest), tuple(hanging),
+                      unscored)
+
+
+# ------------------------------------------------------------------------------------------- HTML
+
+
+def class_report_html(stats: ClassStats) -> str:
+    return template_environment().get_template("class_report.html").render(s=stats, book=stats.book)

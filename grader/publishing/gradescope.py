@@ -1,0 +1,80 @@
+"""Serialise a GradeResult to Gradescope's results.json (the documented autograder schema)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.authoring.spec import Assignment
+from grader.judging.performance import leaderboard, summary_dict
+from grader.publishing.report import perf_line
+from grader.publishing.results import GradeResult
+
+MAX_TEST_OUTPUT_CHARS = 6000
+MAX_TOP_OUTPUT_CHARS = 20000
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit - 60] + f"\n... [{len(text) - limit + 60} more characters cut]"
+
+
+def test_visibility(visibility: str, assignment: Assignment) -> str:
+    return "visible" if visibility == "public" else assignment.hidden_visibility
+
+
+def results_json(result: GradeResult, assignment: Assignment, summary: str) -> dict[str, Any]:
+    tests = []
+    for number, case in enumerate(result.cases, start=1):
+        tests.append({
+            "name": case.title,
+            "number": str(number),
+            "score": case.score,
+            "max_score": case.max_score,
+            "status": "passed" if case.passed else "failed",
+            "output": _clip(case.message, MAX_TEST_OUTPUT_CHARS),
+            "tags": list(case.traps),
+            "visibility": test_visibility(case.visibility, assignment),
+            "extra_data": {"traps": list(case.traps), "case_id": case.case_id, "target": case.target,
+                           "elapsed_s": round(case.elapsed_s, 4)},
+        })
+    for perf in result.performance:
+        if perf.max_score <= 0:  # informational (or not measurable here): extra_data and leaderboard only
+            continue
+        tests.append({
+            "name": f"performance {perf.title}",
+            "number": str(len(tests) + 1),
+            "score": perf.score,
+            "max_score": perf.max_score,
+            "status": "passed" if perf.timed else "failed",
+            "output": _clip(perf_line(perf), MAX_TEST_OUTPUT_CHARS),
+            "tags": ["performance"],
+            "visibility": "visible",
+            "extra_data": {"case_id": perf.perf_id, "target": perf.target, "traps": [],
+                           "performance": perf.to_dict()},
+        })
+    out: dict[str, Any] = {
+        "score": result.score,
+        "execution_time": round(result.execution_time_s, 3),
+        "output": _clip(summary, MAX_TOP_OUTPUT_CHARS),
+        "output_format": "md",
+        "test_output_format": "text",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+        "extra_data": {
+            "format_version": result.format_version,
+            "assignment": result.assignment,
+            "max_score": result.max_score,
+            "traps": list(result.traps),
+            "seed": result.seed,
+            "backend": result.backend,
+            "versions": dict(result.versions),
+            "notes": list(result.notes),
+            "performance": summary_dict(result.performance),
+        },
+    }
+    board = leaderboard(result.performance)
+    if board:
+        out["leaderboard"] = board
+    return out

@@ -1,0 +1,88 @@
+"""GPU compile check without a GPU: compile each kernel ahead of time for the grading GPU (sm_90).
+
+Runs in a worker *without* TRITON_INTERPRET, so code only the interpreter accepts (calls to plain
+Python functions, tl.dot blocks the GPU rejects, `break`, ...) is reported before the student meets
+it on the real GPU. Each kernel becomes one zero-point informational check in the results.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader.authoring.spec import Assignment, KernelSpec
+from grader.publishing.results import CaseResult
+from grader.running.battery import check_symbol, hidden_from_worker
+from grader.running.client import Worker, WorkerFailure, WorkerOptions
+from grader.running.observation import error_message
+
+GPU_ARCH = 90
+COMPILE_TIMEOUT_S = 120.0
+
+
+def kernel_signature(spec: KernelSpec) -> dict[str, str]:
+    """Triton types for the contract's parameters: `*_ptr` -> *fp32, float_params -> fp32, else i32."""
+    signature = {}
+    for param in spec.params:
+        if param in spec.constexprs:
+            signature[param] = "constexpr"
+        elif param.endswith("_ptr"):
+            signature[param] = "*fp32"
+        elif param in spec.float_params:
+            signature[param] = "fp32"
+        else:
+            signature[param] = "i32"
+    return signature
+
+
+def gpu_meta(assignment: Assignment, kernel: str) -> dict[str, int] | None:
+    """Block sizes of the first case the GPU battery launches this kernel with."""
+    for case in assignment.cases_for("cuda"):
+        if case.target == kernel:
+            return dict(case.meta)
+    return None
+
+
+def aot_check(assignment: Assignment, submission: Path,
+              hidden: tuple[str, ...] = ()) -> tuple[list[CaseResult], list[str]]:
+    worker = Worker(submission, list(assignment.required_symbols),
+                    WorkerOptions(backend="aot", import_timeout_s=assignment.import_timeout_s,
+                                  hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden)))
+    results: list[CaseResult] = []
+    notes: list[str] = []
+    try:
+        try:
+            reply = worker.start()
+        except WorkerFailure as failure:
+            return [], [f"GPU compile check skipped: {failure.detail}"]
+        if not reply.get("ok"):
+            return [], ["GPU compile check skipped: the submission does not import."]
+        for name, spec in assignment.kernels.items():
+            meta = gpu_meta(assignment, name)
+            if meta is None or check_symbol(name, reply["symbols"].get(name, {}), assignment, submission.name):
+                continue
+            results.append(_compile_one(worker, spec, meta, submission.name))
+    finally:
+        worker.close()
+    return results, notes
+
+
+def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filename: str) -> CaseResult:
+    title = f"{spec.name}: compiles for the grading GPU (sm_{GPU_ARCH})"
+
+    def result(passed: bool, message: str, traps: tuple[str, ...] = ()) -> CaseResult:
+        return CaseResult(case_id=f"gpu-compile-{spec.name}", target=spec.name, title=title, visibility="public",
+                          max_score=0.0, score=0.0, passed=passed, message=message, traps=traps)
+
+    what = f"compiling {spec.name} for sm_{GPU_ARCH}"
+    try:
+        if not worker.alive:
+            worker.start()
+        reply = worker.request({"op": "compile", "kernel": spec.name, "signature": kernel_signature(spec),
+                                "constexprs": meta, "arch": GPU_ARCH}, COMPILE_TIMEOUT_S, what)
+    except WorkerFailure as failure:
+        return result(False, f"{what}: {failure.detail}", (failure.kind,))
+    if reply.get("ok"):
+        return result(True, f"compiles for sm_{GPU_ARCH} with {meta}")
+    message = (f"{spec.name} runs in the interpreter but does not compile for the grading GPU "
+               f"(sm_{GPU_ARCH}, blocks {meta}): " + error_message(reply.get("error", {}), filename))
+    return result(False, message, ("gpu-incompatible",))

@@ -1,0 +1,580 @@
+"""Run one submission's cases: build inputs, place them in guarded buffers, ask the worker, observe.
+
+This module does the I/O with the worker; judging what came back is `grader.judging.judge` (pure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grader.authoring.inputs import InputMaker, case_seed
+from grader.authoring.oracle_loader import load_problems
+from grader.authoring.problem import In, Out, Problem, Stride
+from grader.authoring.spec import Assignment, Case, FunctionSpec, KernelSpec
+from grader.judging.compare import close_mask
+from grader.judging.diagnosis import nan_leaks
+from grader.judging.judge import judge_case
+from grader.judging.replay import ReplayPlan, check_outputs, plan_replay
+from grader.publishing.results import CaseResult
+from grader.running import guards
+from grader.running.client import Worker, WorkerFailure, WorkerOptions
+from grader.running.observation import Finding, Observation, classify_error, error_message
+from grader.running.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
+from grader.running.worker.protocol import POINTERS_LINE
+
+# Finite value put into input guards for the second run that confirms an out-of-bounds read.
+GUARD_PROBE_VALUE = 7.0
+
+OUTPUT_ROW_GAP = 1
+
+# Kernels run this many times slower under compute-sanitizer memcheck (deadline factor).
+SANITIZER_SLOWDOWN = 20
+
+# Row gaps for "row-gap" layouts: distinct per buffer so a kernel that mixes up two strides is seen.
+_GAPS = (3, 5, 7, 11, 13, 17, 19, 23)
+
+
+@dataclass(frozen=True)
+class SymbolProblem:
+    """Why a target cannot be run at all (missing, wrong signature, import failure)."""
+
+    failure: str
+    message: str
+
+
+@dataclass(frozen=True)
+class _Placed:
+    plans: dict[str, guards.BufferPlan]  # keyed by buffer key
+    storages: list[torch.Tensor]
+    keys: list[str]
+
+    def view_ref(self, key: str) -> dict[str, int]:
+        return {"view": self.keys.index(key)}
+
+    def row_strides(self) -> dict[str, int]:
+        return {p.name: p.row_stride for p in self.plans.values() if p.role == "input"}
+
+    def views(self) -> list[dict[str, Any]]:
+        out = []
+        for index, key in enumerate(self.keys):
+            plan = self.plans[key]
+            out.append({"storage": index, "shape": list(plan.view_shape), "stride": list(plan.view_stride),
+                        "offset": plan.offset})
+        return out
+
+
+class Battery:
+    """Grades cases of one assignment for one submission, through one (restartable) worker."""
+
+    def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int,
+                 worker_options: WorkerOptions | None = None, hidden: tuple[str, ...] = (),
+                 sanitizer: tuple[str, ...] | None = None) -> None:
+        self.assignment = assignment
+        self.problems: Mapping[str, Problem] = load_problems(assignment)
+        self.submission = Path(submission)
+        self.backend = backend
+        self.seed = seed
+        options = worker_options or WorkerOptions(
+            backend=backend, import_timeout_s=assignment.import_timeout_s,
+            hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden),
+        )
+        self.worker = Worker(self.submission, list(assignment.required_symbols), options)
+        # Replays wrapper launches; it never runs wrapper code, so nothing a wrapper did can touch it.
+        self.replayer = Worker(self.submission, list(assignment.required_symbols), options)
+        # `--sanitize` on CUDA: kernel cases run once more under this memcheck command.
+        self.sanitizer = Worker(self.submission, list(assignment.required_symbols), dataclasses.replace(
+            options, tool=sanitizer, tool_environment=tuple(SANITIZER_ENV.items()))) if sanitizer else None
+        self.load_reply: dict[str, Any] | None = None
+        self.load_problem: SymbolProblem | None = None
+
+    # ------------------------------------------------------------------ submission loading
+
+    def _ensure_worker(self) -> SymbolProblem | None:
+        """Start (or restart) the worker; return why the submission cannot run, if it cannot."""
+        if self.worker.alive and self.load_reply is not None:
+            return None
+        if self.load_problem is not None:
+            return self.load_problem  # importing failed once; it is deterministic, do not retry
+        try:
+            reply = self.worker.start()
+        except WorkerFailure as failure:
+            problem = SymbolProblem(
+                failure.kind,
+                f"Importing {self.submission.name} {'timed out' if failure.kind == 'timeout' else 'crashed'}: "
+                f"{failure.detail}." + _tail(failure.output_tail),
+            )
+            self.load_problem = self.load_problem or problem
+            return problem
+        if not reply.get("ok"):
+            self.worker.stop()
+            problem = SymbolProblem(
+                "import-fails",
+                f"{self.submission.name} could not be imported: "
+                + error_message(reply.get("error", {}), self.submission.name),
+            )
+            self.load_problem = self.load_problem or problem
+            return problem
+        self.load_reply = reply
+        return None
+
+    def symbol_problem(self, target: str) -> SymbolProblem | None:
+        problem = self._ensure_worker()
+        if problem is not None:
+            return problem
+        assert self.load_reply is not None
+        info = self.load_reply["symbols"].get(target, {"kind": "missing"})
+        return check_symbol(target, info, self.assignment, self.submission.name)
+
+    def close(self) -> None:
+        self.worker.close()
+        self.replayer.close()
+        if self.sanitizer is not None:
+            self.sanitizer.close()
+
+    # ------------------------------------------------------------------ running cases
+
+    def run_case(self, case: Case) -> CaseResult:
+        started = time.monotonic()
+        problem = self.problems[self._problem_name(case.target)]
+        inputs = problem.make_inputs(case, InputMaker(case_seed(self.seed, case.id)))
+        expected = problem.expected(inputs)
+        blocked = self.symbol_problem(case.target)
+        if blocked is not None:
+            observation = Observation(failure=blocked.failure, message=blocked.message)
+        else:
+            observation = self._run(case, problem, inputs)
+            observation = self._probe_nondeterminism(case, problem, inputs, expected, observation)
+            observation = self._probe_guard_reads(case, problem, inputs, expected, observation)
+            observation = self._verify_by_replay(case, inputs, expected, observation)
+            observation = self._sanitize(case, problem, inputs, observation)
+        tolerance = self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
+        return judge_case(
+            case=case,
+            assignment=self.assignment,
+            inputs=inputs,
+            expected=expected,
+            observation=observation,
+            tolerance=tolerance,
+            traps=problem.traps,
+            elapsed_s=time.monotonic() - started,
+        )
+
+    def _problem_name(self, target: str) -> str:
+        spec: KernelSpec | FunctionSpec = self.assignment.kernels.get(target) or self.assignment.functions[target]
+        return spec.problem
+
+    def _place(self, case: Case, refs: list[Any], inputs: Mapping[str, Any],
+               param_keys: Mapping[str, str] | None = None, finite_guard: float | None = None) -> _Placed:
+        """Put every In/Out referenced by a case into guarded storage (gaps for row-gap layouts).
+        An Out with `like=param` shares the row gap of the buffer bound to that parameter."""
+        plans: dict[str, guards.BufferPlan] = {}
+        storages: list[torch.Tensor] = []
+        keys: list[str] = []
+        gap_of: dict[str, int] = {}
+        for ref in refs:
+            key = _key(ref)
+            if key in plans:
+                continue
+            if isinstance(ref, In):
+                value = inputs[ref.name]
+                shape = tuple(value.T.shape) if ref.transpose else tuple(value.shape)
+                gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else 0
+                plan = guards.plan_buffer(ref.name, "input", shape, gap, transpose=ref.transpose)
+                storage = guards.build_storage(plan, value.dtype, value.T if ref.transpose else value, finite_guard)
+            else:
+                shared = gap_of.get((param_keys or {}).get(ref.like or "", ""), None)
+                if shared is not None:
+                    gap = shared
+                else:
+                    # An output with a layout of its own always gets a sentinel gap after each row: a
+                    # store that runs past the end of a row is then an out-of-bounds write, not a
+                    # silent (and, on a GPU, racy) overwrite of the next row's first elements.
+                    gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else OUTPUT_ROW_GAP
+                plan = guards.plan_buffer(ref.name, "output", ref.shape, gap)
+                storage = guards.build_storage(plan, ref.dtype, None)
+            gap_of[key] = plan.row_stride - plan.cols
+            plans[key] = plan
+            storages.append(storage)
+            keys.append(key)
+        return _Placed(plans, storages, keys)
+
+    def _request(self, message: dict[str, Any], what: str) -> dict[str, Any] | Observation:
+        try:
+            return self.worker.request(message, self.assignment.call_timeout_s, what)
+        except WorkerFailure as failure:
+            self.load_reply = None  # the next case starts a fresh worker
+            verb = "did not finish" if failure.kind == "timeout" else "crashed the worker"
+            return Observation(
+                failure=failure.kind,
+                message=f"{what} {verb}: {failure.detail}." + _tail(failure.output_tail),
+                output_tail=failure.output_tail,
+            )
+
+    def _error_observation(self, reply: dict[str, Any], what: str) -> Observation:
+        if reply.get("fatal"):
+            self.load_reply = None
+        error = reply.get("error", {})
+        return Observation(
+            failure=classify_error(error),
+            message=f"{what} raised " + error_message(error, self.submission.name),
+            output_tail=self.worker.output_tail(),
+        )
+
+    def _run(
+        self, case: Case, problem: Problem, inputs: Mapping[str, Any], finite_guard: float | None = None
+    ) -> Observation:
+        if case.target in self.assignment.kernels:
+            return self._run_kernel(self.assignment.kernels[case.target], case, problem, inputs, finite_guard)
+        return self._run_function(self.assignment.functions[case.target], case, problem, inputs, finite_guard)
+
+    def _probe_guard_reads(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                           expected: Mapping[str, torch.Tensor], observation: Observation) -> Observation:
+        """NaN in an output where the oracle is finite: run the case again with finite guard values.
+        Positions that turn finite were read from the guards (an out-of-bounds read); NaN that stays
+        comes from the arithmetic (0/0, sqrt of a negative) and is left to the trap signatures."""
+        leaks = nan_leaks(observation.outputs, expected, observation.unwritten)
+        if observation.failure or not leaks:
+            return observation
+        probe = self._run(case, problem, inputs, finite_guard=GUARD_PROBE_VALUE)
+        confirmed = {}
+        for name, leak in leaks.items():
+            again = probe.outputs.get(name)
+            if probe.failure or again is None or again.shape != leak.shape:
+                continue
+            from_guards = leak & ~torch.isnan(again.to(torch.float64))
+            if from_guards.any():
+                confirmed[name] = from_guards
+        return dataclasses.replace(observation, guard_reads=confirmed)
+
+    def _probe_nondeterminism(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                              expected: Mapping[str, torch.Tensor], observation: Observation) -> Observation:
+        """A wrong output: run the identical case once more. Different bits on identical inputs mean a
+        race or a read of memory nothing wrote (on a GPU; the interpreter runs programs in order)."""
+        if observation.failure or not observation.outputs:
+            return observation
+        if outputs_close(observation.outputs, expected, self._tol(case)):
+            return observation
+        again = self._run(case, problem, inputs)
+        if again.failure:
+            return observation
+        differing = tuple(
+            name for name, out in observation.outputs.items()
+            if name in again.outputs and (out.shape != again.outputs[name].shape
+                                          or not torch.equal(guards.bits(out.contiguous()),
+                                                             guards.bits(again.outputs[name].contiguous())))
+        )
+        return dataclasses.replace(observation, nondeterministic=differing) if differing else observation
+
+    def _verify_by_replay(self, case: Case, inputs: Mapping[str, Any], expected: Mapping[str, torch.Tensor],
+                          observation: Observation) -> Observation:
+        """A wrapper case whose values pass: do its recorded kernel launches, replayed in a fresh worker
+        that runs no wrapper code, produce those values? (grader/judging/replay.py)"""
+        spec = self.assignment.functions.get(case.target)
+        if (spec is None or spec.max_launches == 0 or observation.failure or not observation.launches
+                or not outputs_close(observation.outputs, expected, self._tol(case))):
+            return observation
+        plan = plan_replay(observation.launches, observation.sent_storages, inputs)
+        finding: Finding | None = None
+        if plan.trap:
+            finding = Finding(plan.trap, plan.problem)
+        else:
+            reply = self._replay(plan)
+            if isinstance(reply, str):
+                finding = Finding("tampering", f"the recorded launches of {case.target} could not be "
+                                        f"replayed in a fresh worker: {reply}")
+            else:
+                tol = self._tol(case)
+                finding = check_outputs(observation.outputs, observation.result_views, plan, reply, tol.atol, tol.rtol)
+        return dataclasses.replace(observation, replay_finding=finding) if finding else observation
+
+    def _replay(self, plan: ReplayPlan) -> dict[int, torch.Tensor] | str:
+        """Run the planned launches in the replay worker: its buffers after the last, or what went wrong."""
+        try:
+            if not self.replayer.alive:
+                loaded = self.replayer.start()
+                if not loaded.get("ok"):
+                    return "importing the submission failed: " + error_message(loaded.get("error", {}),
+                                                                               self.submission.name)
+            reply = self.replayer.request({"op": "replay", "launches": list(plan.launches)},
+                                          self.assignment.call_timeout_s, "replaying the recorded launches")
+        except WorkerFailure as failure:
+            return f"{failure.kind}: {failure.detail}"
+        if not reply.get("ok"):
+            return error_message(reply.get("error", {}), self.submission.name)
+        buffers = reply.get("buffers")
+        return buffers if isinstance(buffers, dict) else "malformed reply"
+
+    def _tol(self, case: Case):
+        return self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
+
+    def _launch_message(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                        finite_guard: float | None = None) -> tuple[_Placed, dict[str, Any], str]:
+        """The grader's own launch of a kernel case: guarded buffers, the request, and its description."""
+        assert problem.kernel_args is not None, f"problem {problem.name} has no kernel binding"
+        binding = problem.kernel_args(inputs)
+        refs = [v for v in binding.values() if isinstance(v, (In, Out))]
+        by_param = {p: _key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
+        placed = self._place(case, refs, inputs, by_param, finite_guard)
+        args: list[Any] = []
+        for param in spec.params:
+            if param in spec.constexprs:
+                continue
+            value = binding[param]
+            if isinstance(value, (In, Out)):
+                args.append(placed.view_ref(_key(value)))
+            elif isinstance(value, Stride):
+                args.append(placed.plans[by_param[value.param]].view_stride[value.dim])
+            else:
+                args.append(value)
+        what = f"{spec.name}[grid]({', '.join(f'{k}={v}' for k, v in case.meta.items())})"
+        message = {"op": "launch", "kernel": spec.name, "storages": placed.storages, "views": placed.views(),
+                   "args": args, "meta": dict(case.meta), "grid": list(spec.grid)}
+        return placed, message, what
+
+    def _run_kernel(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                    finite_guard: float | None = None) -> Observation:
+        placed, message, what = self._launch_message(spec, case, problem, inputs, finite_guard)
+        reply = self._request(message, what)
+        if isinstance(reply, Observation):
+            return reply
+        if not reply.get("ok"):
+            return self._error_observation(reply, what)
+        return self._observe(placed, reply, launches=None, case=case)
+
+    def _sanitize(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                  observation: Observation) -> Observation:
+        """`--sanitize`: the kernel case once more in a worker under compute-sanitizer memcheck; its
+        reports of invalid global accesses become oob-read / oob-write findings naming the buffer."""
+        spec = self.assignment.kernels.get(case.target)
+        if self.sanitizer is None or spec is None or observation.failure not in (None, "runtime-error", "crash"):
+            return observation
+        placed, message, what = self._launch_message(spec, case, problem, inputs)
+        try:
+            if not self.sanitizer.alive and not self.sanitizer.start().get("ok"):
+                return observation
+        except WorkerFailure:
+            return observation
+        offset = self.sanitizer.output_size()
+        try:  # an invalid access usually ends the worker (its CUDA context is lost): the report is in its log
+            timeout_s = self.assignment.call_timeout_s * SANITIZER_SLOWDOWN
+            self.sanitizer.request(dict(message, announce_pointers=True), timeout_s, what + " under compute-sanitizer")
+        except WorkerFailure:
+            pass
+        time.sleep(0.2)  # memcheck's report is written by the tool process, next to the reply
+        text = self.sanitizer.output_since(offset)
+        buffers = {placed.plans[key].name: (ptr, storage.numel() * storage.element_size())
+                   for key, ptr, storage in zip(placed.keys, announced_pointers(text), placed.storages, strict=False)}
+        findings = memcheck_findings(parse_memcheck(text), buffers)
+        return dataclasses.replace(observation, sanitizer_findings=findings) if findings else observation
+
+    def _run_function(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                      finite_guard: float | None = None) -> Observation:
+        assert problem.call_args is not None, f"problem {problem.name} has no wrapper binding"
+        args, kwargs = problem.call_args(inputs)
+        refs = [v for v in list(args) + list(kwargs.values()) if isinstance(v, In)]
+        placed = self._place(case, refs, inputs, finite_guard=finite_guard)
+
+        def wire(value: Any) -> Any:
+            return placed.view_ref(_key(value)) if isinstance(value, In) else value
+
+        what = f"{spec.name}(...)"
+        reply = self._request(
+            {"op": "call", "function": spec.name, "storages": placed.storages, "views": placed.views(),
+             "args": [wire(a) for a in args], "kwargs": {k: wire(v) for k, v in kwargs.items()}},
+            what,
+        )
+        if isinstance(reply, Observation):
+            return reply
+        if not reply.get("ok"):
+            return self._error_observation(reply, what)
+        returned, problem_text = unpack_returns(reply["result"], spec.returns, self.backend)
+        if problem_text:
+            return Observation(failure="bad-output", message=f"{spec.name} returned {problem_text}",
+                               launches=tuple(reply.get("launches", ())),
+                               torch_ops=dict(reply.get("torch_ops", {})))
+        observation = self._observe(placed, reply, launches=tuple(reply.get("launches", ())), case=case)
+        unwritten, findings = poisoned_outputs(returned)
+        return Observation(
+            outputs=returned,
+            sent_storages=tuple(placed.storages),
+            result_views=tuple(reply.get("result_views") or ()),
+            unwritten=unwritten,
+            guard_findings=observation.guard_findings + findings,
+            launches=observation.launches,
+            torch_ops=dict(reply.get("torch_ops", {})),
+            output_tail=observation.output_tail,
+            elapsed_s=float(reply.get("elapsed_s", 0.0)),
+            row_strides=placed.row_strides(),
+        )
+
+    def _observe(self, placed: _Placed, reply: dict[str, Any], launches: Any, case: Case) -> Observation:
+        after = reply.get("storages") or []
+        if len(after) != len(placed.storages):
+            return Observation(failure="crash", message="the worker returned a malformed reply")
+        findings: list[guards.GuardFinding] = []
+        outputs: dict[str, torch.Tensor] = {}
+        unwritten: dict[str, torch.Tensor] = {}
+        for key, before, now in zip(placed.keys, placed.storages, after, strict=True):  # length checked above
+            plan = placed.plans[key]
+            if type(now) is not torch.Tensor or now.shape != before.shape or now.dtype != before.dtype:
+                return Observation(failure="crash", message="the worker returned a malformed buffer")
+            findings.extend(guards.check_storage(plan, before, now))
+            if plan.role == "output":
+                outputs[plan.name] = guards.view_of(now, plan).clone()
+                unwritten[plan.name] = guards.unwritten_mask(plan, now)
+        return Observation(
+            outputs=outputs,
+            guard_findings=tuple(findings),
+            unwritten=unwritten,
+            launches=launches,
+            output_tail=self.worker.output_tail(),
+            elapsed_s=float(reply.get("elapsed_s", 0.0)),
+            block_meta=dict(case.meta),
+            row_strides=placed.row_strides(),
+        )
+
+
+def announced_pointers(text: str) -> list[int]:
+    """The device addresses of a launch's buffers, as the worker printed them before launching."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(POINTERS_LINE):
+            try:
+                return [int(p) for p in line[len(POINTERS_LINE):].split()]
+            except ValueError:
+                return []
+    return []
+
+
+def outputs_close(outputs: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], tol: Any) -> bool:
+    for name, exp in expected.items():
+        out = outputs.get(name)
+        if out is None or tuple(out.shape) != tuple(exp.shape):
+            return False
+        if not bool(close_mask(out, exp, tol.atol, tol.rtol).all()):
+            return False
+    return True
+
+
+def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, ...]:
+    """Folders student code has no business reading: the assignments (hidden cases, oracles), the
+    reference and mutant corpus, and the folder the submission came from (other students' files)."""
+    paths = [assignment.root.parent, Path(submission).resolve().parent]
+    for extra in (assignment.reference, assignment.mutants):
+        if extra:
+            target = (assignment.root / extra).resolve()
+            paths.append(target.parent if target.is_file() else target)
+    return tuple(str(p) for p in paths)
+
+
+def _key(ref: In | Out) -> str:
+    if isinstance(ref, In):
+        return f"in:{ref.name}:{'T' if ref.transpose else ''}"
+    return f"out:{ref.name}"
+
+
+def _tail(text: str) -> str:
+    text = text.strip()
+    if not text:
+        return ""
+    return "\nLast output of the submission:\n" + text[-1500:]
+
+
+def check_symbol(target: str, info: Mapping[str, Any], assignment: Assignment, filename: str) -> SymbolProblem | None:
+    """Is the student's symbol there, the right kind, with the contract's parameters?"""
+    kind = info.get("kind")
+    line = info.get("line") or 0
+    where = f" ({filename}, line {line})" if line else ""
+    if kind == "missing":
+        return SymbolProblem("missing-symbol", f"{filename} does not define `{target}`.")
+    if target in assignment.kernels:
+        spec_k = assignment.kernels[target]
+        if kind != "kernel":
+            return SymbolProblem(
+                "wrong-signature",
+                f"`{target}`{where} must be a Triton kernel (decorated with @triton.jit), "
+                f"but it is a {info.get('type', kind)}.",
+            )
+        if not info.get("triton_class", False):
+            return SymbolProblem(
+                "tampering",
+                f"`{target}`{where} is a {info.get('type')} posing as a Triton kernel (a class of its own, not "
+                "Triton's JIT/autotune/heuristics object): kernels must be written with @triton.jit.",
+            )
+        expected = list(spec_k.params)
+    else:
+        spec_f = assignment.functions[target]
+        if kind != "function":
+            return SymbolProblem("wrong-signature", f"`{target}`{where} must be a function, not a {info.get('type')}.")
+        expected = list(spec_f.params)
+    got = list(info.get("params", []))
+    comparable = got if target in assignment.kernels else got[: len(expected)]
+    if comparable != expected:
+        pairs = enumerate(zip(comparable, expected, strict=False))
+        diff = next((i for i, (a, b) in pairs if a != b), min(len(got), len(expected)))
+        detail = (
+            f"parameter {diff + 1} is `{got[diff]}` but the contract says `{expected[diff]}`"
+            if diff < min(len(got), len(expected))
+            else f"it has {len(got)} parameters, the contract has {len(expected)}"
+        )
+        return SymbolProblem(
+            "wrong-signature",
+            f"`{target}`{where} has the wrong signature: {detail}.\n"
+            f"  expected: {target}({', '.join(expected)})\n  found:    {target}({', '.join(got)})",
+        )
+    return None
+
+
+def unpack_returns(
+    encoded: Mapping[str, Any], names: tuple[str, ...], backend: str
+) -> tuple[dict[str, torch.Tensor], str]:
+    """Map a wrapper's encoded return value onto the spec's output names; say what is wrong if not."""
+    if len(names) == 1:
+        items = [encoded]
+    elif "sequence" in encoded and len(encoded["sequence"]) == len(names):
+        items = list(encoded["sequence"])
+    else:
+        got = f"a {encoded.get('type')} of {len(encoded['sequence'])}" if "sequence" in encoded else _what(encoded)
+        return {}, f"{got}, but it must return {len(names)} tensors ({', '.join(names)})"
+    out: dict[str, torch.Tensor] = {}
+    expected_device = "cuda" if backend == "cuda" else "cpu"
+    for name, item in zip(names, items, strict=True):  # lengths checked above
+        tensor = item.get("tensor") if isinstance(item, Mapping) else None
+        if type(tensor) is not torch.Tensor:
+            return {}, f"{_what(item)} for `{name}`, not a torch.Tensor"
+        if not str(item.get("device", "")).startswith(expected_device):
+            device = item.get("device")
+            return {}, f"`{name}` on device {device}; it must stay on the input's device ({expected_device})"
+        out[name] = tensor
+    return out, ""
+
+
+def poisoned_outputs(
+    outputs: Mapping[str, torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], tuple[guards.GuardFinding, ...]]:
+    """Elements of returned tensors still holding the poison the worker put into fresh allocations."""
+    unwritten: dict[str, torch.Tensor] = {}
+    findings = []
+    for name, tensor in outputs.items():
+        if not tensor.dtype.is_floating_point:
+            continue
+        mask = guards.bits(tensor.contiguous()) == guards.nan_pattern(tensor.dtype, guards.PAYLOAD_OUTPUT_POISON)
+        unwritten[name] = mask
+        if mask.any():
+            first = tuple(int(i) for i in torch.nonzero(mask)[0])
+            findings.append(guards.GuardFinding("unwritten-output", name, int(mask.sum()), f"{name}{list(first)}"))
+    return unwritten, tuple(findings)
+
+
+def _what(item: Any) -> str:
+    if isinstance(item, Mapping) and "other" in item:
+        return f"a {item['other']} ({item.get('repr', '')[:60]})"
+    if isinstance(item, Mapping) and "sequence" in item:
+        return f"a {item.get('type')}"
+    return "something else"

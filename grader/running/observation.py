@@ -1,0 +1,71 @@
+"""What the grader observed of one case: raw facts, before any judgement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from grader.running.guards import GuardFinding
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A trap some check named, with the sentence that explains it to the student."""
+
+    trap: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    failure: str | None = None
+    message: str = ""
+    outputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    guard_findings: tuple[GuardFinding, ...] = ()
+    unwritten: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    launches: tuple[Mapping[str, Any], ...] | None = None  # None: the grader launched the kernel itself
+    torch_ops: Mapping[str, int] = field(default_factory=dict)
+    output_tail: str = ""
+    elapsed_s: float = 0.0
+    block_meta: Mapping[str, int] = field(default_factory=dict)
+    row_strides: Mapping[str, int] = field(default_factory=dict)  # input name -> row stride as placed
+    # Output positions whose NaN turned finite when the input guards held a finite value: values read
+    # from outside the input tensors (filled by the battery's probe run).
+    guard_reads: Mapping[str, torch.Tensor] = field(default_factory=dict)
+    # Outputs whose bits differed when the identical case was run a second time.
+    nondeterministic: tuple[str, ...] = ()
+    # Wrapper cases: the storages the grader sent, where each returned tensor lives in the worker, and
+    # what replaying the recorded launches in a fresh worker found (grader/judging/replay.py).
+    sent_storages: tuple[torch.Tensor, ...] = ()
+    result_views: tuple[Any, ...] = ()
+    replay_finding: Finding | None = None
+    # Kernel cases run again under compute-sanitizer memcheck (`--sanitize`): what it reported.
+    sanitizer_findings: tuple[Finding, ...] = ()
+
+
+def error_message(error: Mapping[str, Any], submission_name: str) -> str:
+    """A student-facing sentence for an exception raised by submission code: type, message, line."""
+    kind = error.get("type", "Error")
+    message = str(error.get("message", "")).strip()
+    root = error.get("root_type")
+    if root and root != kind:
+        root_message = str(error.get("root_message", "")).strip()
+        message = f"{message}\ncaused by {root}: {root_message}" if message else f"{root}: {root_message}"
+    frames = error.get("frames") or []
+    where = ""
+    if frames:
+        last = frames[-1]
+        code = str(last.get("code", "")).strip()
+        where = f" ({submission_name}, line {last.get('line')}, in {last.get('function')}: {code})"
+    return f"{kind}{where}: {message}" if message else f"{kind}{where}"
+
+
+def classify_error(error: Mapping[str, Any]) -> str:
+    """compile-error for Triton compilation problems, runtime-error for everything else."""
+    chain = " ".join(error.get("chain", ())) + " " + str(error.get("type", ""))
+    if "CompilationError" in chain or "UnsupportedLanguageConstruct" in chain or "CompileTimeAssertion" in chain:
+        return "compile-error"
+    return "runtime-error"
