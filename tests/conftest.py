@@ -77,14 +77,14 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def reference_source() -> str:
-    return (ROOT / "reference" / "fused_layers.py").read_text(encoding="utf-8")
+    return (ROOT / "assignments" / "fused_layers" / "reference.py").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="session")
 def planted() -> Callable[..., str]:
     """`planted(old, new, count=1, into=None)`: the reference's text (or `into`) with one bug planted by
     string replacement; chain calls through `into` to plant several."""
-    source = (ROOT / "reference" / "fused_layers.py").read_text(encoding="utf-8")
+    source = (ROOT / "assignments" / "fused_layers" / "reference.py").read_text(encoding="utf-8")
 
     def make(old: str, new: str, count: int = 1, into: str | None = None) -> str:
         return plant(source if into is None else into, old, new, count)

@@ -347,9 +347,8 @@ def test_the_grading_process_hands_its_gpu_to_the_worker(tmp_path: Path) -> None
 
     env = child_environment("1")
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
-    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(batch.__file__).resolve().parent.parent)
-    probe = ("from grader import executors, worker_client as w; executors._pass_gpu_choice_to_workers(); "
-             "print('CUDA_VISIBLE_DEVICES' in w._PASSED_ENVIRONMENT)")
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(batch.__file__).resolve().parents[2])
+    probe = "from grader.running import client; print('CUDA_VISIBLE_DEVICES' in client._PASSED_ENVIRONMENT)"
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
                           check=True)
     assert done.stdout.strip() == "True"

@@ -24,6 +24,15 @@ PERF_RELATIVE_TO = ("reference", "torch")
 VISIBILITIES = ("public", "hidden")
 LAYOUTS = ("contiguous", "row-gap")
 
+# An assignment is one folder: its spec and oracles (what grading needs) and the authoring material
+# beside them, which never leaves the instructor's side (not in a Gradescope bundle, hidden from workers).
+REFERENCE_FILE = "reference.py"  # the reference solution
+TEMPLATE_DIR = "template"  # the student's starting file and the assignment text
+MUTANTS_FILE = "mutants.toml"  # single-mistake mutants as edits of the reference
+MUTANTS_DIR = "mutants"  # whole-file mutants: structural mistakes (syntax, missing symbol, torch, hang)
+VARIANTS_DIR = "variants"  # whole-file correct solutions in other styles
+AUTHORING_ONLY = (REFERENCE_FILE, TEMPLATE_DIR, MUTANTS_FILE, MUTANTS_DIR, VARIANTS_DIR)
+
 
 class SpecError(Exception):
     """A problem in an assignment spec, located by file and key."""

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grader.authoring.spec import Assignment
+from grader.authoring.spec import AUTHORING_ONLY, Assignment
 from grader.publishing.atomic import write_json
 
 BUNDLE_FORMAT_VERSION = 1
@@ -114,7 +114,8 @@ def bundle_files(options: BundleOptions) -> dict[str, tuple[bytes, int]]:
     for path in _tree(package_root()):
         name = f"{PROJECT_DIR}/grader/{path.relative_to(package_root()).as_posix()}"
         files[name] = (path.read_bytes(), 0o644)
-    assignment_files = _tree(assignment.root)
+    assignment_files = [p for p in _tree(assignment.root)
+                        if p.relative_to(assignment.root).parts[0] not in AUTHORING_ONLY]
     for path in assignment_files:
         name = f"{PROJECT_DIR}/assignments/{assignment.id}/{path.relative_to(assignment.root).as_posix()}"
         files[name] = (path.read_bytes(), 0o644)

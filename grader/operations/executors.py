@@ -423,18 +423,6 @@ def _die_with_parent(parent: int, pdeathsig: bool) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def _pass_gpu_choice_to_workers() -> None:
-    """The worker inherits only an allow-list of variables, and CUDA_VISIBLE_DEVICES is not on it yet:
-    without this the worker of a grade placed on GPU 1 would run on GPU 0. This process grades one
-    submission and exits, so widening the list here changes nothing for anyone else.
-    (To drop once grader.running.client passes CUDA_VISIBLE_DEVICES itself.)"""
-    from grader.running import client as worker_client
-
-    passed = getattr(worker_client, "_PASSED_ENVIRONMENT", None)
-    if isinstance(passed, tuple) and "CUDA_VISIBLE_DEVICES" not in passed:
-        worker_client._PASSED_ENVIRONMENT = (*passed, "CUDA_VISIBLE_DEVICES")  # type: ignore[attr-defined]
-
-
 def child_main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grader.operations.executors",
                                      description="grade one submission for `grader batch` (internal)")
@@ -454,7 +442,6 @@ def child_main(argv: list[str] | None = None) -> int:
     from grader.operations.grade import GradeRequest, grade
     from grader.publishing.files import write_outputs
 
-    _pass_gpu_choice_to_workers()
     assignment = find_assignment(args.assignment, args.assignments)
     args.out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
     hidden = (*args.hide, str(args.out.resolve()))

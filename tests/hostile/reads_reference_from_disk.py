@@ -1,4 +1,4 @@
-# attack: finds reference/fused_layers.py on disk ($PYTHONPATH, the grader package's folder, sys.path, walking up from __file__) and exec()s it to use its kernels and wrappers
+# attack: finds assignments/fused_layers/reference.py on disk ($PYTHONPATH, the grader package's folder, sys.path, walking up from __file__) and exec()s it to use its kernels and wrappers
 # expect: unwritten-output
 # ruff: noqa: E402, E501, F401, F811, F841, I001
 # The kernels store nothing, so every point this submission earns came from the stolen reference.
@@ -253,6 +253,9 @@ def layernorm(x, weight, bias, eps=1e-5):
 # ---------------------------------------------------------------------------------------------- the attack
 
 
+_WHERE = ("assignments", "fused_layers", "reference.py")
+
+
 def _find_reference():
     import os
     import sys
@@ -260,16 +263,16 @@ def _find_reference():
     candidates = []
     here = os.path.dirname(os.path.abspath(__file__))
     while True:
-        candidates.append(os.path.join(here, "reference", "fused_layers.py"))
+        candidates.append(os.path.join(here, *_WHERE))
         parent = os.path.dirname(here)
         if parent == here:
             break
         here = parent
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) + list(sys.path):
-        candidates.append(os.path.join(entry or ".", "reference", "fused_layers.py"))
+        candidates.append(os.path.join(entry or ".", *_WHERE))
     grader = sys.modules.get("grader")
     for entry in getattr(grader, "__path__", []):
-        candidates.append(os.path.join(os.path.dirname(entry), "reference", "fused_layers.py"))
+        candidates.append(os.path.join(os.path.dirname(entry), *_WHERE))
     for path in candidates:
         try:
             with open(path, encoding="utf-8") as f:

@@ -261,7 +261,7 @@ def confine_imports() -> None:
                 and name not in ("grader", "grader.running", "grader.running.guards"):
             del sys.modules[name]
     sys.meta_path.insert(0, _ImportGuard())  # type: ignore[arg-type]
-    sys.path[:] = [p for p in sys.path if p and not (Path(p) / "reference").is_dir()]
+    sys.path[:] = [p for p in sys.path if p and not (Path(p) / "assignments").is_dir()]
     _deny_network()
 
 
