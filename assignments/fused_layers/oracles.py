@@ -14,9 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from grader.authoring.inputs import InputMaker
-from grader.authoring.problem import Baseline, In, Out, Problem, Signature, Stride
-from grader.authoring.spec import Case
+from grader.oracles import Baseline, Case, In, InputMaker, Out, Problem, Signature, Stride
 
 F32_EPS = 2.0**-24  # unit roundoff of float32
 

@@ -17,9 +17,7 @@ from typing import Any
 
 import torch
 
-from grader.authoring.inputs import InputMaker
-from grader.authoring.problem import Baseline, In, Out, Problem, Signature, Stride
-from grader.authoring.spec import Case
+from grader.oracles import Baseline, Case, In, InputMaker, Out, Problem, Signature, Stride
 
 F32_MAX = torch.finfo(torch.float32).max
 F32_TINY = torch.finfo(torch.float32).tiny  # smallest normal float32; below it GPUs may flush to 0

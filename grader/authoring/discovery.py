@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import Assignment, load_assignment
+from grader.authoring.validation import validate
 
 SPEC_NAME = "assignment.toml"
 
@@ -36,7 +38,14 @@ def find_assignment(assignment_id: str, root: Path) -> Assignment:
     spec = root / assignment_id / SPEC_NAME
     if not spec.is_file():
         raise AssignmentNotFound(assignment_id, root, list_assignment_ids(root))
-    return load_assignment(spec)
+    return load_validated(spec)
+
+
+def load_validated(spec: Path) -> Assignment:
+    """Load an assignment folder and validate it as a whole (spec, oracles, mutant corpus)."""
+    assignment = load_assignment(spec)
+    validate(assignment, load_problems(assignment), None)
+    return assignment
 
 
 def assignment_for_submission(submission: Path, root: Path) -> Assignment | None:

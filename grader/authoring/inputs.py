@@ -7,10 +7,26 @@ combine them. Nothing here knows about any assignment.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 
 import torch
 
-ROW_KINDS = ("random", "near-constant", "tiny-variance", "constant", "large-mean", "exact")
+# The generic input kinds, in the words a report uses for them. An assignment may define kinds of its
+# own (its oracles build them); it describes them in its spec's [input_kinds] table.
+KINDS = {
+    "random": "random values",
+    "exact": "exactly representable values (multiples of 1/8)",
+    "constant": "constant rows",
+    "near-constant": "near-constant rows (5.0 + 1e-6 noise)",
+    "tiny-variance": "tiny-variance rows (0.5 + 1e-4 noise)",
+    "large-mean": "large-mean rows (1e4 + unit noise)",
+}
+ROW_KINDS = tuple(KINDS)
+
+
+def describe_kind(kind: str, own: Mapping[str, str]) -> str | None:
+    """An input kind in words: the assignment's own description first, then the generic library's."""
+    return own.get(kind) or KINDS.get(kind)
 
 
 def case_seed(run_seed: int, case_id: str) -> int:

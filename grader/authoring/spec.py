@@ -22,7 +22,8 @@ BACKENDS = ("interpreter", "cuda")
 PERF_DTYPES = ("float32", "float16", "bfloat16")
 PERF_RELATIVE_TO = ("reference", "torch")
 VISIBILITIES = ("public", "hidden")
-LAYOUTS = ("contiguous", "row-gap")
+# How a case places its tensors, with the words a report uses for each.
+LAYOUTS = {"contiguous": "contiguous", "row-gap": "padded rows (row stride > row length)"}
 
 # An assignment is one folder: its spec and oracles (what grading needs) and the authoring material
 # beside them, which never leaves the instructor's side (not in a Gradescope bundle, hidden from workers).
@@ -194,6 +195,7 @@ class Assignment:
     reference: str = ""  # path (relative to the spec) of the reference solution, for selftest
     mutants: str = ""  # folder (relative to the spec) of the mutant corpus, for selftest
     performance: tuple[PerfCase, ...] = ()  # timed cases ([[performance]]), CUDA only
+    input_kinds: Mapping[str, str] = field(default_factory=dict)  # the assignment's own input kinds, in words
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -296,7 +298,8 @@ def load_assignment(spec_path: Path) -> Assignment:
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(spec_path, "", f"not valid TOML: {exc}") from None
     top = _Reader(spec_path, raw, "")
-    top.reject_unknown({"assignment", "tolerances", "kernels", "functions", "cases", "traps", "performance"})
+    top.reject_unknown({"assignment", "tolerances", "kernels", "functions", "cases", "traps", "performance",
+                        "input_kinds"})
     head = top.sub("assignment")
     head.reject_unknown(
         {"id", "title", "module", "submission_file", "chapter", "call_timeout_s", "import_timeout_s",
@@ -306,6 +309,10 @@ def load_assignment(spec_path: Path) -> Assignment:
     kernels = {name: _load_kernel(name, r) for name, r in top.subs("kernels").items()}
     functions = {name: _load_function(name, r) for name, r in top.subs("functions").items()}
     traps = {tid: _load_trap(tid, r) for tid, r in top.subs("traps").items()}
+    kinds = top.get("input_kinds", dict, {})
+    for kind, words in kinds.items():
+        if not isinstance(words, str) or not words:
+            raise SpecError(spec_path, f"input_kinds.{kind}", "must be a non-empty string: the kind in words")
     targets = set(kernels) | set(functions)
     if not targets:
         raise top.fail("kernels", "the assignment names no kernels and no functions")
@@ -335,6 +342,7 @@ def load_assignment(spec_path: Path) -> Assignment:
         reference=head.get("reference", str, ""),
         mutants=head.get("mutants", str, ""),
         performance=performance,
+        input_kinds=dict(kinds),
     )
 
 
@@ -484,7 +492,7 @@ def _load_cases(
                 points=points,
                 visibility=r.choice("visibility", VISIBILITIES),
                 tolerance=tolerance,
-                layout=r.choice("layout", LAYOUTS, "contiguous"),
+                layout=r.choice("layout", tuple(LAYOUTS), "contiguous"),
                 meta=meta,
                 options=dict(r.get("options", dict, {})),
                 backends=backends,

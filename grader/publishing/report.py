@@ -24,23 +24,13 @@ from typing import Any
 import jinja2
 
 from grader.authoring.catalog import trap_catalog
-from grader.authoring.spec import Assignment, TrapText
+from grader.authoring.inputs import describe_kind
+from grader.authoring.spec import LAYOUTS, Assignment, TrapText
 from grader.judging.error_maps import CODES, LEGEND
 from grader.publishing.results import CaseResult, GradeResult, Measurement, PerfResult
 
 MAX_MESSAGE_CHARS = 3000
 MAX_EXAMPLES = 3  # cases listed under a trap
-
-# Words for the input kinds of grader.authoring.inputs and the layouts of grader.authoring.spec.
-INPUT_KINDS = {
-    "random": "random values",
-    "exact": "exactly representable values (multiples of 1/8)",
-    "constant": "constant rows",
-    "near-constant": "near-constant rows (5.0 + 1e-6 noise)",
-    "tiny-variance": "tiny-variance rows (0.5 + 1e-4 noise)",
-    "large-mean": "large-mean rows (1e4 + unit noise)",
-}
-LAYOUTS = {"contiguous": "contiguous", "row-gap": "padded rows (row stride > row length)"}
 
 # Error-map colours, one per error_maps.CODES character (the PNG palette and the legend).
 MAP_COLOURS = {
@@ -519,7 +509,7 @@ def case_view(
         result=case,
         listed=True,
         detailed=True,
-        input=input_description(evidence),
+        input=input_description(evidence, assignment.input_kinds),
         message=clean(case.message, detail.message_chars),
         comparisons=comparisons,
         maps=tuple(map_view(name, data, worst.get(name)) for name, data in maps.items()),
@@ -527,7 +517,7 @@ def case_view(
     )
 
 
-def input_description(evidence: Mapping[str, Any]) -> str:
+def input_description(evidence: Mapping[str, Any], input_kinds: Mapping[str, str]) -> str:
     """The input of a case in words: shape, kind, layout, block sizes."""
     parts = []
     dims = evidence.get("dims") or {}
@@ -535,7 +525,7 @@ def input_description(evidence: Mapping[str, Any]) -> str:
         parts.append(" ".join(f"{k}={v}" for k, v in dims.items()))
     kind = evidence.get("kind")
     if kind:
-        parts.append(INPUT_KINDS.get(kind, kind))
+        parts.append(describe_kind(kind, input_kinds) or kind)
     layout = evidence.get("layout")
     if layout:
         parts.append(LAYOUTS.get(layout, layout))
