@@ -54,8 +54,11 @@ def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
     report = run_pytest(request, seed)
     cases = consolidate_traps(cases_from_report(report, request), request.assignment)
     notes: list[str] = list(sanitizer_notes(request))
+    phases = dict(report.get("grader", {}).get("phases") or {})
     if request.backend == "interpreter" and request.gpu_compile_check:
+        compiling = time.monotonic()
         aot_cases, aot_notes = aot_check(request.assignment, request.submission, request.hidden)
+        phases["compile"] = round(phases.get("compile", 0.0) + time.monotonic() - compiling, 4)
         cases = cases + aot_cases
         notes.extend(aot_notes)
     result = GradeResult(
@@ -69,6 +72,7 @@ def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
         notes=tuple(notes),
         public_only=request.public_only,
         performance=performance_from_report(report, request) if request.performance else (),
+        phases=phases,
     )
     return result, report
 

@@ -79,7 +79,9 @@ class GradingSession:
             return performance.skipped(perf)
         if self.perf_runner is None:
             self.perf_runner = benchmark.PerfRunner(assignment, self.seed)
-        return self.perf_runner.run(perf, self.battery_for(assignment), self.case_results)
+        battery = self.battery_for(assignment)
+        with battery.clock.phase("timing"):
+            return self.perf_runner.run(perf, battery, self.case_results)
 
     def pytest_sessionfinish(self) -> None:
         if self.perf_runner is not None:
@@ -104,6 +106,7 @@ class GradingSession:
             "backend": self.backend,
             "seed": self.seed,
             "public_only": self.public_only,
+            "phases": self.battery.phases() if self.battery is not None else {},
         }
 
 

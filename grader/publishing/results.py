@@ -173,6 +173,7 @@ class GradeResult:
     public_only: bool = False
     format_version: int = RESULTS_FORMAT_VERSION
     performance: tuple[PerfResult, ...] = ()  # [[performance]] cases (skipped ones have max_score 0)
+    phases: Mapping[str, float] = field(default_factory=dict)  # wall seconds per phase (grader.running.phases)
 
     @property
     def score(self) -> float:
@@ -217,6 +218,7 @@ class GradeResult:
             "traps": list(self.traps),
             "cases": [c.to_dict() for c in self.cases],
             "performance": [p.to_dict() for p in self.performance],
+            "phases": dict(self.phases),
         }
 
     @classmethod
@@ -233,4 +235,5 @@ class GradeResult:
             public_only=bool(data.get("public_only", False)),
             format_version=int(data.get("format_version", RESULTS_FORMAT_VERSION)),
             performance=tuple(PerfResult.from_dict(p) for p in data.get("performance", ())),
+            phases={str(k): float(v) for k, v in (data.get("phases") or {}).items()},
         )

@@ -26,6 +26,7 @@ from grader.publishing.results import CaseResult
 from grader.running import guards
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
 from grader.running.observation import Finding, Observation, classify_error, error_message
+from grader.running.phases import PhaseClock
 from grader.running.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
 from grader.running.worker.protocol import POINTERS_LINE
 
@@ -93,6 +94,17 @@ class Battery:
             options, tool=sanitizer, tool_environment=tuple(SANITIZER_ENV.items()))) if sanitizer else None
         self.load_reply: dict[str, Any] | None = None
         self.load_problem: SymbolProblem | None = None
+        self.clock = PhaseClock()
+        self._compile_s: dict[str, float] = {}  # per worker: the Triton compile seconds it reported
+
+    def note_compile(self, role: str, reply: Mapping[str, Any]) -> None:
+        """Workers report their cumulative JIT compile seconds with every reply (informational)."""
+        seconds = reply.get("compile_s")
+        if isinstance(seconds, float) and seconds >= 0:
+            self._compile_s[role] = seconds
+
+    def phases(self) -> dict[str, float]:
+        return {**self.clock.seconds, "compile": round(sum(self._compile_s.values()), 4)}
 
     # ------------------------------------------------------------------ submission loading
 
@@ -103,7 +115,8 @@ class Battery:
         if self.load_problem is not None:
             return self.load_problem  # importing failed once; it is deterministic, do not retry
         try:
-            reply = self.worker.start()
+            with self.clock.phase("start-up"):
+                reply = self.worker.start()
         except WorkerFailure as failure:
             problem = SymbolProblem(
                 failure.kind,
@@ -141,6 +154,10 @@ class Battery:
     # ------------------------------------------------------------------ running cases
 
     def run_case(self, case: Case) -> CaseResult:
+        with self.clock.phase("correctness"):
+            return self._run_case(case)
+
+    def _run_case(self, case: Case) -> CaseResult:
         started = time.monotonic()
         problem = self.problems[self._problem_name(case.target)]
         inputs = problem.make_inputs(case, InputMaker(case_seed(self.seed, case.id)))
@@ -207,7 +224,9 @@ class Battery:
 
     def _request(self, message: dict[str, Any], what: str) -> dict[str, Any] | Observation:
         try:
-            return self.worker.request(message, self.assignment.call_timeout_s, what)
+            reply = self.worker.request(message, self.assignment.call_timeout_s, what)
+            self.note_compile("worker", reply)
+            return reply
         except WorkerFailure as failure:
             self.load_reply = None  # the next case starts a fresh worker
             verb = "did not finish" if failure.kind == "timeout" else "crashed the worker"
@@ -298,12 +317,15 @@ class Battery:
         """Run the planned launches in the replay worker: its buffers after the last, or what went wrong."""
         try:
             if not self.replayer.alive:
-                loaded = self.replayer.start()
+                with self.clock.phase("start-up"):
+                    loaded = self.replayer.start()
                 if not loaded.get("ok"):
                     return "importing the submission failed: " + error_message(loaded.get("error", {}),
                                                                                self.submission.name)
-            reply = self.replayer.request({"op": "replay", "launches": list(plan.launches)},
-                                          self.assignment.call_timeout_s, "replaying the recorded launches")
+            with self.clock.phase("replay"):
+                reply = self.replayer.request({"op": "replay", "launches": list(plan.launches)},
+                                              self.assignment.call_timeout_s, "replaying the recorded launches")
+            self.note_compile("replayer", reply)
         except WorkerFailure as failure:
             return f"{failure.kind}: {failure.detail}"
         if not reply.get("ok"):

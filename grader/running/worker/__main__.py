@@ -40,6 +40,7 @@ def main() -> int:
         else:
             reply = {"ok": False, "error": {"type": "ProtocolError", "message": f"unknown op {op!r}",
                                             "frames": []}}
+        reply["compile_s"] = harness.compile_seconds()
         send(write_fd, reply)
         if reply.get("fatal"):
             return 70  # the device context is unusable; the grader starts a fresh worker

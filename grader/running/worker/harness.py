@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -265,6 +266,30 @@ def confine_imports() -> None:
     _deny_network()
 
 
+# --------------------------------------------------------------------------- compile time
+
+_COMPILE_SECONDS = [0.0]
+
+
+def _time_jit_compiles() -> None:
+    """Add up the seconds Triton's JIT spends compiling (`JITFunction._do_compile`): the grade's
+    "compile" phase, reported with every reply (informational; nothing is judged on it)."""
+    jit = triton.runtime.JITFunction
+    original = jit.__dict__.get("_do_compile")
+    if original is None or getattr(original, "_grader_wrapped", False):
+        return
+
+    def _do_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _COMPILE_SECONDS[0] += time.monotonic() - started
+
+    _do_compile._grader_wrapped = True  # type: ignore[attr-defined]
+    jit._do_compile = _do_compile  # type: ignore[attr-defined]
+
+
 # --------------------------------------------------------------------------- the harness
 
 
@@ -275,6 +300,7 @@ class Harness:
         self.module: Any = None
         self.path = ""
         _patch_kernel_runs()
+        _time_jit_compiles()
         if backend == "interpreter":
             _patch_autotune_for_interpreter()
 
@@ -306,6 +332,10 @@ class Harness:
         if isinstance(value, dict) and "view" in value:
             return tensors[value["view"]]
         return value
+
+    @staticmethod
+    def compile_seconds() -> float:
+        return round(float(_COMPILE_SECONDS[0]), 4)
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
