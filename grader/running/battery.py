@@ -6,6 +6,8 @@ This module does the I/O with the worker; judging what came back is `grader.judg
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -86,12 +88,17 @@ class Battery:
             backend=backend, import_timeout_s=assignment.import_timeout_s,
             hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden),
         )
-        self.worker = Worker(self.submission, list(assignment.required_symbols), options)
+        # One Triton cache for this submission's workers: its kernels compile once per grade, and no
+        # other submission's worker ever sees it.
+        self.triton_cache = Path(tempfile.mkdtemp(prefix="grader-triton-cache-"))
+        names = list(assignment.required_symbols)
+        self.worker = Worker(self.submission, names, options, self.triton_cache)
         # Replays wrapper launches; it never runs wrapper code, so nothing a wrapper did can touch it.
-        self.replayer = Worker(self.submission, list(assignment.required_symbols), options)
+        self.replayer = Worker(self.submission, names, options, self.triton_cache)
         # `--sanitize` on CUDA: kernel cases run once more under this memcheck command.
-        self.sanitizer = Worker(self.submission, list(assignment.required_symbols), dataclasses.replace(
-            options, tool=sanitizer, tool_environment=tuple(SANITIZER_ENV.items()))) if sanitizer else None
+        self.sanitizer = Worker(self.submission, names, dataclasses.replace(
+            options, tool=sanitizer, tool_environment=tuple(SANITIZER_ENV.items())),
+            self.triton_cache) if sanitizer else None
         self.load_reply: dict[str, Any] | None = None
         self.load_problem: SymbolProblem | None = None
         self.clock = PhaseClock()
@@ -150,6 +157,7 @@ class Battery:
         self.replayer.close()
         if self.sanitizer is not None:
             self.sanitizer.close()
+        shutil.rmtree(self.triton_cache, ignore_errors=True)
 
     # ------------------------------------------------------------------ running cases
 

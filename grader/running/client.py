@@ -155,7 +155,10 @@ def _confine(options: WorkerOptions, identity: _Identity | None, isolated: bool)
 class Worker:
     """One submission's worker process, restarted on demand."""
 
-    def __init__(self, submission: Path, names: list[str], options: WorkerOptions) -> None:
+    def __init__(self, submission: Path, names: list[str], options: WorkerOptions,
+                 triton_cache: Path | None = None) -> None:
+        """`triton_cache`: a Triton cache folder this worker shares with the other workers of the same
+        submission (one student's kernels compiled once per grade); by default one of its own."""
         self.submission = Path(submission)
         self.names = names
         self.options = options
@@ -168,8 +171,10 @@ class Worker:
         self.identity = _sandbox_identity(options)
         for sub in ("tmp", "triton-cache"):
             (self.sandbox / sub).mkdir()
+        self.triton_cache = triton_cache or self.sandbox / "triton-cache"
+        self.triton_cache.mkdir(parents=True, exist_ok=True)
         if self.identity is not None:
-            for path in (self.sandbox, self.sandbox / "tmp", self.sandbox / "triton-cache"):
+            for path in (self.sandbox, self.sandbox / "tmp", self.triton_cache):
                 os.chown(path, self.identity.uid, self.identity.gid)
         _become_subreaper()
 
@@ -188,7 +193,7 @@ class Worker:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONNOUSERSITE"] = "1"
-        env["TRITON_CACHE_DIR"] = str(self.sandbox / "triton-cache")
+        env["TRITON_CACHE_DIR"] = str(self.triton_cache)
         env["HOME"] = str(self.sandbox)
         env.update(dict(self.options.tool_environment))
         return env
@@ -214,8 +219,8 @@ class Worker:
 
     def _hidden(self) -> str:
         """The hidden folders, minus any that would hide what the worker itself needs."""
-        needed = [self.sandbox, Path(__file__).resolve().parents[1], Path(sys.prefix), Path(sys.base_prefix),
-                  Path(sys.executable).resolve().parent]
+        needed = [self.sandbox, self.triton_cache, Path(__file__).resolve().parents[1], Path(sys.prefix),
+                  Path(sys.base_prefix), Path(sys.executable).resolve().parent]
         keep = []
         for raw in self.options.hidden_paths:
             path = Path(raw).resolve()
