@@ -326,7 +326,7 @@ def test_time_op_binds_kernels_and_wrappers_like_correctness_cases(
         PerfCase(id="p-stats", target="row_mean_var", dims={"M": 7, "N": 33}, tolerance="rowwise"),
         PerfCase(id="p-mm", target="fused_linear_gelu", dims={"M": 20, "N": 16, "K": 12}, tolerance="matmul"),
     ]
-    battery = Battery(assignment, repo_root / "reference" / "fused_layers.py", "interpreter", 1)
+    battery = Battery(assignment, repo_root / "assignments" / "fused_layers" / "reference.py", "interpreter", 1)
     try:
         assert battery.symbol_problem("layernorm") is None
         for perf in perfs:
@@ -387,7 +387,7 @@ def test_interpreter_grade_skips_performance_cases(reference_graded, assignment:
 
 
 class Clocked:
-    """A worker whose "time" replies carry medians, as a CUDA worker's do (the interpreter never times)."""
+    """A worker whose timing replies carry medians, as a CUDA worker's do (the interpreter never times)."""
 
     def __init__(self, worker, ms: float) -> None:
         self.worker = worker
@@ -398,14 +398,9 @@ class Clocked:
 
     def request(self, message, timeout, what):
         reply = self.worker.request(message, timeout, what)
-        if message.get("op") == "time" and reply.get("ok"):
+        if message.get("op") == "time_launches" and reply.get("ok"):
             reply["timing"] = {"medians_ms": [self.ms] * message["repeats"]}
         return reply
-
-
-def fake_bench(call, sets=1, repeats=5, **_):
-    call(0)
-    return Timing((0.2,) * repeats)  # torch eager "takes" 0.2 ms
 
 
 @pytest.mark.slow
@@ -432,33 +427,19 @@ def test_measure_path_on_a_fake_clock(
     bug,
     status,
 ) -> None:
-    """Everything a CUDA run does but reading the clock: the student's and the reference's workers (on
-    the interpreter, their medians injected), torch eager here on the CPU, the output check at the
-    timed size (a bug only on rows >= 4 is caught there), speedups, bandwidth and threshold points."""
+    """Everything a CUDA run does but reading the clock, on the interpreter: the student's worker
+    records the launches at the timed size, a timer worker that loaded only the kernels runs them (its
+    medians injected), the reference the same way in its worker, torch eager here on the CPU; the
+    output check at the timed size (a bug only on rows >= 4 is caught there), speedups, bandwidth and
+    threshold points."""
     from grader.running import perf_runner as benchmark
     from grader.running.client import Worker, WorkerOptions
-    from grader.running.worker import timing
 
     source = planted(*bug) if bug else reference_source
     submission = tmp_path / "fused_layers.py"
     submission.write_text(source, encoding="utf-8")
-    monkeypatch.setattr(timing, "bench", fake_bench)
     battery = Battery(assignment, submission, "interpreter", 1)
-    battery.worker = Clocked(battery.worker, 0.1)  # type: ignore[assignment]
     battery.backend = "cuda"
-    runner = benchmark.PerfRunner(assignment, 1, device="cpu")
-    runner._device_info = H200
-
-    def start_reference():
-        worker = Worker(
-            repo_root / "reference" / "fused_layers.py",
-            list(assignment.required_symbols),
-            WorkerOptions(backend="interpreter", import_timeout_s=60),
-        )
-        assert worker.start()["ok"]
-        return Clocked(worker, 0.12)
-
-    monkeypatch.setattr(runner, "start_reference", start_reference)
     perf = PerfCase(
         id="p-ln",
         target="layernorm",
@@ -467,6 +448,22 @@ def test_measure_path_on_a_fake_clock(
         thresholds=(Threshold(1.0, 1.0), Threshold(1.1, 2.0)),
         repeats=3,
     )
+    runner = benchmark.PerfRunner(assignment, 1, device="cpu", perfs=[perf])
+    runner._copy_gb_per_s = H200.copy_gb_per_s
+    timer_for = runner._timer_for
+    monkeypatch.setattr(runner, "_timer_for", lambda b: Clocked(timer_for(b), 0.1))
+    monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
+
+    def start_reference():
+        worker = Worker(
+            repo_root / "assignments" / "fused_layers" / "reference.py",
+            list(assignment.required_symbols),
+            WorkerOptions(backend="interpreter", import_timeout_s=60),
+        )
+        assert worker.start()["ok"]
+        return Clocked(worker, 0.12)
+
+    monkeypatch.setattr(runner, "start_reference", start_reference)
     try:
         result = runner.run(perf, battery, [case("layernorm", True)])
     finally:
@@ -483,7 +480,8 @@ def test_measure_path_on_a_fake_clock(
     assert result.student.pct_of_copy_bandwidth == pytest.approx(100 * result.student.gb_per_s / 4000.0)
     assert result.torch is not None and result.torch.label == "F.layer_norm"
     assert result.reference is not None and result.reference.median_ms == pytest.approx(0.12)
-    assert (result.score, result.max_score, result.device) == (2.0, 2.0, H200)
+    assert (result.score, result.max_score) == (2.0, 2.0)
+    assert result.device is not None and result.device.copy_gb_per_s == H200.copy_gb_per_s
 
 
 def test_nothing_measured_is_one_line_not_a_table(assignment: Assignment) -> None:

@@ -71,7 +71,7 @@ def title(perf: PerfCase) -> str:
 
 
 def _base(
-    perf: PerfCase, status: str, reason: str, max_score: float, device: DeviceInfo | None = None
+    perf: PerfCase, status: str, reason: str, max_score: float, device: DeviceInfo | None = None, trap: str = ""
 ) -> PerfResult:
     return PerfResult(
         perf_id=perf.id,
@@ -85,6 +85,7 @@ def _base(
         thresholds=tuple((t.speedup, t.points) for t in perf.thresholds),
         max_score=max_score,
         device=device,
+        trap=trap,
     )
 
 
@@ -98,8 +99,9 @@ def not_run(perf: PerfCase, reason: str, device: DeviceInfo | None = None) -> Pe
     return _base(perf, "not-run", reason, perf.max_score, device)
 
 
-def errored(perf: PerfCase, reason: str, device: DeviceInfo | None = None) -> PerfResult:
-    return _base(perf, "error", reason, perf.max_score, device)
+def errored(perf: PerfCase, reason: str, device: DeviceInfo | None = None, trap: str = "") -> PerfResult:
+    """Failed or wrong at the timed size; `trap` names what happened where it has a name."""
+    return _base(perf, "error", reason, perf.max_score, device, trap)
 
 
 def correctness_gate(target: str, cases: Sequence[CaseResult]) -> str | None:

@@ -118,6 +118,8 @@ class PerfResult:
     score: float = 0.0
     max_score: float = 0.0
     device: DeviceInfo | None = None
+    trap: str = ""  # what went wrong at the timed size, when it has a name (timeout, out-of-memory, not-fused)
+    calibration: str = ""  # the batch calibration the reference and torch times come from
 
     @property
     def timed(self) -> bool:
@@ -138,6 +140,7 @@ class PerfResult:
             "relative_to": self.relative_to, "thresholds": [list(t) for t in self.thresholds],
             "score": self.score, "max_score": self.max_score,
             "device": self.device.to_dict() if self.device else None,
+            "trap": self.trap, "calibration": self.calibration,
         }
 
     @classmethod
@@ -157,6 +160,7 @@ class PerfResult:
             thresholds=tuple((float(s), float(p)) for s, p in data.get("thresholds", ())),
             score=float(data.get("score", 0.0)), max_score=float(data.get("max_score", 0.0)),
             device=DeviceInfo.from_dict(data.get("device")),
+            trap=str(data.get("trap", "")), calibration=str(data.get("calibration", "")),
         )
 
 

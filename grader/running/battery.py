@@ -5,6 +5,7 @@ This module does the I/O with the worker; judging what came back is `grader.judg
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import tempfile
@@ -28,6 +29,7 @@ from grader.publishing.results import CaseResult
 from grader.running import guards
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
 from grader.running.observation import Finding, Observation, classify_error, error_message
+from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.phases import PhaseClock
 from grader.running.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
 from grader.running.worker.protocol import POINTERS_LINE
@@ -102,7 +104,16 @@ class Battery:
         self.load_reply: dict[str, Any] | None = None
         self.load_problem: SymbolProblem | None = None
         self.clock = PhaseClock()
+        self._gpu: GpuSlot | None = None
         self._compile_s: dict[str, float] = {}  # per worker: the Triton compile seconds it reported
+
+    def shared_gpu(self) -> contextlib.AbstractContextManager[None]:
+        """Correctness work on CUDA shares the GPU; a grade's timed phase waits for it (gpu_slot)."""
+        if self.backend != "cuda":
+            return contextlib.nullcontext()
+        if self._gpu is None:
+            self._gpu = GpuSlot(gpu_name())
+        return self._gpu.shared()
 
     def note_compile(self, role: str, reply: Mapping[str, Any]) -> None:
         """Workers report their cumulative JIT compile seconds with every reply (informational)."""
@@ -151,6 +162,33 @@ class Battery:
         assert self.load_reply is not None
         info = self.load_reply["symbols"].get(target, {"kind": "missing"})
         return check_symbol(target, info, self.assignment, self.submission.name)
+
+    def stop_workers(self) -> None:
+        """Stop every process running the submission (restarted on demand): nothing of the student's
+        may run while something is timed."""
+        self.worker.stop()
+        self.replayer.stop()
+        self.load_reply = None
+        if self.sanitizer is not None:
+            self.sanitizer.stop()
+
+    def request_for_timing(self, message: dict[str, Any], timeout_s: float, what: str) -> dict[str, Any] | str:
+        """A request of a performance case to the student's worker: its reply, or what went wrong
+        ("timeout: ...", "crash: ...", "... raised ..."), for the case's message."""
+        blocked = self._ensure_worker()
+        if blocked is not None:
+            return blocked.message
+        try:
+            with self.shared_gpu():
+                reply = self.worker.request(message, timeout_s, what)
+        except WorkerFailure as failure:
+            self.load_reply = None  # the next request starts a fresh worker
+            return f"{failure.kind}: {what}: {failure.detail}"
+        if not reply.get("ok"):
+            if reply.get("fatal"):
+                self.load_reply = None
+            return f"{what} raised " + error_message(reply.get("error", {}), self.submission.name)
+        return reply
 
     def close(self) -> None:
         self.worker.close()
@@ -232,7 +270,8 @@ class Battery:
 
     def _request(self, message: dict[str, Any], what: str) -> dict[str, Any] | Observation:
         try:
-            reply = self.worker.request(message, self.assignment.call_timeout_s, what)
+            with self.shared_gpu():
+                reply = self.worker.request(message, self.assignment.call_timeout_s, what)
             self.note_compile("worker", reply)
             return reply
         except WorkerFailure as failure:
@@ -330,7 +369,7 @@ class Battery:
                 if not loaded.get("ok"):
                     return "importing the submission failed: " + error_message(loaded.get("error", {}),
                                                                                self.submission.name)
-            with self.clock.phase("replay"):
+            with self.clock.phase("replay"), self.shared_gpu():
                 reply = self.replayer.request({"op": "replay", "launches": list(plan.launches)},
                                               self.assignment.call_timeout_s, "replaying the recorded launches")
             self.note_compile("replayer", reply)

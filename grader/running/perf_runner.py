@@ -1,6 +1,14 @@
-"""Performance cases on CUDA, the measuring part: time the student's target in its worker, the reference
-solution in a worker of its own, and torch eager (the assignment's declared baseline) here; check the
-student's output at the timed size against torch's; hand the numbers to grader.judging.performance.
+"""Performance cases on CUDA, the measuring part. Timed runs execute none of the submission's Python:
+
+1. record: the student's worker calls the target once at the timed size (compiling and autotuning it),
+   then once more with every kernel launch recorded by layout (grader.running.worker.timed_run);
+2. plan: every buffer of those launches must be an input, a fresh buffer, a constant fill or a copy of
+   an input (grader.running.timed_plan), else the values came from outside the kernels;
+3. time: the student's workers are stopped; inside the GPU's exclusive slot (grader.running.gpu_slot)
+   a timer worker that loaded only the submission's kernels (grader.running.kernel_source) runs the
+   launches on fresh inputs, sends their outputs back (checked here against torch eager), and times
+   CUDA-graph replays of them. The reference solution is timed the same way in a worker of its own,
+   torch eager here; both once per batch and GPU (grader.running.calibration).
 
 The student's target is timed only after all of its correctness cases in this run passed. On any other
 backend a performance case is "skipped" (it needs a CUDA GPU), never passed and never failed.
@@ -8,9 +16,15 @@ backend a performance case is "skipped" (it needs a CUDA GPU), never passed and 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
+import shutil
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,10 +38,18 @@ from grader.judging.judge import fusion_problems
 from grader.judging.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
 from grader.operations.environment import versions
 from grader.publishing.results import CaseResult, DeviceInfo, Measurement, PerfResult
+from grader.running import calibration
 from grader.running.battery import Battery, unpack_returns
+from grader.running.calibration import Calibration, calibration_key
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
+from grader.running.gpu_slot import GpuSlot, gpu_name
+from grader.running.kernel_source import kernels_only
 from grader.running.observation import Observation, error_message
+from grader.running.timed_plan import TimedPlan, plan_timed_run
 from grader.running.worker import timing
+
+CRASH, NOT_FUSED, OUT_OF_MEMORY = "crash", "not-fused", "out-of-memory"
+RUNTIME_ERROR, TIMEOUT = "runtime-error", "timeout"
 
 # --------------------------------------------------------------------------- what the worker runs (pure)
 
@@ -46,8 +68,10 @@ class CallPlan:
     meta: Mapping[str, int]
     grid: tuple[str, ...]
 
-    def request(self, *, sets: int, repeats: int, time: bool, return_outputs: bool) -> dict[str, Any]:
+    def request(self, *, sets: int, repeats: int, time: bool, return_outputs: bool,
+                record: bool = False) -> dict[str, Any]:
         return {
+            "record": record,
             "op": "time",
             "kind": self.kind,
             "target": self.target,
@@ -188,79 +212,138 @@ def baseline_outputs(baseline: Baseline, result: Any) -> dict[str, torch.Tensor]
 # --------------------------------------------------------------------------- measuring (I/O)
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A case recorded in the student's worker and planned, ready to time."""
+
+    perf: PerfCase
+    problem: Problem
+    call: CallPlan
+    inputs: Mapping[str, Any]
+    timed: TimedPlan
+
+
 class PerfRunner:
-    """Times one grading session's performance cases (made at the first one, closed at session end).
+    """Times one grading session's performance cases, all at the first one's turn: every case recorded
+    in the student's worker, then every one timed in a single exclusive slot (one spin-up).
 
     `device` is where torch eager runs ("cuda"; tests on a CPU-only machine use "cpu" with a fake
     clock). The reference solution gets a worker of its own, started at its first use."""
 
-    def __init__(
-        self,
-        assignment: Assignment,
-        seed: int,
-        device: str = "cuda",
-        warmup_ms: float = timing.DEFAULT_WARMUP_MS,
-        rep_ms: float = timing.DEFAULT_REP_MS,
-    ) -> None:
+    def __init__(self, assignment: Assignment, seed: int, device: str = "cuda",
+                 perfs: Sequence[PerfCase] | None = None) -> None:
+        """`perfs`: the cases this session measures (default: the assignment's)."""
         self.assignment = assignment
+        self.perfs = tuple(assignment.performance if perfs is None else perfs)
         self.seed = seed
         self.problems: Mapping[str, Problem] = load_problems(assignment)
         self.device = device
-        self.warmup_ms = warmup_ms
-        self.rep_ms = rep_ms
-        self._device_info: DeviceInfo | None = None
+        self._copy_gb_per_s: float | None = None
         self._reference: Worker | None = None
         self._reference_problem = "" if assignment.reference else "the assignment names no reference solution"
+        self._timer: Worker | None = None
+        self._results: dict[str, PerfResult] | None = None
+        self._folder = Path(tempfile.mkdtemp(prefix="grader-timer-"))
 
     def close(self) -> None:
-        if self._reference is not None:
-            self._reference.close()
-            self._reference = None
+        for worker in (self._reference, self._timer):
+            if worker is not None:
+                worker.close()
+        self._reference = self._timer = None
+        shutil.rmtree(self._folder, ignore_errors=True)
 
-    def device_info(self) -> DeviceInfo:
-        """The GPU, its copy bandwidth (measured once per session, here: trusted) and the versions."""
-        if self._device_info is None:
-            found = versions()
-            self._device_info = DeviceInfo(
-                gpu=torch.cuda.get_device_name(0),
-                copy_gb_per_s=timing.copy_bandwidth_gbs(),
-                torch=found.get("torch", "?"),
-                triton=found.get("triton", "?"),
-            )
-        return self._device_info
+    def device_info(self, copy_gb_per_s: float | None = None) -> DeviceInfo:
+        found = versions()
+        if copy_gb_per_s is None:
+            if self._copy_gb_per_s is None:
+                self._copy_gb_per_s = timing.copy_bandwidth_gbs()
+            copy_gb_per_s = self._copy_gb_per_s
+        return DeviceInfo(gpu=torch.cuda.get_device_name(0) if self.device == "cuda" else self.device,
+                          copy_gb_per_s=copy_gb_per_s, torch=found.get("torch", "?"), triton=found.get("triton", "?"))
 
     def run(self, perf: PerfCase, battery: Battery, cases: Sequence[CaseResult]) -> PerfResult:
-        """Time one case, if it may be: CUDA, every correctness case of its target passed, the target runs."""
+        """The case's result; all cases are measured at the first call (their gates use `cases`)."""
         if battery.backend != "cuda":
             return skipped(perf)
-        reason = correctness_gate(perf.target, cases)
-        if reason:
-            return not_run(perf, reason)
-        blocked = battery.symbol_problem(perf.target)
-        if blocked is not None:
-            return not_run(perf, blocked.message)
-        return self.measure(perf, battery)
+        if self._results is None:
+            self._results = self.measure_all(battery, cases)
+        return self._results.get(perf.id) or errored(perf, "the case was not measured")
 
-    def measure(self, perf: PerfCase, battery: Battery) -> PerfResult:
-        device = self.device_info()
+    def measure_all(self, battery: Battery, cases: Sequence[CaseResult]) -> dict[str, PerfResult]:
+        results: dict[str, PerfResult] = {}
+        ready: list[_Prepared] = []
+        for perf in self.perfs:
+            reason = correctness_gate(perf.target, cases)
+            blocked = None if reason else battery.symbol_problem(perf.target)
+            if reason or blocked is not None:
+                results[perf.id] = not_run(perf, reason or (blocked.message if blocked else ""))
+                continue
+            prepared = self._record(perf, battery)
+            if isinstance(prepared, PerfResult):
+                results[perf.id] = prepared
+            else:
+                ready.append(prepared)
+        if not ready:
+            return results
+        battery.stop_workers()  # nothing of the student's runs while anything is timed
+        slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
+        with slot.exclusive() if slot else contextlib.nullcontext():
+            for prepared in ready:
+                results[prepared.perf.id] = self._measure(prepared, battery)
+        return results
+
+    # ------------------------------------------------------------------ 1-2: record and plan
+
+    def _record(self, perf: PerfCase, battery: Battery) -> _Prepared | PerfResult:
         spec = self.assignment.kernels.get(perf.target) or self.assignment.functions[perf.target]
         problem = self.problems[spec.problem]
-        baseline = problem.baseline
-        assert baseline is not None  # load_problems checks every performance target has one
+        assert problem.baseline is not None  # load_problems checks every performance target has one
         maker = InputMaker(case_seed(self.seed, perf.id), getattr(torch, perf.dtype))
         inputs = problem.make_inputs(perf.as_case(), maker)
-        plan = encode_call(perf, self.assignment, problem, inputs)
-        student = self._time_student(plan, perf, battery)
+        call = encode_call(perf, self.assignment, problem, inputs)
+        what = f"running {perf.target} at {perf.shape}"
+        request = call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True)
+        reply = battery.request_for_timing(request, perf.timeout_s, what)
+        if isinstance(reply, str):
+            return _failed(perf, reply)
+        if call.kind == "function":
+            record = Observation(launches=tuple(reply.get("launches") or ()),
+                                 torch_ops=dict(reply.get("torch_ops") or {}))
+            unfused = fusion_problems(record, self.assignment, perf.target)
+            if unfused:
+                return errored(perf, f"{what}: not fused at this size: " + "; ".join(unfused))
+        recorded = reply.get("record")
+        timed = plan_timed_run(recorded if isinstance(recorded, Mapping) else {}, call.inputs, perf.target)
+        if isinstance(timed, str):
+            return errored(perf, f"{what}: {timed}", trap=NOT_FUSED if "outside the kernels" in timed else "")
+        return _Prepared(perf, problem, call, inputs, timed)
+
+    # ------------------------------------------------------------------ 3: time
+
+    def _measure(self, prepared: _Prepared, battery: Battery) -> PerfResult:
+        perf, baseline = prepared.perf, prepared.problem.baseline
+        assert baseline is not None
+        bars = self._bars(prepared, battery)
+        if isinstance(bars, str):
+            return errored(perf, bars)
+        device = self.device_info(bars.copy_gb_per_s)
+        timer = self._timer_for(battery)
+        if isinstance(timer, str):
+            return errored(perf, timer, device)
+        student = self._time_plan(timer, prepared, f"timing {perf.target} at {perf.shape}")
         if isinstance(student, str):
-            return errored(perf, student, device)
+            self._drop_timer()
+            return _failed(perf, student, device)
         outputs, student_medians = student
-        torch_medians, expected = self._time_baseline(baseline, inputs, perf)
+        expected = self._eager_outputs(baseline, prepared.inputs, perf)
         tol = self.assignment.tolerances[perf.tolerance].lookup("cuda", perf.dtype)
-        wrong = compare_outputs(outputs, expected, tol.atol, tol.rtol)
-        del outputs, expected
+        named = dict(zip(prepared.call.output_names, outputs, strict=False))
+        wrong = compare_outputs(named, expected, tol.atol, tol.rtol)
         if wrong:
-            return errored(perf, f"at {perf.shape} the output differs from {baseline.label}: {wrong}", device)
-        reference_medians, note = self._time_reference(plan, perf)
+            return errored(perf, f"at {perf.shape} the output of your kernel launches differs from "
+                                 f"{baseline.label}: {wrong}", device)
+        if not student_medians:
+            return errored(perf, "the timer sent no timing", device)
         nbytes = baseline.bytes_moved(dict(perf.dims)) if baseline.bytes_moved else None
         flops = baseline.flops(dict(perf.dims)) if baseline.flops else None
 
@@ -269,74 +352,98 @@ class PerfRunner:
 
         mine = measured(f"your {perf.target}", student_medians)
         assert mine is not None
-        eager = measured(baseline.label + (" (tf32 allowed)" if baseline.tf32 else ""), torch_medians)
-        return evaluate(perf, mine, measured("reference", reference_medians), eager, device, note)
+        eager = measured(baseline.label + (" (tf32 allowed)" if baseline.tf32 else ""), bars.torch)
+        result = evaluate(perf, mine, measured("reference", bars.reference), eager, device, bars.reference_note)
+        return dataclasses.replace(result, calibration=bars.id)
 
-    def _request(self, plan: CallPlan, perf: PerfCase, return_outputs: bool) -> dict[str, Any]:
-        request = plan.request(
-            sets=perf.input_sets, repeats=perf.repeats, time=True, return_outputs=return_outputs
-        )
-        request.update(warmup_ms=self.warmup_ms, rep_ms=self.rep_ms)
-        return request
-
-    def _time_student(
-        self, plan: CallPlan, perf: PerfCase, battery: Battery
-    ) -> tuple[dict[str, torch.Tensor], list[float]] | str:
-        """The student's outputs (first, untimed run) and medians; or why there are none."""
-        what = f"timing {perf.target} on {perf.shape}"
+    def _bars(self, prepared: _Prepared, battery: Battery) -> Calibration | str:
+        """The reference's and torch eager's medians on this case: from this batch's calibration, or
+        measured now (and stored for the batch's next students)."""
+        perf = prepared.perf
+        gpu = gpu_name() if self.device == "cuda" else self.device
+        key = calibration_key(self.assignment.id, perf.id, self.seed, gpu)
+        found = calibration.load(key)
+        if found is not None:
+            return found
+        assert prepared.problem.baseline is not None
         try:
-            reply = battery.worker.request(self._request(plan, perf, True), perf.timeout_s, what)
+            eager = self._time_eager(prepared.problem.baseline, prepared.inputs, perf)
+        except Exception as exc:  # torch eager itself failed (out of memory): no bar to compare with
+            return f"torch eager could not be timed at {perf.shape}: {type(exc).__name__}: {exc}"[:400]
+        reference, note = self._time_reference(prepared)
+        copy = self._copy_gb_per_s if self._copy_gb_per_s is not None else timing.copy_bandwidth_gbs()
+        self._copy_gb_per_s = copy
+        made = Calibration(id=f"{key}@{int(time.time())}", reference=tuple(reference) if reference else None,
+                           torch=tuple(eager), reference_note=note, copy_gb_per_s=copy, measured_at=time.time())
+        calibration.store(key, made)
+        return made
+
+    def _timer_for(self, battery: Battery) -> Worker | str:
+        """A worker that loaded only the submission's kernels (no other line of it runs there)."""
+        if self._timer is not None:
+            return self._timer
+        reduced = kernels_only(battery.submission.read_text(encoding="utf-8", errors="replace"))
+        path = self._folder / battery.submission.name
+        path.write_text(reduced.text, encoding="utf-8")
+        worker = Worker(path, list(reduced.kernels), WorkerOptions(
+            backend="cuda" if self.device == "cuda" else "interpreter",
+            import_timeout_s=self.assignment.import_timeout_s), battery.triton_cache)
+        try:
+            reply = worker.start()
         except WorkerFailure as failure:
-            battery.load_reply = None  # the next request starts a fresh worker
-            return f"{what}: {failure.detail}"
+            reply = {"ok": False, "error": {"message": failure.detail}}
         if not reply.get("ok"):
-            if reply.get("fatal"):
-                battery.load_reply = None
-            return f"{what} raised " + error_message(reply.get("error", {}), battery.submission.name)
-        if plan.kind == "function":
-            record = Observation(
-                launches=tuple(reply.get("launches") or ()), torch_ops=dict(reply.get("torch_ops") or {})
-            )
-            unfused = fusion_problems(record, self.assignment, perf.target)
-            if unfused:
-                return f"{what}: not fused at this size: " + "; ".join(unfused)
-        outputs = outputs_from_reply(plan, reply, "cuda" if self.device == "cuda" else "interpreter")
-        if isinstance(outputs, str):
-            return outputs
-        medians = list(reply.get("timing", {}).get("medians_ms", []))
-        if not medians:
-            return f"{what}: the worker sent no timing"
-        return outputs, medians
+            worker.close()
+            dropped = "; ".join(f"line {line}: {what}" for line, what in reduced.dropped[:5])
+            return ("your kernels could not be loaded on their own (timed runs load only the @triton.jit "
+                    f"functions and constants of your file): {error_message(reply.get('error', {}), path.name)}"
+                    + (f" (left out: {dropped})" if dropped else ""))
+        self._timer = worker
+        return worker
 
-    def _time_baseline(
-        self, baseline: Baseline, inputs: Mapping[str, Any], perf: PerfCase
-    ) -> tuple[list[float], dict[str, torch.Tensor]]:
-        """Torch eager on `input_sets` copies of the inputs on the device: its medians and its outputs."""
-        medians, expected = self._bench_baseline(baseline, inputs, perf)
-        if self.device == "cuda":
-            torch.cuda.empty_cache()  # the input copies died with _bench_baseline
-        return medians, expected
+    def _drop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.close()
+            self._timer = None
 
-    def _bench_baseline(
-        self, baseline: Baseline, inputs: Mapping[str, Any], perf: PerfCase
-    ) -> tuple[list[float], dict[str, torch.Tensor]]:
-        first = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-        copies = [first] + [
-            {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in first.items()}
-            for _ in range(perf.input_sets - 1)
-        ]
+    def _time_plan(self, worker: Worker, prepared: _Prepared,
+                   what: str) -> tuple[list[torch.Tensor], list[float]] | str:
+        """Run and time the planned launches in `worker`: their outputs (first run) and medians."""
+        perf = prepared.perf
+        request = prepared.timed.request(list(prepared.call.inputs), sets=perf.input_sets, repeats=perf.repeats,
+                                         time=self.device == "cuda")
+        try:
+            reply = worker.request(request, perf.timeout_s, what)
+        except WorkerFailure as failure:
+            return f"{failure.kind}: {what}: {failure.detail}"
+        if not reply.get("ok"):
+            return f"{what} raised " + error_message(reply.get("error", {}), worker.submission.name)
+        outputs = reply.get("outputs")
+        if not isinstance(outputs, list) or any(type(t) is not torch.Tensor for t in outputs):
+            return f"{what}: the timer sent a malformed reply"
+        return outputs, list(reply.get("timing", {}).get("medians_ms", []))
+
+    def _eager_outputs(self, baseline: Baseline, inputs: Mapping[str, Any], perf: PerfCase) -> dict[str, torch.Tensor]:
+        on_device = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
         with timing.tf32_matmul(baseline.tf32):
-            expected = baseline_outputs(baseline, baseline.run(copies[0]))
-            if self.device == "cuda":
-                torch.cuda.synchronize()
-            measured = timing.bench(
-                lambda i: baseline.run(copies[i]),
-                sets=perf.input_sets,
-                repeats=perf.repeats,
-                warmup_ms=self.warmup_ms,
-                rep_ms=self.rep_ms,
-            )
-        return list(measured.medians_ms), expected
+            return baseline_outputs(baseline, baseline.run(on_device))
+
+    def _time_eager(self, baseline: Baseline, inputs: Mapping[str, Any], perf: PerfCase) -> list[float]:
+        """Torch eager on `input_sets` copies of the inputs, timed as CUDA-graph replays like the kernels."""
+        first = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        copies = [first] + [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in first.items()}
+                            for _ in range(perf.input_sets - 1)]
+        if self.device != "cuda":
+            return []
+        with timing.tf32_matmul(baseline.tf32):
+            def run_all() -> None:
+                for copy in copies:
+                    baseline.run(copy)
+
+            run_all()
+            measured = timing.time_graph(run_all, calls=len(copies), repeats=perf.repeats)
+        torch.cuda.empty_cache()
+        return list(measured.medians_ms)
 
     def start_reference(self) -> Worker:
         """A worker running the assignment's reference solution (trusted code, same timing path)."""
@@ -344,7 +451,8 @@ class PerfRunner:
         worker = Worker(
             path,
             list(self.assignment.required_symbols),
-            WorkerOptions(backend="cuda", import_timeout_s=self.assignment.import_timeout_s),
+            WorkerOptions(backend="cuda" if self.device == "cuda" else "interpreter",
+                          import_timeout_s=self.assignment.import_timeout_s),
         )
         try:
             reply = worker.start()
@@ -355,8 +463,9 @@ class PerfRunner:
             raise RuntimeError(str(reply.get("error", {}).get("message", ""))[:300])
         return worker
 
-    def _time_reference(self, plan: CallPlan, perf: PerfCase) -> tuple[list[float] | None, str]:
-        """The reference's medians on the same inputs, or None and why not (a note on the result)."""
+    def _time_reference(self, prepared: _Prepared) -> tuple[list[float] | None, str]:
+        """The reference's medians on the same inputs, timed like the student's (its launches recorded,
+        then replayed as a CUDA graph), or None and why not (a note on the result)."""
         if self._reference is None and not self._reference_problem:
             try:
                 self._reference = self.start_reference()
@@ -364,13 +473,33 @@ class PerfRunner:
                 self._reference_problem = f"the reference solution could not be loaded: {exc}"
         if self._reference is None:
             return None, self._reference_problem
+        perf = prepared.perf
         what = f"timing the reference {perf.target} on {perf.shape}"
         try:
-            reply = self._reference.request(self._request(plan, perf, False), perf.timeout_s, what)
+            reply = self._reference.request(
+                prepared.call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True),
+                perf.timeout_s, what)
+            recorded = reply.get("record") if reply.get("ok") else None
+            plan = plan_timed_run(recorded if isinstance(recorded, Mapping) else {}, prepared.call.inputs, perf.target)
+            if isinstance(plan, str):
+                return None, f"the reference could not be timed: {plan}"
+            timed = self._time_plan(self._reference, dataclasses.replace(prepared, timed=plan), what)
         except WorkerFailure as failure:
-            self.close()  # the next case starts a fresh one
+            self._reference.close()
+            self._reference = None
             return None, f"the reference could not be timed: {failure.detail}"
-        if not reply.get("ok"):
-            detail = str(reply.get("error", {}).get("message", ""))[:300]
-            return None, f"the reference could not be timed: {detail}"
-        return list(reply.get("timing", {}).get("medians_ms", [])) or None, ""
+        if isinstance(timed, str):
+            return None, f"the reference could not be timed: {timed}"
+        return timed[1] or None, ""
+
+
+def _failed(perf: PerfCase, detail: str, device: DeviceInfo | None = None) -> PerfResult:
+    """A case that failed at the timed size, named for what happened (timeout, out of memory, a crash)."""
+    lowered = detail.lower()
+    if detail.startswith("timeout") or "did not finish" in lowered:
+        return errored(perf, detail, device, trap=TIMEOUT)
+    if "out of memory" in lowered or "outofmemoryerror" in lowered:
+        return errored(perf, detail, device, trap=OUT_OF_MEMORY)
+    if detail.startswith("crash"):
+        return errored(perf, detail, device, trap=CRASH)
+    return errored(perf, detail, device, trap=RUNTIME_ERROR)

@@ -37,6 +37,8 @@ def main() -> int:
             reply = harness.time(request)
         elif op == "replay":
             reply = harness.replay(request)
+        elif op == "time_launches":
+            reply = harness.time_launches(request)
         else:
             reply = {"ok": False, "error": {"type": "ProtocolError", "message": f"unknown op {op!r}",
                                             "frames": []}}

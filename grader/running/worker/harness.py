@@ -11,6 +11,7 @@ import inspect
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +21,15 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.running import guards
 from grader.running.worker import timing
-from grader.running.worker.launch_record import LaunchRecord, decode_value, describe_tensor
+from grader.running.worker.launch_record import (
+    LaunchRecord,
+    decode_value,
+    describe_tensor,
+    storage_bytes,
+    storage_id,
+)
 from grader.running.worker.protocol import POINTERS_LINE
+from grader.running.worker.timed_run import note_freshness, storage_describer, time_launches
 
 try:
     from triton.runtime.autotuner import Autotuner, Heuristics
@@ -149,13 +157,15 @@ class _Recorder:
 
     active: _Recorder | None = None
 
-    def __init__(self, replayable: bool = True) -> None:
+    def __init__(self, replayable: bool = True, describe: Callable[[torch.Tensor], Any] = storage_bytes) -> None:
         self.launches: list[dict[str, Any]] = []
         self.torch_ops: dict[str, int] = {}
         self.depth = 0
         self.replayable = replayable  # keep what a replay needs (storage snapshots): correctness sizes only
+        self.describe = describe  # what a launch record keeps of each storage (timed runs: a description)
         self.current: LaunchRecord | None = None
         self.keep: list[torch.Tensor] = []  # every tensor a launch saw, alive until the call returns
+        self.fresh: set[int] = set()  # storages allocated uninitialised and not written by torch since
 
 
 def _patch_kernel_runs() -> None:
@@ -184,7 +194,7 @@ def _patch_kernel_runs() -> None:
                     grid = kwargs.get("grid")
                     rec.launches.append({"kernel": getattr(kernel_function(self), "__name__", "?"),
                                          "grid": repr(grid)[:80]})
-                    rec.current = LaunchRecord(args, kwargs, rec.keep) if rec.replayable else None
+                    rec.current = LaunchRecord(args, kwargs, rec.keep, rec.describe) if rec.replayable else None
                 if rec.current is not None and not isinstance(self, _TUNERS):
                     kwargs = rec.current.innermost_call(self, args, kwargs)
                 return __original(self, *args, **kwargs)
@@ -211,6 +221,8 @@ class _TorchOps(TorchDispatchMode):
         if rec is not None and rec.depth == 0:
             rec.torch_ops[name] = rec.torch_ops.get(name, 0) + 1
         out = func(*args, **(kwargs or {}))
+        if rec is not None:
+            note_freshness(rec.fresh, name, args, kwargs, out)
         if name in _ALLOCATIONS and isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
             with torch.no_grad():  # the whole storage: row gaps of a strided allocation too
                 whole = torch.empty(0, dtype=out.dtype, device=out.device).set_(out.untyped_storage())
@@ -421,6 +433,33 @@ class Harness:
 
     # ------------------------------------------------------------------ performance: the "time" op
 
+    def _record_timed_call(self, prepared: timing.PreparedCall, is_kernel: bool) -> dict[str, Any]:
+        """Call the target once more (it is compiled and tuned by now) with every launch recorded by
+        layout, not bytes: what a timer worker needs to run the same launches without this code."""
+        fresh = {storage_id(t) for t in prepared.outputs[0]} if is_kernel else set()
+        recorder = _Recorder(replayable=True)
+        recorder.fresh = fresh
+        recorder.describe = storage_describer(list(prepared.inputs[0]), recorder.fresh)
+        _Recorder.active = recorder
+        try:
+            with _TorchOps():
+                result = prepared.call(0)
+            self._sync()
+        finally:
+            _Recorder.active = None
+        views = [describe_tensor(t) for t in prepared.outputs[0]] if is_kernel else result_views(result)
+        return {"launches": [launch.get("replay") for launch in recorder.launches], "outputs": views}
+
+    def time_launches(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The timer's op: run and time recorded launches on rebuilt buffers (see timed_run)."""
+        try:
+            return time_launches(lambda name: replayable_kernel(self.module, name), request, self.device)
+        except BaseException as exc:
+            return {"ok": False, "error": describe_exception(exc, self.path), "fatal": is_fatal_device_error(exc)}
+        finally:
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+
     def time(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run a target once on the request's inputs (that run compiles and autotunes it), send back its
         outputs if asked (`return_outputs`), then, on CUDA and if asked (`time`), time it with
@@ -443,6 +482,8 @@ class Harness:
             finally:
                 _Recorder.active = None
             reply: dict[str, Any] = {"ok": True, "launches": recorder.launches, "torch_ops": recorder.torch_ops}
+            if request.get("record"):
+                reply["record"] = self._record_timed_call(prepared, is_kernel)
             if request.get("return_outputs"):
                 if is_kernel:
                     reply["outputs"] = [t.detach().to("cpu").clone() for t in prepared.outputs[0]]

@@ -17,6 +17,7 @@ no pointer is reused for a different buffer within one call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -54,16 +55,20 @@ def _tensors_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[torch.Ten
 class LaunchRecord:
     """One top-level launch: started with the storages snapshotted, finished with the final JIT call."""
 
-    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any], keep: list[torch.Tensor]) -> None:
-        self.snapshots: dict[int, torch.Tensor] = {}
+    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any], keep: list[torch.Tensor],
+                 describe: Callable[[torch.Tensor], Any] = storage_bytes) -> None:
+        """`describe(tensor)`: what to keep of a storage as the launch begins; by default its bytes
+        (the replay check reloads them), for a timed run a description (grader.running.worker.timed_run)."""
+        self.snapshots: dict[int, Any] = {}
         self.final: dict[str, Any] | None = None
         self.grid: Any = None
+        self.describe = describe
         with _disable_current_modes():
             for tensor in _tensors_in(args, kwargs):
                 keep.append(tensor)
                 sid = storage_id(tensor)
                 if sid not in self.snapshots:
-                    self.snapshots[sid] = storage_bytes(tensor)
+                    self.snapshots[sid] = describe(tensor)
 
     def innermost_call(self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
         """Note the JIT call about to run (the last one wins: autotune benchmarks come first); return
@@ -95,7 +100,7 @@ class LaunchRecord:
             if type(value) is torch.Tensor:
                 if storage_id(value) not in self.snapshots:
                     with _disable_current_modes():
-                        self.snapshots[storage_id(value)] = storage_bytes(value)
+                        self.snapshots[storage_id(value)] = self.describe(value)
                 return {"tensor": describe_tensor(value)}
             if isinstance(value, tl.constexpr):
                 value = value.value

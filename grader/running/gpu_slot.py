@@ -1,0 +1,75 @@
+"""One GPU shared by several grades: correctness work shares it, timing has it alone.
+
+A reader-writer lock over files (fcntl.flock), so it holds across the processes of a batch and across
+batches on one machine: correctness requests take the GPU `shared()`; a grade's timed phase takes it
+`exclusive()` and waits for the shared holders to finish. A turnstile keeps a stream of shared
+holders from starving the timing: once a timed phase waits, no new shared holder enters.
+
+The lock files live in GRADER_GPU_LOCK_DIR (default: a folder under the system's temporary folder),
+one pair per GPU, named by the GPU's UUID (CUDA_VISIBLE_DEVICES renumbers devices; UUIDs do not).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOCK_DIR_VARIABLE = "GRADER_GPU_LOCK_DIR"
+
+
+def lock_dir() -> Path:
+    folder = Path(os.environ.get(LOCK_DIR_VARIABLE) or Path(tempfile.gettempdir()) / "kernel-grader-gpu-locks")
+    folder.mkdir(parents=True, exist_ok=True, mode=0o777)
+    return folder
+
+
+def gpu_name() -> str:
+    """The current CUDA device's UUID (stable across CUDA_VISIBLE_DEVICES), else its index."""
+    import torch
+
+    index = torch.cuda.current_device()
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return str(uuid) if uuid else f"index-{index}"
+
+
+class GpuSlot:
+    def __init__(self, name: str, folder: Path | None = None) -> None:
+        folder = folder or lock_dir()
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        self.main = folder / f"gpu-{safe}.lock"
+        self.turnstile = folder / f"gpu-{safe}.turnstile"
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with _locked(self.turnstile, fcntl.LOCK_EX):
+            main = _open(self.main)
+            fcntl.flock(main, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(main, fcntl.LOCK_UN)
+            os.close(main)
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        with _locked(self.turnstile, fcntl.LOCK_EX), _locked(self.main, fcntl.LOCK_EX):
+            yield
+
+
+def _open(path: Path) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+
+
+@contextmanager
+def _locked(path: Path, mode: int) -> Iterator[None]:
+    fd = _open(path)
+    try:
+        fcntl.flock(fd, mode)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

@@ -1,0 +1,146 @@
+"""Inside a worker: the two halves of a timed run that executes none of the submission's Python.
+
+1. In the student's worker, `storage_describer` lets a launch record say where each buffer came from
+   at the timed size: one of the inputs the grader sent, a fresh uninitialised allocation, or (for
+   anything else) its size, first bytes and SHA-256, which the grader checks against what it can
+   rebuild (a constant fill, a copy of an input). No bytes travel: at 8192 x 8192 they are 256 MB.
+2. In a timer worker, which loaded only the submission's kernels (grader.running.kernel_source) or
+   the trusted reference, `time_launches` rebuilds those buffers for several input sets, runs the
+   launches once (their outputs go back to the grader, which checks them), captures the launches of
+   all sets in one CUDA graph and times its replays (grader.running.worker.timing.time_graph).
+
+Only torch and triton are imported (the worker may load this after it confined imports).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from grader.running.worker import timing
+from grader.running.worker.launch_record import decode_value, storage_id, tensor_from
+
+# Torch operators that make views: they neither initialise nor write a storage.
+VIEW_OPS = frozenset(f"aten.{name}" for name in (
+    "view", "_unsafe_view", "reshape", "as_strided", "t", "transpose", "permute", "expand", "detach",
+    "alias", "select", "slice", "unsqueeze", "squeeze", "lift_fresh", "is_same_size",
+    "_has_compatible_shallow_copy_type",
+))
+ALLOCATIONS = frozenset(f"aten.{name}" for name in (
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+))
+HEAD_BYTES = 16
+L2_FLUSH_BYTES = 128 << 20  # input sets rotate until one pass over them exceeds this (H200 L2: 50 MB)
+MAX_SETS = 16
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, Mapping):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def note_freshness(fresh: set[int], name: str, args: Any, kwargs: Any, out: Any) -> None:
+    """Keep `fresh` = storages allocated uninitialised and not touched by a torch operator since."""
+    if name in VIEW_OPS:
+        return
+    if name in ALLOCATIONS:
+        for tensor in _tensors(out):
+            fresh.add(storage_id(tensor))
+        return
+    for tensor in _tensors(args) + _tensors(kwargs) + _tensors(out):
+        fresh.discard(storage_id(tensor))
+
+
+def storage_describer(inputs: list[torch.Tensor], fresh: set[int]) -> Callable[[torch.Tensor], dict[str, Any]]:
+    input_sids = {storage_id(t): index for index, t in enumerate(inputs)}
+
+    def describe(tensor: torch.Tensor) -> dict[str, Any]:
+        storage = tensor.untyped_storage()
+        sid, nbytes = storage_id(tensor), int(storage.nbytes())
+        if sid in input_sids:
+            return {"input": input_sids[sid], "nbytes": nbytes}
+        if sid in fresh:
+            return {"fresh": True, "nbytes": nbytes}
+        flat = torch.empty(0, dtype=torch.uint8, device=tensor.device).set_(storage).detach().to("cpu")
+        return {"nbytes": nbytes, "head": bytes(flat[:HEAD_BYTES].tolist()),
+                "sha256": hashlib.sha256(flat.numpy().tobytes()).hexdigest()}
+
+    return describe
+
+
+# --------------------------------------------------------------------------- the timer's side
+
+
+def _build_set(buffers: Mapping[int, Mapping[str, Any]], inputs: list[torch.Tensor],
+               device: torch.device) -> tuple[dict[int, torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
+    """One input set: a uint8 buffer per storage id, and the (destination, source) copies that
+    initialise buffers before each run (constant fills, copies of an input)."""
+    flat_inputs = [torch.empty(0, dtype=torch.uint8, device=device).set_(t.untyped_storage()) for t in inputs]
+    built: dict[int, torch.Tensor] = {}
+    inits: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for sid, spec in buffers.items():
+        if "input" in spec:
+            built[sid] = flat_inputs[int(spec["input"])]
+            continue
+        buffer = torch.full((int(spec["nbytes"]),), 0xFF, dtype=torch.uint8, device=device)  # NaN poison
+        built[sid] = buffer
+        if "fill" in spec:
+            pattern = torch.tensor(list(spec["fill"]), dtype=torch.uint8, device=device)
+            inits.append((buffer, pattern.repeat(buffer.numel() // pattern.numel())))
+        elif "copy_of" in spec:
+            inits.append((buffer, flat_inputs[int(spec["copy_of"])]))
+    return built, inits
+
+
+def time_launches(find_kernel: Callable[[str], Any], request: Mapping[str, Any],
+                  device: torch.device) -> dict[str, Any]:
+    """Run the planned launches on fresh input sets: outputs of the first run, then (CUDA, `time`)
+    the medians of CUDA-graph replays of every set's launches."""
+    first = [t.to(device) for t in request["inputs"]]
+    buffers = {int(k): v for k, v in request["buffers"].items()}
+    launches = list(request["launches"])
+    kernels = [find_kernel(launch["kernel"]) for launch in launches]
+    set_bytes = sum(int(spec["nbytes"]) for spec in buffers.values())
+    sets = max(int(request.get("sets", 1)), 1)
+    if request.get("time"):
+        sets = min(max(sets, -(-L2_FLUSH_BYTES // max(set_bytes, 1))), MAX_SETS)
+    all_inputs = [first] + [[t.clone() for t in first] for _ in range(sets - 1)]
+    built = [_build_set(buffers, inputs, device) for inputs in all_inputs]
+    bound = []
+    for storages, _ in built:
+        bound.append([
+            (kernel, tuple(launch["grid"]),
+             [decode_value(a, storages) for a in launch["args"]],
+             {k: decode_value(v, storages) for k, v in launch["kwargs"].items()})
+            for kernel, launch in zip(kernels, launches, strict=True)
+        ])
+
+    def run(index: int) -> None:
+        for destination, source in built[index][1]:
+            destination.copy_(source)
+        for kernel, grid, args, kwargs in bound[index]:
+            kernel[grid](*args, **kwargs)
+
+    run(0)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    outputs = [tensor_from(built[0][0], view).detach().to("cpu").clone() for view in request["outputs"]]
+    reply: dict[str, Any] = {"ok": True, "outputs": outputs, "sets": sets}
+    if request.get("time") and device.type == "cuda":
+        for index in range(sets):  # every set compiled and warm before the capture
+            run(index)
+        def run_all() -> None:
+            for index in range(sets):
+                run(index)
+
+        measured = timing.time_graph(run_all, calls=sets, repeats=int(request.get("repeats", timing.DEFAULT_REPEATS)))
+        reply["timing"] = measured.to_dict()
+    return reply
