@@ -28,8 +28,8 @@ from grader.judging.replay import ReplayPlan, check_outputs, plan_replay
 from grader.publishing.results import CaseResult
 from grader.running import guards
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
-from grader.running.observation import Finding, Observation, classify_error, error_message
 from grader.running.gpu_slot import GpuSlot, gpu_name
+from grader.running.observation import Finding, Observation, classify_error, error_message
 from grader.running.phases import PhaseClock
 from grader.running.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
 from grader.running.worker.protocol import POINTERS_LINE
