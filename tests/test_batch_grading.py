@@ -134,6 +134,28 @@ def test_ray_executor_gives_the_same_gradebook(one_worker: Path, repo_root: Path
     assert comparable(gradebook(tmp_path / "out")) == comparable(gradebook(one_worker))
 
 
+def test_ray_leaves_the_batch_its_sigterm_handler(corpus: Path, repo_root: Path) -> None:
+    """ray.init makes SIGTERM sys.exit(); while grading on Ray, SIGTERM must still stop the batch like Ctrl-C."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'kernel-grader[ray]')")
+    from grader.executors import GradeJob, RayExecutor
+
+    job = GradeJob("bob", corpus / "bob.py", "fused_layers.py", "fused_layers", repo_root / "assignments",
+                   "interpreter", int(SEED), 120)
+    seen = []
+
+    class Seen(Exception):
+        pass
+
+    def on_start(_job: GradeJob, _device: str) -> None:
+        seen.append(signal.getsignal(signal.SIGTERM))
+        raise Seen  # stop as soon as the task is submitted (the executor cancels it)
+
+    with batch.catching_interrupts() as interrupts, pytest.raises(Seen):
+        for _ in RayExecutor(None, 1, num_cpus=1).run([job], on_start):
+            pass
+    assert seen == [interrupts.on_signal]
+
+
 # ------------------------------------------------------------------------------------------- interrupted
 
 
