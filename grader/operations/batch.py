@@ -12,7 +12,8 @@ Crash safety: a student's outputs are written into scratch space and the whole f
 into place, so `DIR/<student>/results.json` exists exactly when that student's grade is complete.
 A run skips every student whose result is current (same seed, backend and grading generation, same
 submission bytes) unless `--force`; killed at any moment (Ctrl-C, SIGTERM, SIGKILL) and re-run, it
-loses nothing and grades nothing twice. `DIR/batch.json` records the seed, backend and generation;
+loses nothing and grades nothing twice. Ctrl-C and SIGTERM also leave a gradebook that matches DIR
+(see `run_batch`). `DIR/batch.json` records the seed, backend and generation;
 `DIR/batch-log.jsonl` records every run's events (start, graded, failed) for audit.
 """
 
@@ -570,45 +571,110 @@ def _fresh_seed() -> int:
     return random.SystemRandom().randrange(2**31)
 
 
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold Ctrl-C and SIGTERM back while a student's result is put in place and logged."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+# ------------------------------------------------------------------------------------------- signals
+
+
+INTERRUPT_AT = "GRADER_BATCH_INTERRUPT_AT"  # for tests only: see interrupt_signal
+
+
+class Interrupts:
+    """Ctrl-C (SIGINT) and SIGTERM while a batch runs, so that every moment is safe to interrupt.
+
+    A signal is always recorded (`received`). It raises KeyboardInterrupt only inside `allowed()` (the
+    grading loop, whose children are ended on the way out), and there not inside `held()` (one student's
+    commit and its log line) but as that block ends. Anywhere else (discovery, the gradebook and class
+    report, cleanup: all short) the run finishes what it does and then reports itself interrupted. Only
+    the first signal raises: a second Ctrl-C cannot cut the way out short.
+
+    Python runs signal handlers in the main thread whichever thread the kernel picked, so this holds with
+    other threads around (Ray's), where a blocked signal mask would not.
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+        self._raising = False  # inside allowed() and not inside held()
+        self._raised = False
+
+    def on_signal(self, _signum: int, _frame: Any) -> None:
+        self.received = True
+        self._honour()
+
+    def _honour(self) -> None:
+        if self.received and self._raising and not self._raised:
+            self._raised = True
+            raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def allowed(self) -> Iterator[None]:
+        """A signal raises KeyboardInterrupt in here: at once, or on entry for one received before."""
+        self._raising = True
+        try:
+            self._honour()
+            yield
+        finally:
+            self._raising = False
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """A signal waits for the end of this block (and raises there if allowed)."""
+        raising, self._raising = self._raising, False
+        try:
+            yield
+        finally:
+            self._raising = raising
+        self._honour()
 
 
 @contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """While the batch runs, SIGTERM stops it like Ctrl-C (children ended, gradebook written)."""
+def catching_interrupts() -> Iterator[Interrupts]:
+    """SIGINT and SIGTERM handled by an `Interrupts` for the duration (handlers can only be set from the
+    main thread; elsewhere no KeyboardInterrupt arrives anyway)."""
+    interrupts = Interrupts()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield interrupts
         return
-
-    def interrupt(_signum: int, _frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {sig: signal.signal(sig, interrupts.on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield interrupts
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+
+def interrupt_signal(setting: str, point: str) -> signal.Signals | None:
+    """The signal that GRADER_BATCH_INTERRUPT_AT=`setting` has the batch send itself at `point`, if any.
+
+    For tests, which stop a batch at a chosen point instead of on a race: `graded:1` is SIGINT right
+    after the first result of the run is committed and logged; `commit:2` is SIGINT between putting the
+    second result in place and logging it; `gradebook` is SIGINT after the last grade, as the gradebook
+    is written; `commit:2/SIGKILL` sends SIGKILL instead.
+    """
+    where, _, name = setting.partition("/")
+    return signal.Signals[name or "SIGINT"] if where == point else None
+
+
+def _interrupt_point(point: str) -> None:
+    sig = interrupt_signal(os.environ.get(INTERRUPT_AT, ""), point)
+    if sig is not None:
+        os.kill(os.getpid(), sig)  # handled before os.kill returns
 
 
 def run_batch(options: BatchOptions, stream: IO[str] | None = None,
               new_seed: Callable[[], int] = _fresh_seed) -> BatchSummary:
-    """Grade what is not graded yet, then rebuild the gradebook and class report from DIR."""
+    """Grade what is not graded yet, then rebuild the gradebook and class report from DIR.
+
+    Ctrl-C or SIGTERM at any moment (see `Interrupts`) stops grading between two commits (before the
+    first, if it came during discovery), ends the children and still writes the gradebook and class
+    report whole from what DIR holds; one that comes while they are written lets them finish. The
+    summary is then `interrupted` (the CLI exits 130, so a script or shell loop stops as asked), also
+    when the signal came after the last grade: the gradebook is complete then, and the summary says that
+    nothing is left to grade instead of asking for a re-run.
+    """
     stream = stream or sys.stdout
     out = Path(options.out).resolve()
     started = time.monotonic()
     summary = BatchSummary()
-    with locked(out), sigterm_as_interrupt():
+    with catching_interrupts() as interrupts, locked(out):
         scratch = out / SCRATCH
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir()
@@ -623,12 +689,13 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
             summary.no_submission = sum(s.path is None for s in submissions)
             summary.skipped = len(submissions) - len(todo) - summary.no_submission
             try:
-                _grade(options, manifest, todo, out, scratch, stream, summary)
+                _grade(options, manifest, todo, out, scratch, stream, summary, interrupts)
             except KeyboardInterrupt:
                 summary.interrupted = True
             summary.files, summary.counts = _write_class_files(out, submissions, options.assignment, manifest)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+    summary.interrupted = summary.interrupted or interrupts.received
     summary.wall_s = round(time.monotonic() - started, 3)
     return summary
 
@@ -647,7 +714,7 @@ def hidden_from_students(submissions: Path, out: Path) -> tuple[str, ...]:
 
 
 def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission], out: Path, scratch: Path,
-           stream: IO[str], summary: BatchSummary) -> None:
+           stream: IO[str], summary: BatchSummary, interrupts: Interrupts) -> None:
     if not todo:
         stream.write(f"nothing to grade: {summary.skipped} of {summary.students} already graded\n")
         return
@@ -671,30 +738,33 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
 
     interrupted = True
     try:
-        with contextlib.closing(executor.run(jobs, on_start)) as outcomes:
-            for outcome in outcomes:
+        with interrupts.allowed(), contextlib.closing(executor.run(jobs, on_start)) as outcomes:
+            for n, outcome in enumerate(outcomes, 1):
                 submission = by_id[outcome.student]
                 record = _record(submission, manifest, outcome, run)
-                with signals_deferred():
+                with interrupts.held():  # a result, its log line and its count go together
                     commit(out, outcome, record)
-                    if outcome.ok:
-                        log.write("graded", student=outcome.student, device=outcome.device,
-                                  seconds=outcome.elapsed_s)
-                    else:
-                        log.write("failed", student=outcome.student, device=outcome.device,
-                                  error=outcome.error[:2000])
-                if outcome.ok:
-                    summary.graded += 1
-                    progress.advance(_graded_line(out / outcome.student, outcome))
-                else:
-                    summary.failed += 1
-                    first = outcome.error.splitlines()[0] if outcome.error else "unknown error"
-                    progress.advance(f"{outcome.student}: GRADING FAILED: {first}", failed=True)
+                    _interrupt_point(f"commit:{n}")
+                    _log_and_count(outcome, out, log, progress, summary)
+                _interrupt_point(f"graded:{n}")
         interrupted = False
     finally:
         progress.close()
         log.write("run-end", interrupted=interrupted, graded=summary.graded, failed=summary.failed)
         log.close()
+
+
+def _log_and_count(outcome: JobOutcome, out: Path, log: EventLog, progress: Progress,
+                   summary: BatchSummary) -> None:
+    if outcome.ok:
+        log.write("graded", student=outcome.student, device=outcome.device, seconds=outcome.elapsed_s)
+        summary.graded += 1
+        progress.advance(_graded_line(out / outcome.student, outcome))
+    else:
+        log.write("failed", student=outcome.student, device=outcome.device, error=outcome.error[:2000])
+        summary.failed += 1
+        first = outcome.error.splitlines()[0] if outcome.error else "unknown error"
+        progress.advance(f"{outcome.student}: GRADING FAILED: {first}", failed=True)
 
 
 def _record(submission: Submission, manifest: Manifest, outcome: JobOutcome, run: str) -> dict[str, Any]:
@@ -748,6 +818,7 @@ def build_gradebook(out: Path, submissions: Sequence[Submission], assignment: As
 def _write_class_files(out: Path, submissions: Sequence[Submission], assignment: Assignment,
                        manifest: Manifest) -> tuple[list[Path], dict[str, int]]:
     book, results = build_gradebook(out, submissions, assignment, manifest)
+    _interrupt_point("gradebook")
     return write_gradebook(out, book, class_stats(book, results, assignment)), book.counts()
 
 
@@ -757,6 +828,8 @@ def format_summary(summary: BatchSummary, out: Path) -> str:
     lines = [f"{head}graded {summary.graded}, failed {summary.failed}, skipped {summary.skipped} "
              f"(already graded) in {summary.wall_s:.1f} s; gradebook: {counts or 'empty'}"]
     lines += [f"  {p}" for p in summary.files]
-    if summary.interrupted:
+    if summary.interrupted and summary.counts.get("pending", 0) + summary.counts.get("outdated", 0):
         lines.append(f"re-run the same command to finish; nothing graded so far is graded again ({out})")
+    elif summary.interrupted:
+        lines.append(f"nothing is left to grade: the gradebook is complete ({out})")
     return "\n".join(lines)

@@ -328,10 +328,14 @@ class RayExecutor:
                 init["runtime_env"] = {"env_vars": {"PYTHONPATH": _package_parent()}}
                 if self.num_cpus is not None:
                     init["num_cpus"] = self.num_cpus
+            sigterm = signal.getsignal(signal.SIGTERM)
             try:
                 ray.init(**init)
             except Exception as exc:  # no cluster at that address, a port in use, ...
                 raise ExecutorUnavailable(f"cannot start or reach Ray ({self.describe()}): {exc}") from exc
+            finally:  # ray.init makes SIGTERM sys.exit(); the caller's handler (the batch's) comes back
+                if sigterm is not None and threading.current_thread() is threading.main_thread():
+                    signal.signal(signal.SIGTERM, sigterm)
         task = ray.remote(num_cpus=1, num_gpus=self.gpus_per_task, max_retries=0)(_ray_grade)
         pending = deque(jobs)
         limit = self.workers or len(pending) or 1
