@@ -137,7 +137,7 @@ def test_ray_executor_gives_the_same_gradebook(one_worker: Path, repo_root: Path
 def test_ray_leaves_the_batch_its_sigterm_handler(corpus: Path, repo_root: Path) -> None:
     """ray.init makes SIGTERM sys.exit(); while grading on Ray, SIGTERM must still stop the batch like Ctrl-C."""
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'kernel-grader[ray]')")
-    from grader.executors import GradeJob, RayExecutor
+    from grader.operations.executors import GradeJob, RayExecutor
 
     job = GradeJob("bob", corpus / "bob.py", "fused_layers.py", "fused_layers", repo_root / "assignments",
                    "interpreter", int(SEED), 120)
@@ -176,7 +176,7 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
-# GRADER_BATCH_INTERRUPT_AT (read by grader.batch: the batch signals itself at that point, so the test
+# GRADER_BATCH_INTERRUPT_AT (read by grader.operations.batch: the batch signals itself at that point, so the test
 # never races it) -> how many results are in place when the batch stops (2 workers, 4 students)
 INTERRUPTIONS = {
     "graded:1": 1,  # SIGINT mid-batch, right after the first result is committed and logged
