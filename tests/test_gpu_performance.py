@@ -60,8 +60,10 @@ def test_reference_is_timed_with_plausible_numbers(tmp_path, repo_root, referenc
         assert c["status"] == "timed", (c["perf_id"], c["reason"])
         student, reference, eager = c["student"], c["reference"], c["torch"]
         assert student["median_ms"] > 0 and reference["median_ms"] > 0 and eager["median_ms"] > 0
-        assert len(student["medians_ms"]) == 5 and student["spread_pct"] < 15
-        assert 0.67 < c["speedup_vs_reference"] < 1.5, c  # the same code, timed in two workers
+        assert len(student["medians_ms"]) == 5
+        for timed in (student, reference, eager):  # CUDA-graph replays hold still: the fairness bar
+            assert timed["spread_pct"] <= FIDELITY_LIMIT_PCT, (c["perf_id"], timed)
+        assert 0.95 < c["speedup_vs_reference"] < 1.05, c  # the same kernels, replayed the same way
         assert 0.2 < c["speedup_vs_torch"] < 10, c
         if c["target"] in ROW_KERNELS:
             assert 20 < student["pct_of_copy_bandwidth"] < 110, c
