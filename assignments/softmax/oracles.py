@@ -37,13 +37,14 @@ def _extreme(maker: InputMaker, m: int, n: int) -> torch.Tensor:
     underflows to 0: 0 / 0 = NaN), both harmless once the row max is subtracted."""
     high = maker.normal(m, n, mean=100.0, std=4.0)
     low = maker.normal(m, n, mean=-1e4, std=2.0)
-    return torch.where((torch.arange(m) % 2 == 0)[:, None], high, low)
+    return torch.where((torch.arange(m, device=high.device) % 2 == 0)[:, None], high, low)
 
 
 def _rising(maker: InputMaker, m: int, n: int) -> torch.Tensor:
     """A trend from -4 to 4 along the row plus small noise: the running max grows in almost every chunk."""
-    trend = torch.linspace(-4.0, 4.0, n, dtype=torch.float64)[None, :]
-    return (trend + maker.normal(m, n, std=0.5).double()).to(torch.float32)
+    noise = maker.normal(m, n, std=0.5).double()
+    trend = torch.linspace(-4.0, 4.0, n, dtype=torch.float64, device=noise.device)[None, :]
+    return (trend + noise).to(torch.float32)
 
 
 ROW_KINDS: dict[str, Callable[[InputMaker, int, int], torch.Tensor]] = {

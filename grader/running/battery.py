@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -105,11 +106,12 @@ class Battery:
         self.load_problem: SymbolProblem | None = None
         self.clock = PhaseClock()
         self._gpu: GpuSlot | None = None
+        self._replayer_start: threading.Thread | None = None
         self._compile_s: dict[str, float] = {}  # per worker: the Triton compile seconds it reported
 
     def shared_gpu(self) -> contextlib.AbstractContextManager[None]:
         """Correctness work on CUDA shares the GPU; a grade's timed phase waits for it (gpu_slot)."""
-        if self.backend != "cuda":
+        if self.backend != "cuda" or not torch.cuda.is_available():
             return contextlib.nullcontext()
         if self._gpu is None:
             self._gpu = GpuSlot(gpu_name())
@@ -153,7 +155,23 @@ class Battery:
             self.load_problem = self.load_problem or problem
             return problem
         self.load_reply = reply
+        self._prestart_replayer()
         return None
+
+    def _prestart_replayer(self) -> None:
+        """Start the replay worker in the background while the first cases run (it is needed by the
+        first passing wrapper case; starting it then would add its start-up to the grade)."""
+        if self._replayer_start is not None or not any(f.max_launches for f in self.assignment.functions.values()):
+            return
+
+        def start() -> None:  # overlaps the cases: not counted as a phase of its own
+            try:
+                self.replayer.start()
+            except WorkerFailure:
+                self.replayer.stop()  # _replay starts it again and reports what goes wrong
+
+        self._replayer_start = threading.Thread(target=start, name="replayer-start", daemon=True)
+        self._replayer_start.start()
 
     def symbol_problem(self, target: str) -> SymbolProblem | None:
         problem = self._ensure_worker()
@@ -166,6 +184,7 @@ class Battery:
     def stop_workers(self) -> None:
         """Stop every process running the submission (restarted on demand): nothing of the student's
         may run while something is timed."""
+        self._await_replayer()
         self.worker.stop()
         self.replayer.stop()
         self.load_reply = None
@@ -190,7 +209,12 @@ class Battery:
             return f"{what} raised " + error_message(reply.get("error", {}), self.submission.name)
         return reply
 
+    def _await_replayer(self) -> None:
+        if self._replayer_start is not None:
+            self._replayer_start.join()
+
     def close(self) -> None:
+        self._await_replayer()
         self.worker.close()
         self.replayer.close()
         if self.sanitizer is not None:
@@ -362,6 +386,7 @@ class Battery:
 
     def _replay(self, plan: ReplayPlan) -> dict[int, torch.Tensor] | str:
         """Run the planned launches in the replay worker: its buffers after the last, or what went wrong."""
+        self._await_replayer()
         try:
             if not self.replayer.alive:
                 with self.clock.phase("start-up"):

@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,7 @@ class PerfRunner:
         self._reference_problem = "" if assignment.reference else "the assignment names no reference solution"
         self._timer: Worker | None = None
         self._results: dict[str, PerfResult] | None = None
+        self._spun = False
         self._folder = Path(tempfile.mkdtemp(prefix="grader-timer-"))
 
     def close(self) -> None:
@@ -271,26 +273,55 @@ class PerfRunner:
 
     def measure_all(self, battery: Battery, cases: Sequence[CaseResult]) -> dict[str, PerfResult]:
         results: dict[str, PerfResult] = {}
-        ready: list[_Prepared] = []
+        todo = []
         for perf in self.perfs:
             reason = correctness_gate(perf.target, cases)
             blocked = None if reason else battery.symbol_problem(perf.target)
             if reason or blocked is not None:
                 results[perf.id] = not_run(perf, reason or (blocked.message if blocked else ""))
-                continue
-            prepared = self._record(perf, battery)
-            if isinstance(prepared, PerfResult):
-                results[perf.id] = prepared
             else:
-                ready.append(prepared)
-        if not ready:
+                todo.append(perf)
+        if not todo:
             return results
-        battery.stop_workers()  # nothing of the student's runs while anything is timed
+        ready: list[_Prepared] = []
+        clock = battery.clock
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            # The timer (and, without a calibration, the reference) start while the student's worker records.
+            timer = pool.submit(self._timer_for, battery)
+            if any(self._calibrated(perf) is None for perf in todo):
+                pool.submit(self._ensure_reference)
+            for perf in todo:
+                with clock.phase("timing/record"):
+                    prepared = self._record(perf, battery)
+                if isinstance(prepared, PerfResult):
+                    results[perf.id] = prepared
+                else:
+                    ready.append(prepared)
+            battery.stop_workers()  # nothing of the student's runs while anything is timed
+            with clock.phase("timing/start-workers"):
+                timer.result()
         slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
         with slot.exclusive() if slot else contextlib.nullcontext():
             for prepared in ready:
                 results[prepared.perf.id] = self._measure(prepared, battery)
         return results
+
+    def _calibrated(self, perf: PerfCase) -> Calibration | None:
+        gpu = gpu_name() if self.device == "cuda" else self.device
+        return calibration.load(calibration_key(self.assignment.id, perf.id, self.seed, gpu))
+
+    def _spin_up_ms(self) -> float:
+        """The first timing of a grade brings the clocks up from idle; the rest follow it closely."""
+        first = not self._spun
+        self._spun = True
+        return timing.DEFAULT_SPIN_UP_MS if first else timing.FOLLOW_UP_SPIN_UP_MS
+
+    def _ensure_reference(self) -> None:
+        if self._reference is None and not self._reference_problem:
+            try:
+                self._reference = self.start_reference()
+            except RuntimeError as exc:
+                self._reference_problem = f"the reference solution could not be loaded: {exc}"
 
     # ------------------------------------------------------------------ 1-2: record and plan
 
@@ -298,9 +329,9 @@ class PerfRunner:
         spec = self.assignment.kernels.get(perf.target) or self.assignment.functions[perf.target]
         problem = self.problems[spec.problem]
         assert problem.baseline is not None  # load_problems checks every performance target has one
-        maker = InputMaker(case_seed(self.seed, perf.id), getattr(torch, perf.dtype))
-        inputs = problem.make_inputs(perf.as_case(), maker)
-        call = encode_call(perf, self.assignment, problem, inputs)
+        inputs = self._make_inputs(perf, problem)
+        call = encode_call(perf, self.assignment, problem, {k: v.cpu() if isinstance(v, torch.Tensor) else v
+                                                             for k, v in inputs.items()})
         what = f"running {perf.target} at {perf.shape}"
         request = call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True)
         reply = battery.request_for_timing(request, perf.timeout_s, what)
@@ -318,19 +349,32 @@ class PerfRunner:
             return errored(perf, f"{what}: {timed}", trap=NOT_FUSED if "outside the kernels" in timed else "")
         return _Prepared(perf, problem, call, inputs, timed)
 
+    def _make_inputs(self, perf: PerfCase, problem: Problem) -> dict[str, Any]:
+        """The case's inputs, drawn on the GPU from the seed (an oracle that only works on the CPU
+        gets a CPU generator)."""
+        seed, dtype = case_seed(self.seed, perf.id), getattr(torch, perf.dtype)
+        if self.device != "cpu":
+            try:
+                return problem.make_inputs(perf.as_case(), InputMaker(seed, dtype, self.device))
+            except (RuntimeError, TypeError):
+                pass
+        return problem.make_inputs(perf.as_case(), InputMaker(seed, dtype))
+
     # ------------------------------------------------------------------ 3: time
 
     def _measure(self, prepared: _Prepared, battery: Battery) -> PerfResult:
         perf, baseline = prepared.perf, prepared.problem.baseline
         assert baseline is not None
-        bars = self._bars(prepared, battery)
+        with battery.clock.phase("timing/bars"):
+            bars = self._bars(prepared, battery)
         if isinstance(bars, str):
             return errored(perf, bars)
         device = self.device_info(bars.copy_gb_per_s)
         timer = self._timer_for(battery)
         if isinstance(timer, str):
             return errored(perf, timer, device)
-        student = self._time_plan(timer, prepared, f"timing {perf.target} at {perf.shape}")
+        with battery.clock.phase("timing/student"):
+            student = self._time_plan(timer, prepared, f"timing {perf.target} at {perf.shape}")
         if isinstance(student, str):
             self._drop_timer()
             return _failed(perf, student, device)
@@ -412,6 +456,7 @@ class PerfRunner:
         perf = prepared.perf
         request = prepared.timed.request(list(prepared.call.inputs), sets=perf.input_sets, repeats=perf.repeats,
                                          time=self.device == "cuda")
+        request["spin_up_ms"] = self._spin_up_ms()
         try:
             reply = worker.request(request, perf.timeout_s, what)
         except WorkerFailure as failure:
@@ -441,7 +486,8 @@ class PerfRunner:
                     baseline.run(copy)
 
             run_all()
-            measured = timing.time_graph(run_all, calls=len(copies), repeats=perf.repeats)
+            measured = timing.time_graph(run_all, calls=len(copies), repeats=perf.repeats,
+                                         spin_up_ms=self._spin_up_ms())
         torch.cuda.empty_cache()
         return list(measured.medians_ms)
 
@@ -466,11 +512,7 @@ class PerfRunner:
     def _time_reference(self, prepared: _Prepared) -> tuple[list[float] | None, str]:
         """The reference's medians on the same inputs, timed like the student's (its launches recorded,
         then replayed as a CUDA graph), or None and why not (a note on the result)."""
-        if self._reference is None and not self._reference_problem:
-            try:
-                self._reference = self.start_reference()
-            except RuntimeError as exc:
-                self._reference_problem = f"the reference solution could not be loaded: {exc}"
+        self._ensure_reference()
         if self._reference is None:
             return None, self._reference_problem
         perf = prepared.perf

@@ -141,6 +141,7 @@ def time_launches(find_kernel: Callable[[str], Any], request: Mapping[str, Any],
             for index in range(sets):
                 run(index)
 
-        measured = timing.time_graph(run_all, calls=sets, repeats=int(request.get("repeats", timing.DEFAULT_REPEATS)))
+        measured = timing.time_graph(run_all, calls=sets, repeats=int(request.get("repeats", timing.DEFAULT_REPEATS)),
+                                     spin_up_ms=float(request.get("spin_up_ms", timing.DEFAULT_SPIN_UP_MS)))
         reply["timing"] = measured.to_dict()
     return reply
