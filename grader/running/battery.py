@@ -16,14 +16,15 @@ import torch
 
 from grader.authoring.inputs import InputMaker, case_seed
 from grader.authoring.oracle_loader import load_problems
-from grader.authoring.problem import In, Out, Problem, Stride
+from grader.authoring.problem import In, Out, Problem
 from grader.authoring.spec import Assignment, Case, FunctionSpec, KernelSpec
 from grader.judging.compare import close_mask
 from grader.judging.diagnosis import nan_leaks
 from grader.judging.judge import judge_case
 from grader.judging.replay import ReplayPlan, check_outputs, plan_replay
 from grader.publishing.results import CaseResult
-from grader.running import guards
+from grader.running import arguments, guards
+from grader.running.arguments import buffer_key
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
 from grader.running.observation import Finding, Observation, classify_error, error_message
 from grader.running.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
@@ -55,8 +56,12 @@ class _Placed:
     storages: list[torch.Tensor]
     keys: list[str]
 
-    def view_ref(self, key: str) -> dict[str, int]:
-        return {"view": self.keys.index(key)}
+    def reference(self, ref: In | Out) -> dict[str, int]:
+        """The request names a buffer by its view (grader.running.arguments.Placement)."""
+        return {"view": self.keys.index(buffer_key(ref))}
+
+    def stride(self, ref: In | Out, dim: int) -> int:
+        return self.plans[buffer_key(ref)].view_stride[dim]
 
     def row_strides(self) -> dict[str, int]:
         return {p.name: p.row_stride for p in self.plans.values() if p.role == "input"}
@@ -179,7 +184,7 @@ class Battery:
         keys: list[str] = []
         gap_of: dict[str, int] = {}
         for ref in refs:
-            key = _key(ref)
+            key = buffer_key(ref)
             if key in plans:
                 continue
             if isinstance(ref, In):
@@ -317,22 +322,10 @@ class Battery:
     def _launch_message(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
                         finite_guard: float | None = None) -> tuple[_Placed, dict[str, Any], str]:
         """The grader's own launch of a kernel case: guarded buffers, the request, and its description."""
-        assert problem.kernel_args is not None, f"problem {problem.name} has no kernel binding"
-        binding = problem.kernel_args(inputs)
-        refs = [v for v in binding.values() if isinstance(v, (In, Out))]
-        by_param = {p: _key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
-        placed = self._place(case, refs, inputs, by_param, finite_guard)
-        args: list[Any] = []
-        for param in spec.params:
-            if param in spec.constexprs:
-                continue
-            value = binding[param]
-            if isinstance(value, (In, Out)):
-                args.append(placed.view_ref(_key(value)))
-            elif isinstance(value, Stride):
-                args.append(placed.plans[by_param[value.param]].view_stride[value.dim])
-            else:
-                args.append(value)
+        binding = arguments.kernel_binding(problem, inputs)
+        by_param = {p: buffer_key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
+        placed = self._place(case, arguments.kernel_buffers(binding), inputs, by_param, finite_guard)
+        args = arguments.kernel_arguments(spec, binding, placed)
         what = f"{spec.name}[grid]({', '.join(f'{k}={v}' for k, v in case.meta.items())})"
         message = {"op": "launch", "kernel": spec.name, "storages": placed.storages, "views": placed.views(),
                    "args": args, "meta": dict(case.meta), "grid": list(spec.grid)}
@@ -376,18 +369,13 @@ class Battery:
 
     def _run_function(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
                       finite_guard: float | None = None) -> Observation:
-        assert problem.call_args is not None, f"problem {problem.name} has no wrapper binding"
-        args, kwargs = problem.call_args(inputs)
-        refs = [v for v in list(args) + list(kwargs.values()) if isinstance(v, In)]
-        placed = self._place(case, refs, inputs, finite_guard=finite_guard)
-
-        def wire(value: Any) -> Any:
-            return placed.view_ref(_key(value)) if isinstance(value, In) else value
-
+        args, kwargs = arguments.call_binding(problem, inputs)
+        placed = self._place(case, arguments.call_buffers(args, kwargs), inputs, finite_guard=finite_guard)
+        wired_args, wired_kwargs = arguments.call_arguments(args, kwargs, placed)
         what = f"{spec.name}(...)"
         reply = self._request(
             {"op": "call", "function": spec.name, "storages": placed.storages, "views": placed.views(),
-             "args": [wire(a) for a in args], "kwargs": {k: wire(v) for k, v in kwargs.items()}},
+             "args": wired_args, "kwargs": wired_kwargs},
             what,
         )
         if isinstance(reply, Observation):
@@ -471,12 +459,6 @@ def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, .
             target = (assignment.root / extra).resolve()
             paths.append(target.parent if target.is_file() else target)
     return tuple(str(p) for p in paths)
-
-
-def _key(ref: In | Out) -> str:
-    if isinstance(ref, In):
-        return f"in:{ref.name}:{'T' if ref.transpose else ''}"
-    return f"out:{ref.name}"
 
 
 def _tail(text: str) -> str:
