@@ -15,9 +15,10 @@ from grader.authoring.discovery import (
 )
 from grader.authoring.spec import Assignment, SpecError
 from grader.operations.environment import detect_backend
-from grader.operations.grade import GradeRequest, grade, new_seed
+from grader.operations.grade import GradeRequest, grade
 from grader.publishing import report
 from grader.publishing.files import write_outputs
+from grader.seeds import fresh_seed
 
 
 class UsageError(Exception):
@@ -138,7 +139,7 @@ def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
 
     assignment = find_assignment(args.assignment, root)
     backend = detect_backend(args.backend)
-    seed = args.seed if args.seed is not None else new_seed()
+    seed = args.seed if args.seed is not None else fresh_seed()
     rows = run_selftest(assignment, backend, seed, jobs=args.jobs, out=args.out)
     print(f"selftest {assignment.id} on {backend}, seed {seed}")
     print(format_table(rows))

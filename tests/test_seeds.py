@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.authoring.inputs import InputMaker, case_seed
+from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import load_assignment
+from grader.seeds import RUN_SEED_LIMIT, case_seed, fresh_seed
 
 
 @pytest.mark.parametrize(
@@ -56,3 +57,8 @@ def test_case_inputs_for_seed_1_are_pinned(repo_root: Path, assignment_id: str, 
         h.update(name.encode())
         h.update(value.contiguous().numpy().tobytes() if isinstance(value, torch.Tensor) else repr(value).encode())
     assert h.hexdigest()[:16] == digest
+
+
+def test_fresh_seeds_are_in_range_and_differ() -> None:
+    seeds = {fresh_seed() for _ in range(20)}
+    assert all(0 <= s < RUN_SEED_LIMIT for s in seeds) and len(seeds) > 1

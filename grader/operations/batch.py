@@ -24,7 +24,6 @@ import fcntl
 import hashlib
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -52,6 +51,7 @@ from grader.publishing.gradebook import (
     write_gradebook,
 )
 from grader.publishing.results import GradeResult
+from grader.seeds import fresh_seed
 
 BATCH_FORMAT_VERSION = 1
 MANIFEST = "batch.json"
@@ -566,10 +566,6 @@ def make_executor(options: BatchOptions, scratch: Path) -> LocalExecutor | RayEx
     return LocalExecutor(options.workers or default_workers(options.backend, devices), scratch, devices)
 
 
-def _fresh_seed() -> int:
-    return random.SystemRandom().randrange(2**31)
-
-
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
     """Hold Ctrl-C and SIGTERM back while a student's result is put in place and logged."""
@@ -602,7 +598,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 def run_batch(options: BatchOptions, stream: IO[str] | None = None,
-              new_seed: Callable[[], int] = _fresh_seed) -> BatchSummary:
+              new_seed: Callable[[], int] = fresh_seed) -> BatchSummary:
     """Grade what is not graded yet, then rebuild the gradebook and class report from DIR."""
     stream = stream or sys.stdout
     out = Path(options.out).resolve()

@@ -274,7 +274,7 @@ def _grade_submission(paths: RunPaths, assignment_id: str, seed: int | None) -> 
     from grader.authoring.discovery import find_assignment
     from grader.operations.batch import default_grade_timeout, find_submission_file
     from grader.operations.executors import GradeJob, run_job
-    from grader.operations.grade import new_seed
+    from grader.seeds import fresh_seed
 
     assignments = paths.source / "assignments"
     assignment = find_assignment(assignment_id, assignments)
@@ -287,7 +287,7 @@ def _grade_submission(paths: RunPaths, assignment_id: str, seed: int | None) -> 
     # Graded the way `grader batch` grades one student: a child process with a deadline
     # (grader.operations.executors), which decides the backend itself.
     job = GradeJob("submission", found, assignment.submission_file, assignment.id, assignments, "auto",
-                   seed if seed is not None else new_seed(), default_grade_timeout(assignment, "interpreter"))
+                   seed if seed is not None else fresh_seed(), default_grade_timeout(assignment, "interpreter"))
     work = Path(tempfile.mkdtemp(prefix="grader-run-"))
     try:
         outcome = run_job(job, work)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import random
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -26,6 +25,7 @@ from grader.operations.environment import backend_label, versions
 from grader.publishing.results import CaseResult, GradeResult, PerfResult
 from grader.running.aot import aot_check
 from grader.running.sanitizer import sanitizer_command
+from grader.seeds import fresh_seed
 
 INHERITED_TRAPS = {"oob-write", "oob-read", "unwritten-output"}
 
@@ -43,14 +43,10 @@ class GradeRequest:
     sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
 
 
-def new_seed() -> int:
-    return random.SystemRandom().randrange(2**31)
-
-
 def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
     """Grade; return the result and the raw pytest-json-report document."""
     started = time.monotonic()
-    seed = request.seed if request.seed is not None else new_seed()
+    seed = request.seed if request.seed is not None else fresh_seed()
     report = run_pytest(request, seed)
     cases = consolidate_traps(cases_from_report(report, request), request.assignment)
     notes: list[str] = list(sanitizer_notes(request))

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from grader.authoring.inputs import InputMaker, case_seed
+from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import In, Out, Problem
 from grader.authoring.spec import Assignment, Case, FunctionSpec, KernelSpec
@@ -29,6 +29,7 @@ from grader.running.client import Worker, WorkerFailure, WorkerOptions
 from grader.running.observation import Finding, Observation, classify_error, error_message
 from grader.running.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
 from grader.running.worker.protocol import POINTERS_LINE
+from grader.seeds import case_seed
 
 # Finite value put into input guards for the second run that confirms an out-of-bounds read.
 GUARD_PROBE_VALUE = 7.0

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from grader.authoring.inputs import InputMaker, case_seed
+from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import Baseline, Problem
 from grader.authoring.spec import Assignment, PerfCase
@@ -29,6 +29,7 @@ from grader.running.battery import Battery, unpack_returns
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
 from grader.running.observation import Observation, error_message
 from grader.running.worker import timing
+from grader.seeds import case_seed
 
 # --------------------------------------------------------------------------- what the worker runs (pure)
 
