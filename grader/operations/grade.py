@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from grader import trap_ids
 from grader.authoring.spec import Assignment
 from grader.judging.diagnosis import explain_away, inherit_kernel_traps
 from grader.judging.performance import by_id
@@ -27,7 +28,7 @@ from grader.running.aot import aot_check
 from grader.running.sanitizer import sanitizer_command
 from grader.seeds import fresh_seed
 
-INHERITED_TRAPS = {"oob-write", "oob-read", "unwritten-output"}
+INHERITED_TRAPS = {trap_ids.OOB_WRITE, trap_ids.OOB_READ, trap_ids.UNWRITTEN_OUTPUT}
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,7 @@ def cases_from_report(report: dict[str, Any], request: GradeRequest) -> list[Cas
                 case_id=case.id, target=case.target, title=f"{case.target}: {case.description or case.id}",
                 visibility=case.visibility, max_score=case.points, score=0.0, passed=False,
                 message=f"The grader could not run this case (a grader problem, not yours): {detail}",
-                traps=("unknown",),
+                traps=(trap_ids.UNKNOWN,),
             )
         )
     return cases

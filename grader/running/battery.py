@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from grader import trap_ids
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import In, Out, Problem
@@ -113,7 +114,7 @@ class Battery:
         except WorkerFailure as failure:
             problem = SymbolProblem(
                 failure.kind,
-                f"Importing {self.submission.name} {'timed out' if failure.kind == 'timeout' else 'crashed'}: "
+                f"Importing {self.submission.name} {'timed out' if failure.kind == trap_ids.TIMEOUT else 'crashed'}: "
                 f"{failure.detail}." + _tail(failure.output_tail),
             )
             self.load_problem = self.load_problem or problem
@@ -121,7 +122,7 @@ class Battery:
         if not reply.get("ok"):
             self.worker.stop()
             problem = SymbolProblem(
-                "import-fails",
+                trap_ids.IMPORT_FAILS,
                 f"{self.submission.name} could not be imported: "
                 + error_message(reply.get("error", {}), self.submission.name),
             )
@@ -216,7 +217,7 @@ class Battery:
             return self.worker.request(message, self.assignment.call_timeout_s, what)
         except WorkerFailure as failure:
             self.load_reply = None  # the next case starts a fresh worker
-            verb = "did not finish" if failure.kind == "timeout" else "crashed the worker"
+            verb = "did not finish" if failure.kind == trap_ids.TIMEOUT else "crashed the worker"
             return Observation(
                 failure=failure.kind,
                 message=f"{what} {verb}: {failure.detail}." + _tail(failure.output_tail),
@@ -293,7 +294,7 @@ class Battery:
         else:
             reply = self._replay(plan)
             if isinstance(reply, str):
-                finding = Finding("tampering", f"the recorded launches of {case.target} could not be "
+                finding = Finding(trap_ids.TAMPERING, f"the recorded launches of {case.target} could not be "
                                         f"replayed in a fresh worker: {reply}")
             else:
                 tol = self._tol(case)
@@ -347,7 +348,8 @@ class Battery:
         """`--sanitize`: the kernel case once more in a worker under compute-sanitizer memcheck; its
         reports of invalid global accesses become oob-read / oob-write findings naming the buffer."""
         spec = self.assignment.kernels.get(case.target)
-        if self.sanitizer is None or spec is None or observation.failure not in (None, "runtime-error", "crash"):
+        ran = observation.failure in (None, trap_ids.RUNTIME_ERROR, trap_ids.CRASH)
+        if self.sanitizer is None or spec is None or not ran:
             return observation
         placed, message, what = self._launch_message(spec, case, problem, inputs)
         try:
@@ -385,7 +387,7 @@ class Battery:
             return self._error_observation(reply, what)
         returned, problem_text = unpack_returns(reply["result"], spec.returns, self.backend)
         if problem_text:
-            return Observation(failure="bad-output", message=f"{spec.name} returned {problem_text}",
+            return Observation(failure=trap_ids.BAD_OUTPUT, message=f"{spec.name} returned {problem_text}",
                                launches=tuple(reply.get("launches", ())),
                                torch_ops=dict(reply.get("torch_ops", {})))
         observation = self._observe(placed, reply, launches=tuple(reply.get("launches", ())), case=case)
@@ -406,14 +408,14 @@ class Battery:
     def _observe(self, placed: _Placed, reply: dict[str, Any], launches: Any, case: Case) -> Observation:
         after = reply.get("storages") or []
         if len(after) != len(placed.storages):
-            return Observation(failure="crash", message="the worker returned a malformed reply")
+            return Observation(failure=trap_ids.CRASH, message="the worker returned a malformed reply")
         findings: list[guards.GuardFinding] = []
         outputs: dict[str, torch.Tensor] = {}
         unwritten: dict[str, torch.Tensor] = {}
         for key, before, now in zip(placed.keys, placed.storages, after, strict=True):  # length checked above
             plan = placed.plans[key]
             if type(now) is not torch.Tensor or now.shape != before.shape or now.dtype != before.dtype:
-                return Observation(failure="crash", message="the worker returned a malformed buffer")
+                return Observation(failure=trap_ids.CRASH, message="the worker returned a malformed buffer")
             findings.extend(guards.check_storage(plan, before, now))
             if plan.role == "output":
                 outputs[plan.name] = guards.view_of(now, plan).clone()
@@ -475,18 +477,18 @@ def check_symbol(target: str, info: Mapping[str, Any], assignment: Assignment, f
     line = info.get("line") or 0
     where = f" ({filename}, line {line})" if line else ""
     if kind == "missing":
-        return SymbolProblem("missing-symbol", f"{filename} does not define `{target}`.")
+        return SymbolProblem(trap_ids.MISSING_SYMBOL, f"{filename} does not define `{target}`.")
     if target in assignment.kernels:
         spec_k = assignment.kernels[target]
         if kind != "kernel":
             return SymbolProblem(
-                "wrong-signature",
+                trap_ids.WRONG_SIGNATURE,
                 f"`{target}`{where} must be a Triton kernel (decorated with @triton.jit), "
                 f"but it is a {info.get('type', kind)}.",
             )
         if not info.get("triton_class", False):
             return SymbolProblem(
-                "tampering",
+                trap_ids.TAMPERING,
                 f"`{target}`{where} is a {info.get('type')} posing as a Triton kernel (a class of its own, not "
                 "Triton's JIT/autotune/heuristics object): kernels must be written with @triton.jit.",
             )
@@ -494,7 +496,8 @@ def check_symbol(target: str, info: Mapping[str, Any], assignment: Assignment, f
     else:
         spec_f = assignment.functions[target]
         if kind != "function":
-            return SymbolProblem("wrong-signature", f"`{target}`{where} must be a function, not a {info.get('type')}.")
+            return SymbolProblem(trap_ids.WRONG_SIGNATURE,
+                                 f"`{target}`{where} must be a function, not a {info.get('type')}.")
         expected = list(spec_f.params)
     got = list(info.get("params", []))
     comparable = got if target in assignment.kernels else got[: len(expected)]
@@ -507,7 +510,7 @@ def check_symbol(target: str, info: Mapping[str, Any], assignment: Assignment, f
             else f"it has {len(got)} parameters, the contract has {len(expected)}"
         )
         return SymbolProblem(
-            "wrong-signature",
+            trap_ids.WRONG_SIGNATURE,
             f"`{target}`{where} has the wrong signature: {detail}.\n"
             f"  expected: {target}({', '.join(expected)})\n  found:    {target}({', '.join(got)})",
         )
@@ -551,7 +554,8 @@ def poisoned_outputs(
         unwritten[name] = mask
         if mask.any():
             first = tuple(int(i) for i in torch.nonzero(mask)[0])
-            findings.append(guards.GuardFinding("unwritten-output", name, int(mask.sum()), f"{name}{list(first)}"))
+            findings.append(
+                guards.GuardFinding(trap_ids.UNWRITTEN_OUTPUT, name, int(mask.sum()), f"{name}{list(first)}"))
     return unwritten, tuple(findings)
 
 

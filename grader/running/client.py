@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader import trap_ids
 from grader.running.worker.protocol import ChannelClosed, ChannelTimeout, receive, send
 
 OUTPUT_TAIL_BYTES = 4000
@@ -30,7 +31,7 @@ WORKER_START_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class WorkerFailure(Exception):
-    """The worker did not answer: `kind` is "timeout" or "crash"."""
+    """The worker did not answer: `kind` is trap_ids.TIMEOUT or trap_ids.CRASH."""
 
     kind: str
     detail: str
@@ -323,15 +324,15 @@ class Worker:
         except ChannelTimeout:
             tail = self.output_tail()
             self.stop()
-            raise WorkerFailure("timeout", f"no answer after {timeout:g} s while {what}", tail) from None
+            raise WorkerFailure(trap_ids.TIMEOUT, f"no answer after {timeout:g} s while {what}", tail) from None
         except (ChannelClosed, OSError, EOFError, RuntimeError, ValueError) as exc:
             code = self._exit_code()
             tail = self.output_tail()
             self.stop()
-            raise WorkerFailure("crash", f"the worker died while {what} ({describe_exit(code)})", tail) from exc
+            raise WorkerFailure(trap_ids.CRASH, f"the worker died while {what} ({describe_exit(code)})", tail) from exc
         if not isinstance(reply, dict):
             self.stop()
-            raise WorkerFailure("crash", f"the worker sent a malformed reply while {what}")
+            raise WorkerFailure(trap_ids.CRASH, f"the worker sent a malformed reply while {what}")
         return reply
 
     def _exit_code(self) -> int | None:
@@ -344,13 +345,13 @@ class Worker:
 
     def request(self, message: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:
         if not self.alive:
-            raise WorkerFailure("crash", "the worker is not running")
+            raise WorkerFailure(trap_ids.CRASH, "the worker is not running")
         try:
             send(self.to_worker, message)
         except OSError:
             code = self._exit_code()
             self.stop()
-            raise WorkerFailure("crash", f"the worker died before {what} ({describe_exit(code)})") from None
+            raise WorkerFailure(trap_ids.CRASH, f"the worker died before {what} ({describe_exit(code)})") from None
         started = time.monotonic()
         reply = self._receive(timeout, what)
         reply["elapsed_s"] = time.monotonic() - started
