@@ -13,6 +13,9 @@ SIGTERM a child kills its worker's process group before exiting, so no worker is
 
     LocalExecutor(workers, devices)   one child per slot; slot k grades on GPU devices[k % len]
     RayExecutor(address, ...)         one Ray task per submission; each task runs the same child
+
+Both are `Executor`s, registered by name in EXECUTORS (`grader batch --executor NAME`), each made from
+the batch's ExecutorSettings.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from grader.operations.child import POLL_INTERVAL_S, Child, signal_group
 
 LOG_TAIL_CHARS = 3000
+WORKER_MEMORY_BYTES = 2 << 30  # one grade: the grading process and its worker, each with torch loaded
+GRADES_PER_GPU = 4
 PARENT_POLL_INTERVAL_S = 0.5
 _PR_SET_PDEATHSIG = 1
 
@@ -72,6 +77,27 @@ class JobOutcome:
     device: str = ""  # CUDA_VISIBLE_DEVICES the grade ran with; "" when not set
     started_at: float = 0.0  # time.time()
     elapsed_s: float = 0.0
+
+
+class Executor(Protocol):
+    """Grades jobs, each in a child process of its own, and yields one outcome per job as it finishes.
+    Closing the iterator (or an exception, Ctrl-C included) ends every child still running."""
+
+    def describe(self) -> str: ...
+
+    def run(self, jobs: Iterable[GradeJob],
+            on_start: OnStart | None = None) -> Generator[JobOutcome, None, None]: ...
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """What a batch asks of its executor; each executor takes what concerns it."""
+
+    backend: str  # "interpreter" or "cuda"
+    scratch_root: Path
+    workers: int | None = None  # grades at a time; None: the executor's default
+    ray_address: str | None = None  # Ray: the cluster (None: a local Ray instance)
+    gpus_per_task: float | None = None  # Ray on CUDA: share of a GPU per grade (None: 1 / GRADES_PER_GPU)
 
 
 # ------------------------------------------------------------------------------------------- one child
@@ -167,6 +193,38 @@ def _read_outputs(out_dir: Path) -> dict[str, bytes]:
 # ------------------------------------------------------------------------------------------- local
 
 
+def cuda_devices() -> list[str]:
+    """The GPUs this process may use: $CUDA_VISIBLE_DEVICES's entries, else 0..device_count-1."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def default_workers(backend: str, devices: Sequence[str]) -> int:
+    """As many grades as the CPUs and memory hold; on CUDA at most GRADES_PER_GPU per GPU."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    workers = min(cpus, max(1, _available_memory() // WORKER_MEMORY_BYTES)) if _available_memory() else cpus
+    if backend == "cuda" and devices:
+        workers = min(workers, GRADES_PER_GPU * len(devices))
+    return max(1, workers)
+
+
+def _available_memory() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
 class LocalExecutor:
     """Up to `workers` children at a time on this machine. With GPUs, slot k grades on
     `devices[k % len(devices)]` (several slots may share one GPU)."""
@@ -177,6 +235,11 @@ class LocalExecutor:
         self.workers = workers
         self.scratch_root = Path(scratch_root)
         self.devices = tuple(devices)
+
+    @classmethod
+    def from_settings(cls, settings: ExecutorSettings) -> LocalExecutor:
+        devices = cuda_devices() if settings.backend == "cuda" else []
+        return cls(settings.workers or default_workers(settings.backend, devices), settings.scratch_root, devices)
 
     def describe(self) -> str:
         gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""
@@ -251,6 +314,13 @@ class RayExecutor:
         self.gpus_per_task = gpus_per_task
         self.num_cpus = num_cpus
 
+    @classmethod
+    def from_settings(cls, settings: ExecutorSettings) -> RayExecutor:
+        gpus = 0.0
+        if settings.backend == "cuda":
+            gpus = settings.gpus_per_task if settings.gpus_per_task is not None else 1 / GRADES_PER_GPU
+        return cls(settings.ray_address, settings.workers, gpus, num_cpus=settings.workers)
+
     def describe(self) -> str:
         where = self.address or "a local Ray instance"
         gpus = f", {self.gpus_per_task:g} GPU per task" if self.gpus_per_task else ""
@@ -301,6 +371,12 @@ class RayExecutor:
                     pass
             if started_here:
                 ray.shutdown()
+
+
+EXECUTORS: dict[str, Callable[[ExecutorSettings], Executor]] = {
+    "local": LocalExecutor.from_settings,
+    "ray": RayExecutor.from_settings,
+}
 
 
 # ------------------------------------------------------------------------------------------- the child
