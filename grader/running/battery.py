@@ -81,14 +81,14 @@ class Battery:
     """Grades cases of one assignment for one submission, through one (restartable) worker."""
 
     def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int,
-                 worker_options: WorkerOptions | None = None, hidden: tuple[str, ...] = (),
+                 hidden: tuple[str, ...] = (),
                  sanitizer: tuple[str, ...] | None = None) -> None:
         self.assignment = assignment
         self.problems: Mapping[str, Problem] = load_problems(assignment)
         self.submission = Path(submission)
         self.backend = backend
         self.seed = seed
-        options = worker_options or WorkerOptions(
+        options = WorkerOptions(
             backend=backend, import_timeout_s=assignment.import_timeout_s,
             hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden),
         )
