@@ -40,7 +40,7 @@ INPUT_KINDS = {
     "tiny-variance": "tiny-variance rows (0.5 + 1e-4 noise)",
     "large-mean": "large-mean rows (1e4 + unit noise)",
 }
-LAYOUTS = {"contiguous": "contiguous", "row-gap": "padded rows (row stride > row length)"}
+LAYOUT_WORDS = {"contiguous": "contiguous", "row-gap": "padded rows (row stride > row length)"}
 
 # Error-map colours, one per error_maps.CODES character (the PNG palette and the legend).
 MAP_COLOURS = {
@@ -533,7 +533,7 @@ def input_description(evidence: Mapping[str, Any]) -> str:
         parts.append(INPUT_KINDS.get(kind, kind))
     layout = evidence.get("layout")
     if layout:
-        parts.append(LAYOUTS.get(layout, layout))
+        parts.append(LAYOUT_WORDS.get(layout, layout))
     meta = evidence.get("meta") or {}
     if meta:
         parts.append("launched with " + " ".join(f"{k}={v}" for k, v in meta.items()))
