@@ -15,9 +15,11 @@ from grader.authoring.discovery import (
 )
 from grader.authoring.spec import Assignment, SpecError
 from grader.operations.environment import detect_backend
-from grader.operations.grade import GradeRequest, grade, new_seed
+from grader.operations.executors import EXECUTORS
+from grader.operations.grade import GradeRequest, grade
 from grader.publishing import report
 from grader.publishing.files import write_outputs
+from grader.seeds import fresh_seed
 
 
 class UsageError(Exception):
@@ -138,7 +140,7 @@ def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
 
     assignment = find_assignment(args.assignment, root)
     backend = detect_backend(args.backend)
-    seed = args.seed if args.seed is not None else new_seed()
+    seed = args.seed if args.seed is not None else fresh_seed()
     rows = run_selftest(assignment, backend, seed, jobs=args.jobs, out=args.out)
     print(f"selftest {assignment.id} on {backend}, seed {seed}")
     print(format_table(rows))
@@ -177,7 +179,7 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
                    help="grades at a time (default: what the CPUs, memory and GPUs hold)")
     b.add_argument("--force", action="store_true",
                    help="regrade everyone, also students that already have a current result")
-    b.add_argument("--executor", choices=("local", "ray"), default="local")
+    b.add_argument("--executor", choices=tuple(EXECUTORS), default="local")
     b.add_argument("--ray-address", help="Ray cluster to use (default: start a local Ray instance)")
     b.add_argument("--gpus-per-task", type=float,
                    help="Ray on CUDA: share of a GPU per grade (default 0.25)")

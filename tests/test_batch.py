@@ -15,12 +15,13 @@ import re
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from grader.authoring.spec import Assignment, load_assignment
-from grader.operations import batch
+from grader.operations import batch, executors
 from grader.operations.batch import (
     BatchError,
     Manifest,
@@ -334,12 +335,25 @@ def test_target_points_cover_every_target(assignment: Assignment) -> None:
 
 def test_worker_slots_take_gpus_round_robin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,5")
-    assert batch.cuda_devices() == ["2", "5"]
-    executor = LocalExecutor(4, tmp_path, batch.cuda_devices())
+    assert executors.cuda_devices() == ["2", "5"]
+    executor = LocalExecutor(4, tmp_path, executors.cuda_devices())
     assert [executor._device(slot) for slot in range(4)] == ["2", "5", "2", "5"]
     assert LocalExecutor(2, tmp_path)._device(1) is None
-    assert batch.default_workers("cuda", ["0"]) <= batch.GRADES_PER_GPU
-    assert batch.default_workers("interpreter", []) >= 1
+    assert executors.default_workers("cuda", ["0"]) <= executors.GRADES_PER_GPU
+    assert executors.default_workers("interpreter", []) >= 1
+
+
+def test_executors_are_registered_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          assignment: Assignment) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    options = batch.BatchOptions(tmp_path, assignment, tmp_path, tmp_path / "out", "cuda", workers=3)
+    local = batch.make_executor(options, tmp_path)
+    assert isinstance(local, LocalExecutor) and local.workers == 3 and local.devices == ("0",)
+    ray = batch.make_executor(replace(options, executor="ray"), tmp_path)
+    assert isinstance(ray, executors.RayExecutor) and ray.gpus_per_task == 1 / executors.GRADES_PER_GPU
+    with pytest.raises(BatchError, match=r"unknown executor 'slurm' \(local or ray\)"):
+        batch.make_executor(replace(options, executor="slurm"), tmp_path)
+    assert set(executors.EXECUTORS) == {"local", "ray"}
 
 
 def test_the_grading_process_hands_its_gpu_to_the_worker(tmp_path: Path) -> None:

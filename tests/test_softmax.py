@@ -17,13 +17,14 @@ import pytest
 import torch
 
 from grader.authoring.catalog import trap_catalog
-from grader.authoring.inputs import InputMaker, case_seed
+from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_module, load_problems
 from grader.authoring.spec import BACKENDS, load_assignment
 from grader.cli import main
 from grader.judging.compare import compare
 from grader.judging.diagnosis import match_traps
 from grader.operations.selftest import corpus, expected_traps, format_table, run_selftest
+from grader.seeds import case_seed
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 3

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.oracle_loader import load_problems
-from grader.authoring.spec import BACKENDS, SpecError, load_assignment
+from grader.authoring.spec import BACKENDS, SpecError, TrapText, load_assignment
 from grader.cli import main
 
 # A minimal valid spec: one kernel, one wrapper, one tolerance profile, two cases. Each broken variant
@@ -147,6 +148,31 @@ def test_spec_error_names_file_and_key(tmp_path: Path, name: str) -> None:
     assert err.key == key
     assert problem in err.problem
     assert str(err) == f"{tmp_path.resolve() / 'assignment.toml'}: [{key}] {err.problem}"
+
+
+TRAP = """
+[traps.{id}]
+title = "t"
+explanation = "e"
+exposed_by = "x"
+fix = "f"
+"""
+
+
+def test_loading_refuses_an_assignment_trap_with_a_generic_id(tmp_path: Path) -> None:
+    err = spec_error(tmp_path, VALID + TRAP.format(id="oob-read"))
+    assert err.key == "traps.oob-read" and "'oob-read' is a generic trap" in err.problem
+
+
+def test_the_catalog_refuses_an_assignment_that_redefines_a_generic_trap(tmp_path: Path) -> None:
+    path = write_spec(tmp_path, VALID + TRAP.format(id="own-trap"))
+    assignment = load_assignment(path)
+    assert "own-trap" in trap_catalog(assignment)
+    clash = dataclasses.replace(assignment, traps={"timeout": TrapText("timeout", "t", "e", "x", "f")})
+    with pytest.raises(SpecError) as info:
+        trap_catalog(clash)
+    assert info.value.path == path.resolve() and info.value.key == "traps.timeout"
+    assert str(path.resolve()) in str(info.value) and "'timeout' is a generic trap" in str(info.value)
 
 
 def test_invalid_toml_names_file_and_line(tmp_path: Path) -> None:

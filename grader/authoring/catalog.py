@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
-from grader.authoring.spec import Assignment, TrapText
+from grader.authoring.spec import Assignment, TrapText, redefines_generic_trap
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,9 +24,12 @@ def generic_traps() -> Mapping[str, TrapText]:
 
 
 def trap_catalog(assignment: Assignment) -> dict[str, TrapText]:
-    """Generic traps first, then the assignment's; an assignment may not redefine a generic id."""
+    """Generic traps first, then the assignment's; an assignment may not redefine a generic id (the
+    loader refuses it already; an Assignment made some other way is refused here)."""
     catalog = dict(generic_traps())
     for tid, text in assignment.traps.items():
+        if tid in catalog:
+            raise redefines_generic_trap(assignment.spec_path, tid)
         catalog[tid] = text
     return catalog
 

@@ -6,7 +6,6 @@ combine them. Nothing here knows about any assignment.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 
 import torch
@@ -29,16 +28,11 @@ def describe_kind(kind: str, own: Mapping[str, str]) -> str | None:
     return own.get(kind) or KINDS.get(kind)
 
 
-def case_seed(run_seed: int, case_id: str) -> int:
-    """A stable per-case seed derived from the run's seed, so one case can be re-run alone."""
-    digest = hashlib.sha256(f"{run_seed}:{case_id}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
 class InputMaker:
-    """Draws tensors from one seeded generator: on the CPU for correctness cases (the same values on
-    every machine), on the GPU for the large inputs of performance cases (`device="cuda"`: seconds
-    faster per grade; the same values on every GPU of one kind)."""
+    """Draws tensors from one seeded generator (seed: grader.seeds.case_seed): on the CPU for
+    correctness cases (the same values on every machine), on the GPU for the large inputs of
+    performance cases (`device="cuda"`: seconds faster per grade; the same values on every GPU of
+    one kind)."""
 
     def __init__(self, seed: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> None:
         self.generator = torch.Generator(device=device).manual_seed(seed)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader import trap_ids
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
@@ -43,6 +45,13 @@ class SpecError(Exception):
         self.path = path
         self.key = key
         self.problem = problem
+
+
+def redefines_generic_trap(spec_path: Path, trap_id: str) -> SpecError:
+    """An assignment's [traps.<id>] may not take a generic trap's id (grader/trap_ids.py)."""
+    return SpecError(spec_path, f"traps.{trap_id}", f"{trap_id!r} is a generic trap of the grader "
+                     "(grader/authoring/generic_traps.toml), which an assignment may not redefine; "
+                     "give this trap an id of its own")
 
 
 @dataclass(frozen=True)
@@ -415,6 +424,8 @@ def _load_function(name: str, r: _Reader) -> FunctionSpec:
 
 
 def _load_trap(trap_id: str, r: _Reader) -> TrapText:
+    if trap_id in trap_ids.GENERIC:
+        raise redefines_generic_trap(r.path, trap_id)
     r.reject_unknown({"title", "explanation", "exposed_by", "fix", "section"})
     return TrapText(
         id=trap_id,

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from grader import trap_ids
 from grader.authoring.problem import Signature, TrapFunction
 from grader.authoring.spec import Tolerance
 from grader.judging.compare import Comparison, close_mask
@@ -197,16 +198,16 @@ def inherit_kernel_traps(
     for traps, (problem, is_wrapper) in zip(case_traps, case_problems, strict=True):
         inherited = found.get(problem, []) if is_wrapper else []
         if RACING_WRITE in traps or RACING_WRITE in inherited:
-            traps = tuple(t for t in traps if t != RACE) or (() if RACING_WRITE in traps else ("unknown",))
-        vague = set(traps) <= {"unknown", "precision"} and traps
+            traps = tuple(t for t in traps if t != RACE) or (() if RACING_WRITE in traps else (trap_ids.UNKNOWN,))
+        vague = set(traps) <= {trap_ids.UNKNOWN, trap_ids.PRECISION} and traps
         if vague and inherited:
             traps = tuple(inherited)
         out.append(traps)
     return out
 
 
-RACING_WRITE = "oob-write"
-RACE = "nondeterministic"
+RACING_WRITE = trap_ids.OOB_WRITE
+RACE = trap_ids.NONDETERMINISTIC
 
 
 def classify_unmatched(comparisons: list[Comparison]) -> str:
@@ -215,11 +216,11 @@ def classify_unmatched(comparisons: list[Comparison]) -> str:
         if c.ok:
             continue
         if c.nan_mismatches or c.inf_mismatches or c.worst_actual is None or c.worst_expected is None:
-            return "unknown"
+            return trap_ids.UNKNOWN
         allowed = c.atol + c.rtol * abs(c.worst_expected)
         if abs(c.worst_actual - c.worst_expected) > PRECISION_FACTOR * allowed:
-            return "unknown"
-    return "precision"
+            return trap_ids.UNKNOWN
+    return trap_ids.PRECISION
 
 
 def locate(mask: torch.Tensor, block_meta: Mapping[str, int]) -> dict[str, Any]:

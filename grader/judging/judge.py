@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from grader import trap_ids
 from grader.authoring.catalog import trap_catalog, trap_title
 from grader.authoring.problem import TrapFunction
 from grader.authoring.spec import Assignment, Case, Tolerance
@@ -14,6 +15,7 @@ from grader.judging.compare import Comparison, close_mask, compare
 from grader.judging.diagnosis import classify_unmatched, locate, match_traps
 from grader.judging.error_maps import error_maps
 from grader.publishing.results import CaseResult
+from grader.running.guards import INPUT_MODIFIED
 from grader.running.observation import Observation
 
 # Torch operators a wrapper may run besides its kernel launch: allocation, views, copies, metadata.
@@ -30,7 +32,11 @@ ALLOWED_WRAPPER_OPS = frozenset(
     )
 )
 
-GUARD_TRAPS = {"oob-write": "oob-write", "unwritten-output": "unwritten-output", "input-modified": "writes-input"}
+GUARD_TRAPS = {
+    trap_ids.OOB_WRITE: trap_ids.OOB_WRITE,
+    trap_ids.UNWRITTEN_OUTPUT: trap_ids.UNWRITTEN_OUTPUT,
+    INPUT_MODIFIED: trap_ids.WRITES_INPUT,
+}
 
 
 def judge_case(
@@ -65,7 +71,7 @@ def judge_case(
 
     fusion = fusion_problems(observation, assignment, case.target)
     if fusion:
-        named.append("not-fused")
+        named.append(trap_ids.NOT_FUSED)
         lines.extend(fusion)
     if observation.replay_finding is not None:
         named.append(observation.replay_finding.trap)
@@ -73,7 +79,7 @@ def judge_case(
 
     shape_problems = output_shape_problems(observation.outputs, expected)
     if shape_problems:
-        return result(False, "\n".join(lines + shape_problems), named + ["bad-output"])
+        return result(False, "\n".join(lines + shape_problems), named + [trap_ids.BAD_OUTPUT])
 
     comparisons = [
         compare(name, observation.outputs[name], exp, tolerance.atol, tolerance.rtol) for name, exp in expected.items()
@@ -90,7 +96,7 @@ def judge_case(
     )
 
     if observation.nondeterministic:
-        named.append("nondeterministic")
+        named.append(trap_ids.NONDETERMINISTIC)
         lines.append(f"{', '.join(observation.nondeterministic)} differed between two runs on identical inputs: "
                      "a race between programs, or a read of memory nothing wrote")
 
@@ -108,7 +114,7 @@ def judge_case(
                               observation.outputs, expected, tolerance, observation.unwritten)
         named.extend(m.trap for m in matches)
         if observation.guard_reads:
-            named.append("oob-read")
+            named.append(trap_ids.OOB_READ)
             for name, reads in observation.guard_reads.items():
                 lines.append(f"{int(reads.sum())} element(s) of {name} are NaN where the oracle is finite, and turn "
                              "finite when the guard bands around the inputs hold a number instead of NaN: "

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from grader import trap_ids
 from grader.judging.compare import close_mask
 from grader.running.observation import Finding
 from grader.running.worker.launch_record import tensor_from
@@ -51,7 +52,7 @@ def plan_replay(
         malformed = _malformed(record)
         if malformed:
             return ReplayPlan(
-                trap="tampering",
+                trap=trap_ids.TAMPERING,
                 problem=f"{where} has no usable launch record ({malformed}): the "
                 "worker's account of what the wrapper ran was altered",
             )
@@ -65,7 +66,7 @@ def plan_replay(
             elif sid not in known:
                 param = _param_of(record, sid)
                 return ReplayPlan(
-                    trap="not-fused",
+                    trap=trap_ids.NOT_FUSED,
                     problem=(
                         f"{where} was given `{param}`, a buffer whose contents come from no input of the case and no "
                         "earlier launch: it was computed outside the kernels"
@@ -94,7 +95,7 @@ def check_outputs(
 ) -> Finding | None:
     """Each returned tensor against what the replay computed; the first one that disagrees."""
     if not isinstance(buffers, Mapping) or any(not _is_bytes(b) for b in buffers.values()):
-        return Finding("tampering", "the replay worker's reply was malformed")
+        return Finding(trap_ids.TAMPERING, "the replay worker's reply was malformed")
     buffers = dict(buffers)
     arg_views = [v for launch in plan.launches for v in _tensor_views(launch)]
     kernels = ", ".join(str(launch["kernel"]) for launch in plan.launches)
@@ -118,7 +119,7 @@ def check_outputs(
                 f"{float(replayed[at]):.6g}, the wrapper returned {float(returned[at]):.6g})"
             )
         return Finding(
-            "not-fused",
+            trap_ids.NOT_FUSED,
             (
                 f"`{name}` is not what the wrapper's kernel launches computed: running the recorded launches "
                 f"({kernels}) again on the same inputs, with no wrapper code, gives other values{detail}. The returned "

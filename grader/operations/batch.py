@@ -25,7 +25,6 @@ import fcntl
 import hashlib
 import json
 import os
-import random
 import re
 import shutil
 import signal
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from grader.authoring.spec import Assignment
-from grader.operations.executors import GradeJob, JobOutcome, LocalExecutor, RayExecutor
+from grader.operations.executors import EXECUTORS, Executor, ExecutorSettings, GradeJob, JobOutcome
 from grader.publishing.atomic import write_json
 from grader.publishing.gradebook import (
     Gradebook,
@@ -53,6 +52,7 @@ from grader.publishing.gradebook import (
     write_gradebook,
 )
 from grader.publishing.results import GradeResult
+from grader.seeds import fresh_seed
 
 BATCH_FORMAT_VERSION = 1
 MANIFEST = "batch.json"
@@ -64,8 +64,6 @@ LOCK = ".batch.lock"
 RESERVED = {MANIFEST, EVENT_LOG, "gradebook.json", "gradebook.csv", "class_report.html"}
 GRADESCOPE_METADATA = "submission_metadata.yml"
 IGNORED_NAMES = {"__MACOSX", "__pycache__"}
-WORKER_MEMORY_BYTES = 2 << 30  # one grade: the grading process and its worker, each with torch loaded
-GRADES_PER_GPU = 4
 MAX_UNZIPPED_BYTES = 2 << 30
 
 
@@ -497,9 +495,9 @@ class BatchOptions:
     seed: int | None = None
     workers: int | None = None
     force: bool = False
-    executor: str = "local"  # "local" | "ray"
+    executor: str = "local"  # a name in grader.operations.executors.EXECUTORS
     ray_address: str | None = None
-    gpus_per_task: float | None = None  # Ray, CUDA only; default 1 / GRADES_PER_GPU
+    gpus_per_task: float | None = None  # Ray, CUDA only; default 1 / executors.GRADES_PER_GPU
     grade_timeout_s: float | None = None
 
 
@@ -517,58 +515,18 @@ class BatchSummary:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def cuda_devices() -> list[str]:
-    """The GPUs this process may use: $CUDA_VISIBLE_DEVICES's entries, else 0..device_count-1."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [d.strip() for d in visible.split(",") if d.strip()]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
-def default_workers(backend: str, devices: Sequence[str]) -> int:
-    """As many grades as the CPUs and memory hold; on CUDA at most GRADES_PER_GPU per GPU."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
-    workers = min(cpus, max(1, _available_memory() // WORKER_MEMORY_BYTES)) if _available_memory() else cpus
-    if backend == "cuda" and devices:
-        workers = min(workers, GRADES_PER_GPU * len(devices))
-    return max(1, workers)
-
-
-def _available_memory() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return 0
-
-
 def default_grade_timeout(assignment: Assignment, backend: str) -> float:
     """A safety net far above what the grader's own limits allow (every case hanging, every restart)."""
     cases = len(assignment.cases_for(backend)) + len(assignment.kernels)
     return 2 * (assignment.import_timeout_s + cases * (assignment.call_timeout_s + 10)) + 600
 
 
-def make_executor(options: BatchOptions, scratch: Path) -> LocalExecutor | RayExecutor:
-    devices = cuda_devices() if options.backend == "cuda" else []
-    if options.executor == "ray":
-        gpus = 0.0
-        if options.backend == "cuda":
-            gpus = options.gpus_per_task if options.gpus_per_task is not None else 1 / GRADES_PER_GPU
-        return RayExecutor(options.ray_address, options.workers, gpus, num_cpus=options.workers)
-    if options.executor != "local":
-        raise BatchError(f"unknown executor {options.executor!r} (local or ray)")
-    return LocalExecutor(options.workers or default_workers(options.backend, devices), scratch, devices)
-
-
-def _fresh_seed() -> int:
-    return random.SystemRandom().randrange(2**31)
+def make_executor(options: BatchOptions, scratch: Path) -> Executor:
+    factory = EXECUTORS.get(options.executor)
+    if factory is None:
+        raise BatchError(f"unknown executor {options.executor!r} ({' or '.join(EXECUTORS)})")
+    return factory(ExecutorSettings(options.backend, scratch, options.workers, options.ray_address,
+                                    options.gpus_per_task))
 
 
 # ------------------------------------------------------------------------------------------- signals
@@ -660,7 +618,7 @@ def _interrupt_point(point: str) -> None:
 
 
 def run_batch(options: BatchOptions, stream: IO[str] | None = None,
-              new_seed: Callable[[], int] = _fresh_seed) -> BatchSummary:
+              new_seed: Callable[[], int] = fresh_seed) -> BatchSummary:
     """Grade what is not graded yet, then rebuild the gradebook and class report from DIR.
 
     Ctrl-C or SIGTERM at any moment (see `Interrupts`) stops grading between two commits (before the

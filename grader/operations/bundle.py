@@ -11,12 +11,13 @@ The zip holds, at its root (Gradescope unpacks it into /autograder/source):
     kernel-grader/     the grader package and this one assignment (never the reference solution)
 
 `run_autograder` calls `python -m grader.operations.bundle run`, which finds the submission file in
-/autograder/submission, grades it with `grader grade` in a process of its own (with a wall-clock
-limit) and writes /autograder/results/results.json. Student code never runs in the grader's
-processes: the grader's worker runs it, and when the grader runs as root (as on Gradescope) the
-worker drops to the unprivileged user `nobody` in its own network namespace (grader.running.client),
-which can neither read the assignment's hidden cases nor write the results folder. results.json is
-written whatever happens (no file, a submission that crashes or hangs, a grader that fails), and
+/autograder/submission, grades it in a process of its own with a wall-clock limit, the way
+`grader batch` grades one student (grader.operations.executors.run_job), and writes
+/autograder/results/results.json. Student code never runs in the grader's processes: the grader's
+worker runs it, and when the grader runs as root (as on Gradescope) the worker drops to the
+unprivileged user `nobody` in its own network namespace (grader.running.client), which can neither
+read the assignment's hidden cases nor write the results folder. results.json is written whatever
+happens (no file, a submission that crashes or hangs, a grader that fails), and
 `run_autograder` writes a last-resort one if Python itself cannot start.
 
 AUTOGRADER_ROOT moves /autograder (tests unpack the bundle into a temporary root), PYTHON chooses
@@ -30,11 +31,8 @@ import hashlib
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +47,6 @@ TORCH_VARIANTS = ("cpu", "cuda")
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 DEFAULT_TORCH_VERSION = "2.13.0"
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: the same sources give the same zip, byte for byte
-LOG_TAIL_CHARS = 4000
 
 
 class BundleError(Exception):
@@ -276,60 +273,37 @@ def run_autograder(root: Path, assignment_id: str, seed: int | None = None) -> i
 def _grade_submission(paths: RunPaths, assignment_id: str, seed: int | None) -> dict[str, Any]:
     from grader.authoring.discovery import find_assignment
     from grader.operations.batch import default_grade_timeout, find_submission_file
+    from grader.operations.executors import GradeJob, run_job
+    from grader.seeds import fresh_seed
 
-    assignment = find_assignment(assignment_id, paths.source / "assignments")
+    assignments = paths.source / "assignments"
+    assignment = find_assignment(assignment_id, assignments)
     found, problem = find_submission_file(paths.submission, assignment.submission_file) \
         if paths.submission.is_dir() else (None, "the submission folder is empty")
     if found is None:
         name = assignment.submission_file
         return failure_results(f"Could not find `{name}` in your submission: {problem}. "
                                f"Upload one file named `{name}`.")
+    # Graded the way `grader batch` grades one student: a child process with a deadline
+    # (grader.operations.executors), which decides the backend itself.
+    job = GradeJob("submission", found, assignment.submission_file, assignment.id, assignments, "auto",
+                   seed if seed is not None else fresh_seed(), default_grade_timeout(assignment, "interpreter"))
     work = Path(tempfile.mkdtemp(prefix="grader-run-"))
     try:
-        submission = work / "submission" / assignment.submission_file
-        submission.parent.mkdir()
-        shutil.copyfile(found, submission)
-        out = work / "out"
-        command = [sys.executable, "-m", "grader", "--assignments", str(paths.source / "assignments"),
-                   "grade", str(submission), "--assignment", assignment.id, "--out", str(out),
-                   "--backend", "auto"]
-        if seed is not None:
-            command += ["--seed", str(seed)]
-        code, log = _run(command, work, default_grade_timeout(assignment, "interpreter"))
-        print(log[-LOG_TAIL_CHARS:], flush=True)  # to results/stdout: for the staff, hidden from students
-        try:
-            data = json.loads((out / "results.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = None
-        if not valid_results(data):
-            why = "ran out of time" if code is None else f"stopped with exit status {code}"
-            return failure_results(f"The grader {why} before writing results. This is not a problem with "
-                                   "your submission: please tell the course staff.")
-        return data  # type: ignore[no-any-return]
+        outcome = run_job(job, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-
-
-def _run(command: list[str], cwd: Path, timeout: float) -> tuple[int | None, str]:
-    """Run the grading process in its own session with a wall-clock limit; (exit status or None, output)."""
-    log_path = cwd / "grader.log"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        code = None
-        while time.monotonic() < deadline:
-            code = process.poll()
-            if code is not None:
-                break
-            time.sleep(0.2)
-        if code is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            process.wait()
-    return code, log_path.read_text(encoding="utf-8", errors="replace")
+    if outcome.error:  # why, and the end of the grading process's output: for the staff, hidden from students
+        print(outcome.error, flush=True)
+    try:
+        data = json.loads(outcome.files["results.json"])
+    except (KeyError, ValueError):
+        data = None
+    if not valid_results(data):
+        why = outcome.error.splitlines()[0] if outcome.error else "the grader wrote no valid results"
+        return failure_results(f"The grader stopped before writing results ({why}). This is not a problem "
+                               "with your submission: please tell the course staff.")
+    return data  # type: ignore[no-any-return]
 
 
 def main(argv: list[str] | None = None) -> int:

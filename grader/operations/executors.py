@@ -13,6 +13,9 @@ SIGTERM a child kills its worker's process group before exiting, so no worker is
 
     LocalExecutor(workers, devices)   one child per slot; slot k grades on GPU devices[k % len]
     RayExecutor(address, ...)         one Ray task per submission; each task runs the same child
+
+Both are `Executor`s, registered by name in EXECUTORS (`grader batch --executor NAME`), each made from
+the batch's ExecutorSettings.
 """
 
 from __future__ import annotations
@@ -30,11 +33,13 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from grader.operations.child import POLL_INTERVAL_S, Child, signal_group
 
 LOG_TAIL_CHARS = 3000
-TERMINATE_GRACE_S = 5.0
-POLL_INTERVAL_S = 0.1
+WORKER_MEMORY_BYTES = 2 << 30  # one grade: the grading process and its worker, each with torch loaded
+GRADES_PER_GPU = 4
 PARENT_POLL_INTERVAL_S = 0.5
 _PR_SET_PDEATHSIG = 1
 
@@ -52,7 +57,7 @@ class GradeJob:
     submission_file: str  # the name the file is graded under (the assignment's submission_file)
     assignment_id: str
     assignments_root: Path
-    backend: str  # "interpreter" or "cuda"
+    backend: str  # "interpreter", "cuda" or "auto" (the child detects it)
     seed: int
     timeout_s: float  # wall-clock limit for the whole grade (the grader's own limits come first)
     hidden: tuple[str, ...] = ()  # folders the student's code must not see (other students' files)
@@ -72,6 +77,27 @@ class JobOutcome:
     device: str = ""  # CUDA_VISIBLE_DEVICES the grade ran with; "" when not set
     started_at: float = 0.0  # time.time()
     elapsed_s: float = 0.0
+
+
+class Executor(Protocol):
+    """Grades jobs, each in a child process of its own, and yields one outcome per job as it finishes.
+    Closing the iterator (or an exception, Ctrl-C included) ends every child still running."""
+
+    def describe(self) -> str: ...
+
+    def run(self, jobs: Iterable[GradeJob],
+            on_start: OnStart | None = None) -> Generator[JobOutcome, None, None]: ...
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """What a batch asks of its executor; each executor takes what concerns it."""
+
+    backend: str  # "interpreter" or "cuda"
+    scratch_root: Path
+    workers: int | None = None  # grades at a time; None: the executor's default
+    ray_address: str | None = None  # Ray: the cluster (None: a local Ray instance)
+    gpus_per_task: float | None = None  # Ray on CUDA: share of a GPU per grade (None: 1 / GRADES_PER_GPU)
 
 
 # ------------------------------------------------------------------------------------------- one child
@@ -117,83 +143,43 @@ class _Attempt:
         self.job = job
         self.scratch = scratch
         self.device = device
-        self.started_at = time.time()
-        self._started = time.monotonic()
         submission = scratch / "submission" / job.submission_file
         submission.parent.mkdir(parents=True)
         shutil.copyfile(job.submission, submission)
         self.out_dir = scratch / "out"
-        log = open(scratch / "child.log", "wb")  # noqa: SIM115 - handed to the child
-        try:
-            self.process = subprocess.Popen(
-                child_command(job, submission, self.out_dir, pdeathsig),
-                cwd=scratch, env=child_environment(device),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        finally:
-            log.close()
-
-    @property
-    def elapsed_s(self) -> float:
-        return time.monotonic() - self._started
-
-    @property
-    def overdue(self) -> bool:
-        return self.elapsed_s > self.job.timeout_s
-
-    def poll(self) -> int | None:
-        return self.process.poll()
-
-    def terminate(self) -> None:
-        """SIGTERM the child's group (the child then kills its worker), SIGKILL it after a grace period."""
-        _signal_group(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=TERMINATE_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
-        _signal_group(self.process.pid, signal.SIGKILL)
-        try:
-            self.process.wait(timeout=TERMINATE_GRACE_S)
-        except subprocess.TimeoutExpired:
-            pass
+        self.child = Child(child_command(job, submission, self.out_dir, pdeathsig), scratch,
+                           child_environment(device), scratch / "child.log", job.timeout_s)
 
     def outcome(self, timed_out: bool = False) -> JobOutcome:
-        code = self.process.returncode
-        elapsed = round(self.elapsed_s, 3)
+        code = self.child.returncode
+        elapsed = round(self.child.elapsed_s, 3)
+        started_at = self.child.started_at
         device = self.device if self.device is not None else os.environ.get("CUDA_VISIBLE_DEVICES", "")
         files = _read_outputs(self.out_dir)
         if not timed_out and code == 0 and "results.json" in files and "grade.json" in files:
-            return JobOutcome(self.job.student, True, files, "", device, self.started_at, elapsed)
+            return JobOutcome(self.job.student, True, files, "", device, started_at, elapsed)
         if timed_out:
             why = f"grading took longer than {self.job.timeout_s:g} s and was stopped"
         else:
             from grader.running.client import describe_exit
 
             why = f"the grading process ended with {describe_exit(code)} without writing results"
-        tail = _tail(self.scratch / "child.log")
+        tail = self.child.tail(LOG_TAIL_CHARS)
         error = why + (f"\n--- its output (last {LOG_TAIL_CHARS} characters) ---\n{tail}" if tail else "")
-        return JobOutcome(self.job.student, False, {}, error, device, self.started_at, elapsed)
+        return JobOutcome(self.job.student, False, {}, error, device, started_at, elapsed)
 
     def cleanup(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def run_job(job: GradeJob, scratch_root: Path, device: str | None = None) -> JobOutcome:
-    """Grade one job to the end in a child process (what each Ray task does)."""
+    """Grade one job to the end in a child process (what each Ray task, and the Gradescope bundle, does)."""
     attempt = _Attempt(job, Path(tempfile.mkdtemp(prefix=f"{job.student}.", dir=scratch_root)), device, False)
     try:
-        timed_out = False
-        while attempt.poll() is None:
-            if attempt.overdue:
-                attempt.terminate()
-                timed_out = True
-                break
-            time.sleep(POLL_INTERVAL_S)
-        return attempt.outcome(timed_out)
+        return attempt.outcome(timed_out=attempt.child.wait() is None)
     finally:
-        if attempt.poll() is None:
-            attempt.terminate()
+        if attempt.child.poll() is None:
+            attempt.child.terminate()
         attempt.cleanup()
 
 
@@ -204,25 +190,39 @@ def _read_outputs(out_dir: Path) -> dict[str, bytes]:
             if p.is_file() and not p.name.startswith(".")}
 
 
-def _tail(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - LOG_TAIL_CHARS))
-            return f.read().decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-
 # ------------------------------------------------------------------------------------------- local
+
+
+def cuda_devices() -> list[str]:
+    """The GPUs this process may use: $CUDA_VISIBLE_DEVICES's entries, else 0..device_count-1."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d.strip() for d in visible.split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def default_workers(backend: str, devices: Sequence[str]) -> int:
+    """As many grades as the CPUs and memory hold; on CUDA at most GRADES_PER_GPU per GPU."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    workers = min(cpus, max(1, _available_memory() // WORKER_MEMORY_BYTES)) if _available_memory() else cpus
+    if backend == "cuda" and devices:
+        workers = min(workers, GRADES_PER_GPU * len(devices))
+    return max(1, workers)
+
+
+def _available_memory() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 class LocalExecutor:
@@ -235,6 +235,11 @@ class LocalExecutor:
         self.workers = workers
         self.scratch_root = Path(scratch_root)
         self.devices = tuple(devices)
+
+    @classmethod
+    def from_settings(cls, settings: ExecutorSettings) -> LocalExecutor:
+        devices = cuda_devices() if settings.backend == "cuda" else []
+        return cls(settings.workers or default_workers(settings.backend, devices), settings.scratch_root, devices)
 
     def describe(self) -> str:
         gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""
@@ -261,11 +266,11 @@ class LocalExecutor:
                             on_start(job, running[slot].device or "")
                 finished = False
                 for slot, attempt in list(running.items()):
-                    code = attempt.poll()
-                    if code is None and not attempt.overdue:
+                    code = attempt.child.poll()
+                    if code is None and not attempt.child.overdue:
                         continue
                     if code is None:
-                        attempt.terminate()
+                        attempt.child.terminate()
                     del running[slot]
                     outcome = attempt.outcome(timed_out=code is None)
                     attempt.cleanup()
@@ -275,9 +280,9 @@ class LocalExecutor:
                     time.sleep(POLL_INTERVAL_S)
         finally:
             for attempt in running.values():
-                _signal_group(attempt.process.pid, signal.SIGTERM)
+                signal_group(attempt.child.pid, signal.SIGTERM)
             for attempt in running.values():
-                attempt.terminate()
+                attempt.child.terminate()
                 attempt.cleanup()
 
 
@@ -308,6 +313,13 @@ class RayExecutor:
         self.workers = workers
         self.gpus_per_task = gpus_per_task
         self.num_cpus = num_cpus
+
+    @classmethod
+    def from_settings(cls, settings: ExecutorSettings) -> RayExecutor:
+        gpus = 0.0
+        if settings.backend == "cuda":
+            gpus = settings.gpus_per_task if settings.gpus_per_task is not None else 1 / GRADES_PER_GPU
+        return cls(settings.ray_address, settings.workers, gpus, num_cpus=settings.workers)
 
     def describe(self) -> str:
         where = self.address or "a local Ray instance"
@@ -365,6 +377,12 @@ class RayExecutor:
                 ray.shutdown()
 
 
+EXECUTORS: dict[str, Callable[[ExecutorSettings], Executor]] = {
+    "local": LocalExecutor.from_settings,
+    "ray": RayExecutor.from_settings,
+}
+
+
 # ------------------------------------------------------------------------------------------- the child
 
 
@@ -395,7 +413,7 @@ def _kill_workers_and_exit(code: int) -> None:
     """Kill the worker process groups this child started (they are session leaders), then exit now:
     an interrupted grade must never write results."""
     for child in _children_of(os.getpid()):
-        _signal_group(child, signal.SIGKILL)
+        signal_group(child, signal.SIGKILL)
         try:
             os.kill(child, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -433,7 +451,7 @@ def child_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--submission", required=True, type=Path)
     parser.add_argument("--assignment", required=True)
     parser.add_argument("--assignments", required=True, type=Path)
-    parser.add_argument("--backend", required=True, choices=("interpreter", "cuda"))
+    parser.add_argument("--backend", required=True, choices=("auto", "interpreter", "cuda"))
     parser.add_argument("--seed", required=True, type=int)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--parent", required=True, type=int)
@@ -443,13 +461,15 @@ def child_main(argv: list[str] | None = None) -> int:
     _die_with_parent(args.parent, args.pdeathsig)
 
     from grader.authoring.discovery import find_assignment
+    from grader.operations.environment import detect_backend
     from grader.operations.grade import GradeRequest, grade
     from grader.publishing.files import write_outputs
 
     assignment = find_assignment(args.assignment, args.assignments)
     args.out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
     hidden = (*args.hide, str(args.out.resolve()))
-    request = GradeRequest(assignment, args.submission.resolve(), args.backend, seed=args.seed, hidden=hidden)
+    backend = detect_backend(args.backend)
+    request = GradeRequest(assignment, args.submission.resolve(), backend, seed=args.seed, hidden=hidden)
     result, pytest_report = grade(request)
     write_outputs(args.out, result, assignment, pytest_report)
     return 0

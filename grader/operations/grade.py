@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import random
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from grader import trap_ids
 from grader.authoring.spec import Assignment
 from grader.judging.diagnosis import explain_away, inherit_kernel_traps
 from grader.judging.performance import by_id
@@ -26,8 +26,9 @@ from grader.operations.environment import backend_label, versions
 from grader.publishing.results import CaseResult, GradeResult, PerfResult
 from grader.running.aot import aot_check
 from grader.running.sanitizer import sanitizer_command
+from grader.seeds import fresh_seed
 
-INHERITED_TRAPS = {"oob-write", "oob-read", "unwritten-output"}
+INHERITED_TRAPS = {trap_ids.OOB_WRITE, trap_ids.OOB_READ, trap_ids.UNWRITTEN_OUTPUT}
 
 
 @dataclass(frozen=True)
@@ -43,14 +44,10 @@ class GradeRequest:
     sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
 
 
-def new_seed() -> int:
-    return random.SystemRandom().randrange(2**31)
-
-
 def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
     """Grade; return the result and the raw pytest-json-report document."""
     started = time.monotonic()
-    seed = request.seed if request.seed is not None else new_seed()
+    seed = request.seed if request.seed is not None else fresh_seed()
     report = run_pytest(request, seed)
     cases = consolidate_traps(cases_from_report(report, request), request.assignment)
     notes: list[str] = list(sanitizer_notes(request))
@@ -151,7 +148,7 @@ def cases_from_report(report: dict[str, Any], request: GradeRequest) -> list[Cas
                 case_id=case.id, target=case.target, title=f"{case.target}: {case.description or case.id}",
                 visibility=case.visibility, max_score=case.points, score=0.0, passed=False,
                 message=f"The grader could not run this case (a grader problem, not yours): {detail}",
-                traps=("unknown",),
+                traps=(trap_ids.UNKNOWN,),
             )
         )
     return cases

@@ -7,7 +7,6 @@ from that report, so the JSON report is the single record of what ran.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from grader.authoring.spec import Assignment, Case, PerfCase, load_assignment
 from grader.publishing.results import CaseResult, PerfResult
 from grader.running.battery import Battery
 from grader.running.sanitizer import sanitizer_command
+from grader.seeds import fresh_seed
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -50,7 +50,7 @@ class GradingSession:
         self.submission = Path(config.getoption("--grader-submission")).resolve()
         self.backend = config.getoption("--grader-backend")
         seed = config.getoption("--grader-seed")
-        self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+        self.seed = seed if seed is not None else fresh_seed()
         self.public_only = bool(config.getoption("--grader-public-only"))
         self.hidden = tuple(config.getoption("--grader-hide"))
         self.performance = not config.getoption("--grader-no-performance")

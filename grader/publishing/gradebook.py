@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grader import trap_ids
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment
 from grader.publishing.atomic import write_json, write_text
@@ -32,7 +33,7 @@ SCORED_STATUSES = ("graded", "outdated")
 RUN_DETAIL_FIELDS = ("grading_time_s", "graded_at", "device")
 EXAMPLE_STUDENTS = 5
 SLOWEST_SHOWN = 10
-HANGING_TRAP = "timeout"
+HANGING_TRAP = trap_ids.TIMEOUT
 _CSV_TEXT_FIELDS = ("name", "email", "sid", "error")
 
 

@@ -149,11 +149,6 @@ class MapView:
         return "data:image/png;base64," + base64.b64encode(palette_png(self.grid)).decode("ascii")
 
     @property
-    def codes_present(self) -> list[str]:
-        seen = set("".join(self.grid))
-        return [c for c in CODES if c in seen]
-
-    @property
     def caption(self) -> str:
         text = f"{self.output}: {self.wrong} of {self.total} elements wrong"
         if self.cell != (1, 1):

@@ -46,9 +46,6 @@ class CaseResult:
         )
 
 
-PERF_STATUSES = ("timed", "skipped", "not-run", "error")
-
-
 @dataclass(frozen=True)
 class Measurement:
     """One implementation timed on one performance case: medians of repeated do_bench runs."""

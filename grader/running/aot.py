@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grader import trap_ids
 from grader.authoring.spec import Assignment, KernelSpec
 from grader.publishing.results import CaseResult
 from grader.running.battery import check_symbol, hidden_from_worker
@@ -85,4 +86,4 @@ def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filenam
         return result(True, f"compiles for sm_{GPU_ARCH} with {meta}")
     message = (f"{spec.name} runs in the interpreter but does not compile for the grading GPU "
                f"(sm_{GPU_ARCH}, blocks {meta}): " + error_message(reply.get("error", {}), filename))
-    return result(False, message, ("gpu-incompatible",))
+    return result(False, message, (trap_ids.GPU_INCOMPATIBLE,))

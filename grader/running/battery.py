@@ -18,22 +18,25 @@ from typing import Any
 
 import torch
 
-from grader.authoring.inputs import InputMaker, case_seed
+from grader import trap_ids
+from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
-from grader.authoring.problem import In, Out, Problem, Stride
+from grader.authoring.problem import In, Out, Problem
 from grader.authoring.spec import Assignment, Case, FunctionSpec, KernelSpec
 from grader.judging.compare import close_mask
 from grader.judging.diagnosis import nan_leaks
 from grader.judging.judge import judge_case
 from grader.judging.replay import ReplayPlan, check_outputs, plan_replay
 from grader.publishing.results import CaseResult
-from grader.running import guards
+from grader.running import arguments, guards
+from grader.running.arguments import buffer_key
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
 from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.observation import Finding, Observation, classify_error, error_message
 from grader.running.phases import PhaseClock
 from grader.running.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
 from grader.running.worker.protocol import POINTERS_LINE
+from grader.seeds import case_seed
 
 # Finite value put into input guards for the second run that confirms an out-of-bounds read.
 GUARD_PROBE_VALUE = 7.0
@@ -61,8 +64,12 @@ class _Placed:
     storages: list[torch.Tensor]
     keys: list[str]
 
-    def view_ref(self, key: str) -> dict[str, int]:
-        return {"view": self.keys.index(key)}
+    def reference(self, ref: In | Out) -> dict[str, int]:
+        """The request names a buffer by its view (grader.running.arguments.Placement)."""
+        return {"view": self.keys.index(buffer_key(ref))}
+
+    def stride(self, ref: In | Out, dim: int) -> int:
+        return self.plans[buffer_key(ref)].view_stride[dim]
 
     def row_strides(self) -> dict[str, int]:
         return {p.name: p.row_stride for p in self.plans.values() if p.role == "input"}
@@ -80,14 +87,14 @@ class Battery:
     """Grades cases of one assignment for one submission, through one (restartable) worker."""
 
     def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int,
-                 worker_options: WorkerOptions | None = None, hidden: tuple[str, ...] = (),
+                 hidden: tuple[str, ...] = (),
                  sanitizer: tuple[str, ...] | None = None) -> None:
         self.assignment = assignment
         self.problems: Mapping[str, Problem] = load_problems(assignment)
         self.submission = Path(submission)
         self.backend = backend
         self.seed = seed
-        options = worker_options or WorkerOptions(
+        options = WorkerOptions(
             backend=backend, import_timeout_s=assignment.import_timeout_s,
             hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden),
         )
@@ -140,7 +147,7 @@ class Battery:
         except WorkerFailure as failure:
             problem = SymbolProblem(
                 failure.kind,
-                f"Importing {self.submission.name} {'timed out' if failure.kind == 'timeout' else 'crashed'}: "
+                f"Importing {self.submission.name} {'timed out' if failure.kind == trap_ids.TIMEOUT else 'crashed'}: "
                 f"{failure.detail}." + _tail(failure.output_tail),
             )
             self.load_problem = self.load_problem or problem
@@ -148,7 +155,7 @@ class Battery:
         if not reply.get("ok"):
             self.worker.stop()
             problem = SymbolProblem(
-                "import-fails",
+                trap_ids.IMPORT_FAILS,
                 f"{self.submission.name} could not be imported: "
                 + error_message(reply.get("error", {}), self.submission.name),
             )
@@ -266,7 +273,7 @@ class Battery:
         keys: list[str] = []
         gap_of: dict[str, int] = {}
         for ref in refs:
-            key = _key(ref)
+            key = buffer_key(ref)
             if key in plans:
                 continue
             if isinstance(ref, In):
@@ -300,7 +307,7 @@ class Battery:
             return reply
         except WorkerFailure as failure:
             self.load_reply = None  # the next case starts a fresh worker
-            verb = "did not finish" if failure.kind == "timeout" else "crashed the worker"
+            verb = "did not finish" if failure.kind == trap_ids.TIMEOUT else "crashed the worker"
             return Observation(
                 failure=failure.kind,
                 message=f"{what} {verb}: {failure.detail}." + _tail(failure.output_tail),
@@ -377,7 +384,7 @@ class Battery:
         else:
             reply = self._replay(plan)
             if isinstance(reply, str):
-                finding = Finding("tampering", f"the recorded launches of {case.target} could not be "
+                finding = Finding(trap_ids.TAMPERING, f"the recorded launches of {case.target} could not be "
                                         f"replayed in a fresh worker: {reply}")
             else:
                 tol = self._tol(case)
@@ -411,22 +418,10 @@ class Battery:
     def _launch_message(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
                         finite_guard: float | None = None) -> tuple[_Placed, dict[str, Any], str]:
         """The grader's own launch of a kernel case: guarded buffers, the request, and its description."""
-        assert problem.kernel_args is not None, f"problem {problem.name} has no kernel binding"
-        binding = problem.kernel_args(inputs)
-        refs = [v for v in binding.values() if isinstance(v, (In, Out))]
-        by_param = {p: _key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
-        placed = self._place(case, refs, inputs, by_param, finite_guard)
-        args: list[Any] = []
-        for param in spec.params:
-            if param in spec.constexprs:
-                continue
-            value = binding[param]
-            if isinstance(value, (In, Out)):
-                args.append(placed.view_ref(_key(value)))
-            elif isinstance(value, Stride):
-                args.append(placed.plans[by_param[value.param]].view_stride[value.dim])
-            else:
-                args.append(value)
+        binding = arguments.kernel_binding(problem, inputs)
+        by_param = {p: buffer_key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
+        placed = self._place(case, arguments.kernel_buffers(binding), inputs, by_param, finite_guard)
+        args = arguments.kernel_arguments(spec, binding, placed)
         what = f"{spec.name}[grid]({', '.join(f'{k}={v}' for k, v in case.meta.items())})"
         message = {"op": "launch", "kernel": spec.name, "storages": placed.storages, "views": placed.views(),
                    "args": args, "meta": dict(case.meta), "grid": list(spec.grid)}
@@ -447,7 +442,8 @@ class Battery:
         """`--sanitize`: the kernel case once more in a worker under compute-sanitizer memcheck; its
         reports of invalid global accesses become oob-read / oob-write findings naming the buffer."""
         spec = self.assignment.kernels.get(case.target)
-        if self.sanitizer is None or spec is None or observation.failure not in (None, "runtime-error", "crash"):
+        ran = observation.failure in (None, trap_ids.RUNTIME_ERROR, trap_ids.CRASH)
+        if self.sanitizer is None or spec is None or not ran:
             return observation
         placed, message, what = self._launch_message(spec, case, problem, inputs)
         try:
@@ -470,18 +466,13 @@ class Battery:
 
     def _run_function(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
                       finite_guard: float | None = None) -> Observation:
-        assert problem.call_args is not None, f"problem {problem.name} has no wrapper binding"
-        args, kwargs = problem.call_args(inputs)
-        refs = [v for v in list(args) + list(kwargs.values()) if isinstance(v, In)]
-        placed = self._place(case, refs, inputs, finite_guard=finite_guard)
-
-        def wire(value: Any) -> Any:
-            return placed.view_ref(_key(value)) if isinstance(value, In) else value
-
+        args, kwargs = arguments.call_binding(problem, inputs)
+        placed = self._place(case, arguments.call_buffers(args, kwargs), inputs, finite_guard=finite_guard)
+        wired_args, wired_kwargs = arguments.call_arguments(args, kwargs, placed)
         what = f"{spec.name}(...)"
         reply = self._request(
             {"op": "call", "function": spec.name, "storages": placed.storages, "views": placed.views(),
-             "args": [wire(a) for a in args], "kwargs": {k: wire(v) for k, v in kwargs.items()}},
+             "args": wired_args, "kwargs": wired_kwargs},
             what,
         )
         if isinstance(reply, Observation):
@@ -490,7 +481,7 @@ class Battery:
             return self._error_observation(reply, what)
         returned, problem_text = unpack_returns(reply["result"], spec.returns, self.backend)
         if problem_text:
-            return Observation(failure="bad-output", message=f"{spec.name} returned {problem_text}",
+            return Observation(failure=trap_ids.BAD_OUTPUT, message=f"{spec.name} returned {problem_text}",
                                launches=tuple(reply.get("launches", ())),
                                torch_ops=dict(reply.get("torch_ops", {})))
         observation = self._observe(placed, reply, launches=tuple(reply.get("launches", ())), case=case)
@@ -511,14 +502,14 @@ class Battery:
     def _observe(self, placed: _Placed, reply: dict[str, Any], launches: Any, case: Case) -> Observation:
         after = reply.get("storages") or []
         if len(after) != len(placed.storages):
-            return Observation(failure="crash", message="the worker returned a malformed reply")
+            return Observation(failure=trap_ids.CRASH, message="the worker returned a malformed reply")
         findings: list[guards.GuardFinding] = []
         outputs: dict[str, torch.Tensor] = {}
         unwritten: dict[str, torch.Tensor] = {}
         for key, before, now in zip(placed.keys, placed.storages, after, strict=True):  # length checked above
             plan = placed.plans[key]
             if type(now) is not torch.Tensor or now.shape != before.shape or now.dtype != before.dtype:
-                return Observation(failure="crash", message="the worker returned a malformed buffer")
+                return Observation(failure=trap_ids.CRASH, message="the worker returned a malformed buffer")
             findings.extend(guards.check_storage(plan, before, now))
             if plan.role == "output":
                 outputs[plan.name] = guards.view_of(now, plan).clone()
@@ -567,12 +558,6 @@ def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, .
     return tuple(str(p) for p in paths)
 
 
-def _key(ref: In | Out) -> str:
-    if isinstance(ref, In):
-        return f"in:{ref.name}:{'T' if ref.transpose else ''}"
-    return f"out:{ref.name}"
-
-
 def _tail(text: str) -> str:
     text = text.strip()
     if not text:
@@ -586,18 +571,18 @@ def check_symbol(target: str, info: Mapping[str, Any], assignment: Assignment, f
     line = info.get("line") or 0
     where = f" ({filename}, line {line})" if line else ""
     if kind == "missing":
-        return SymbolProblem("missing-symbol", f"{filename} does not define `{target}`.")
+        return SymbolProblem(trap_ids.MISSING_SYMBOL, f"{filename} does not define `{target}`.")
     if target in assignment.kernels:
         spec_k = assignment.kernels[target]
         if kind != "kernel":
             return SymbolProblem(
-                "wrong-signature",
+                trap_ids.WRONG_SIGNATURE,
                 f"`{target}`{where} must be a Triton kernel (decorated with @triton.jit), "
                 f"but it is a {info.get('type', kind)}.",
             )
         if not info.get("triton_class", False):
             return SymbolProblem(
-                "tampering",
+                trap_ids.TAMPERING,
                 f"`{target}`{where} is a {info.get('type')} posing as a Triton kernel (a class of its own, not "
                 "Triton's JIT/autotune/heuristics object): kernels must be written with @triton.jit.",
             )
@@ -605,7 +590,8 @@ def check_symbol(target: str, info: Mapping[str, Any], assignment: Assignment, f
     else:
         spec_f = assignment.functions[target]
         if kind != "function":
-            return SymbolProblem("wrong-signature", f"`{target}`{where} must be a function, not a {info.get('type')}.")
+            return SymbolProblem(trap_ids.WRONG_SIGNATURE,
+                                 f"`{target}`{where} must be a function, not a {info.get('type')}.")
         expected = list(spec_f.params)
     got = list(info.get("params", []))
     comparable = got if target in assignment.kernels else got[: len(expected)]
@@ -618,7 +604,7 @@ def check_symbol(target: str, info: Mapping[str, Any], assignment: Assignment, f
             else f"it has {len(got)} parameters, the contract has {len(expected)}"
         )
         return SymbolProblem(
-            "wrong-signature",
+            trap_ids.WRONG_SIGNATURE,
             f"`{target}`{where} has the wrong signature: {detail}.\n"
             f"  expected: {target}({', '.join(expected)})\n  found:    {target}({', '.join(got)})",
         )
@@ -662,7 +648,8 @@ def poisoned_outputs(
         unwritten[name] = mask
         if mask.any():
             first = tuple(int(i) for i in torch.nonzero(mask)[0])
-            findings.append(guards.GuardFinding("unwritten-output", name, int(mask.sum()), f"{name}{list(first)}"))
+            findings.append(
+                guards.GuardFinding(trap_ids.UNWRITTEN_OUTPUT, name, int(mask.sum()), f"{name}{list(first)}"))
     return unwritten, tuple(findings)
 
 

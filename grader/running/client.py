@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader import trap_ids
 from grader.running.worker.protocol import ChannelClosed, ChannelTimeout, receive, send
 
 OUTPUT_TAIL_BYTES = 4000
@@ -30,7 +31,7 @@ WORKER_START_TIMEOUT_S = 120.0
 
 @dataclass(frozen=True)
 class WorkerFailure(Exception):
-    """The worker did not answer: `kind` is "timeout" or "crash"."""
+    """The worker did not answer: `kind` is trap_ids.TIMEOUT or trap_ids.CRASH."""
 
     kind: str
     detail: str
@@ -60,19 +61,13 @@ _PR_SET_PDEATHSIG = 1
 class WorkerOptions:
     backend: str  # "interpreter", "cuda" or "aot" (ahead-of-time compile, no interpreter)
     import_timeout_s: float
-    cuda_device: str | None = None
-    memory_limit_bytes: int | None = None  # None: INTERPRETER_MEMORY_LIMIT_BYTES on the interpreter
     # When the grader runs as root (as on Gradescope): run student code as this unprivileged user, in
     # its own network namespace. None keeps the grader's user.
     sandbox_user: str | None = SANDBOX_USER
     # Folders the worker must not see (reference solutions, specs, output folders, other students'
-    # submissions): an empty tmpfs is mounted over each inside the worker's own mount namespace.
+    # submissions): an empty tmpfs is mounted over each inside the worker's own mount namespace
+    # (namespaces_wanted: on unless $GRADER_NAMESPACES is "off").
     hidden_paths: tuple[str, ...] = ()
-    # Run the worker in its own PID, mount and network namespaces when the grader is root (Linux
-    # `unshare`): it cannot see or signal the grader, reach the network, read /proc of other
-    # processes, or leave a daemon behind (all die with the namespace). None: $GRADER_NAMESPACES
-    # ("on"/"off"), else on (verified on the H200: CUDA works inside them).
-    namespaces: bool | None = None
     # Run the worker under this tool (e.g. compute-sanitizer's memcheck: grader/running/sanitizer.py), with
     # these extra environment variables.
     tool: tuple[str, ...] = ()
@@ -120,10 +115,6 @@ def _usable_identity(user: str) -> _Identity | None:
     return identity if probe.returncode == 0 else None
 
 
-def sandbox_user_active(options: WorkerOptions) -> bool:
-    return _sandbox_identity(options) is not None
-
-
 def _libc():
     import ctypes
 
@@ -135,10 +126,8 @@ def _confine(options: WorkerOptions, identity: _Identity | None, isolated: bool)
     resource.setrlimit(resource.RLIMIT_FSIZE, (WORKER_OUTPUT_LIMIT_BYTES, WORKER_OUTPUT_LIMIT_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_CPU, (WORKER_CPU_LIMIT_S, WORKER_CPU_LIMIT_S))
-    memory = options.memory_limit_bytes
-    if memory is None and options.backend == "interpreter":
+    if options.backend == "interpreter":
         memory = INTERPRETER_MEMORY_LIMIT_BYTES
-    if memory:
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     libc = _libc()
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the worker dies with the grader
@@ -186,8 +175,6 @@ class Worker:
         env["TMPDIR"] = str(self.sandbox / "tmp")
         if self.options.backend == "interpreter":
             env["TRITON_INTERPRET"] = "1"
-        if self.options.cuda_device is not None:
-            env["CUDA_VISIBLE_DEVICES"] = self.options.cuda_device
         package_root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = package_root
         env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -215,7 +202,7 @@ class Worker:
 
     @property
     def isolated(self) -> bool:
-        return _namespaces_available() and namespaces_wanted(self.options)
+        return _namespaces_available() and namespaces_wanted()
 
     def _hidden(self) -> str:
         """The hidden folders, minus any that would hide what the worker itself needs."""
@@ -328,15 +315,15 @@ class Worker:
         except ChannelTimeout:
             tail = self.output_tail()
             self.stop()
-            raise WorkerFailure("timeout", f"no answer after {timeout:g} s while {what}", tail) from None
+            raise WorkerFailure(trap_ids.TIMEOUT, f"no answer after {timeout:g} s while {what}", tail) from None
         except (ChannelClosed, OSError, EOFError, RuntimeError, ValueError) as exc:
             code = self._exit_code()
             tail = self.output_tail()
             self.stop()
-            raise WorkerFailure("crash", f"the worker died while {what} ({describe_exit(code)})", tail) from exc
+            raise WorkerFailure(trap_ids.CRASH, f"the worker died while {what} ({describe_exit(code)})", tail) from exc
         if not isinstance(reply, dict):
             self.stop()
-            raise WorkerFailure("crash", f"the worker sent a malformed reply while {what}")
+            raise WorkerFailure(trap_ids.CRASH, f"the worker sent a malformed reply while {what}")
         return reply
 
     def _exit_code(self) -> int | None:
@@ -349,13 +336,13 @@ class Worker:
 
     def request(self, message: dict[str, Any], timeout: float, what: str) -> dict[str, Any]:
         if not self.alive:
-            raise WorkerFailure("crash", "the worker is not running")
+            raise WorkerFailure(trap_ids.CRASH, "the worker is not running")
         try:
             send(self.to_worker, message)
         except OSError:
             code = self._exit_code()
             self.stop()
-            raise WorkerFailure("crash", f"the worker died before {what} ({describe_exit(code)})") from None
+            raise WorkerFailure(trap_ids.CRASH, f"the worker died before {what} ({describe_exit(code)})") from None
         started = time.monotonic()
         reply = self._receive(timeout, what)
         reply["elapsed_s"] = time.monotonic() - started
@@ -364,10 +351,11 @@ class Worker:
         return reply
 
 
-def namespaces_wanted(options: WorkerOptions) -> bool:
-    """WorkerOptions.namespaces if set, else $GRADER_NAMESPACES ("on"/"off"), else on."""
-    if options.namespaces is not None:
-        return options.namespaces
+def namespaces_wanted() -> bool:
+    """Run the worker in its own PID, mount and network namespaces when the grader is root (Linux
+    `unshare`): it cannot see or signal the grader, reach the network, read /proc of other processes,
+    or leave a daemon behind (all die with the namespace). $GRADER_NAMESPACES ("on"/"off"), else on
+    (verified on the H200: CUDA works inside them)."""
     setting = os.environ.get("GRADER_NAMESPACES", "auto").strip().lower()
     if setting in ("on", "1", "yes"):
         return True

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from grader import trap_ids
+
 # Quiet-NaN bit patterns per float width, and the payloads that mark each role.
 _NAN_BITS = {2: 0x7E00, 4: 0x7FC00000, 8: 0x7FF8000000000000}
 _BF16_NAN_BITS = 0x7FC0
@@ -24,6 +26,7 @@ _INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 PAYLOAD_INPUT_GUARD = 0x11
 PAYLOAD_OUTPUT_GUARD = 0x22
 PAYLOAD_OUTPUT_POISON = 0x33
+INPUT_MODIFIED = "input-modified"  # a guard finding, reported as trap_ids.WRITES_INPUT
 
 
 def nan_pattern(dtype: torch.dtype, payload: int) -> int:
@@ -143,16 +146,16 @@ def view_of(storage: torch.Tensor, plan: BufferPlan) -> torch.Tensor:
 class GuardFinding:
     """One thing the guard check found, located in words."""
 
-    kind: str  # "oob-write" | "input-modified" | "unwritten-output"
+    kind: str  # trap_ids.OOB_WRITE | INPUT_MODIFIED | trap_ids.UNWRITTEN_OUTPUT
     buffer: str
     count: int
     first: str
 
     def message(self) -> str:
         what = {
-            "oob-write": "out-of-bounds write(s)",
-            "input-modified": "write(s) into an input",
-            "unwritten-output": "output element(s) never written",
+            trap_ids.OOB_WRITE: "out-of-bounds write(s)",
+            INPUT_MODIFIED: "write(s) into an input",
+            trap_ids.UNWRITTEN_OUTPUT: "output element(s) never written",
         }[self.kind]
         return f"{self.count} {what} in {self.buffer}; first at {self.first}"
 
@@ -165,13 +168,13 @@ def check_storage(plan: BufferPlan, before: torch.Tensor, after: torch.Tensor) -
     outside = changed & ~interior
     if outside.any():
         idx = torch.nonzero(outside).flatten()
-        findings.append(GuardFinding("oob-write", plan.name, int(idx.numel()), plan.describe_index(int(idx[0]))))
+        findings.append(GuardFinding(trap_ids.OOB_WRITE, plan.name, int(idx.numel()), plan.describe_index(int(idx[0]))))
     if plan.role == "input":
         inside = changed & interior
         if inside.any():
             idx = torch.nonzero(inside).flatten()
             findings.append(
-                GuardFinding("input-modified", plan.name, int(idx.numel()), plan.describe_index(int(idx[0])))
+                GuardFinding(INPUT_MODIFIED, plan.name, int(idx.numel()), plan.describe_index(int(idx[0])))
             )
     else:
         poison = nan_pattern(after.dtype, PAYLOAD_OUTPUT_POISON)
@@ -179,7 +182,7 @@ def check_storage(plan: BufferPlan, before: torch.Tensor, after: torch.Tensor) -
         if unwritten.any():
             idx = torch.nonzero(unwritten).flatten()
             findings.append(
-                GuardFinding("unwritten-output", plan.name, int(idx.numel()), plan.describe_index(int(idx[0])))
+                GuardFinding(trap_ids.UNWRITTEN_OUTPUT, plan.name, int(idx.numel()), plan.describe_index(int(idx[0])))
             )
     return findings
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from grader import trap_ids
 from grader.running.guards import GuardFinding
 
 
@@ -67,5 +68,5 @@ def classify_error(error: Mapping[str, Any]) -> str:
     """compile-error for Triton compilation problems, runtime-error for everything else."""
     chain = " ".join(error.get("chain", ())) + " " + str(error.get("type", ""))
     if "CompilationError" in chain or "UnsupportedLanguageConstruct" in chain or "CompileTimeAssertion" in chain:
-        return "compile-error"
-    return "runtime-error"
+        return trap_ids.COMPILE_ERROR
+    return trap_ids.RUNTIME_ERROR

@@ -30,16 +30,16 @@ from typing import Any
 
 import torch
 
-from grader.authoring.inputs import InputMaker, case_seed
+from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
-from grader.authoring.problem import Baseline, In, Out, Problem, Stride
+from grader.authoring.problem import Baseline, Problem
 from grader.authoring.spec import Assignment, PerfCase
 from grader.judging.compare import close_mask
 from grader.judging.judge import fusion_problems
 from grader.judging.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
 from grader.operations.environment import versions
 from grader.publishing.results import CaseResult, DeviceInfo, Measurement, PerfResult
-from grader.running import calibration
+from grader.running import arguments, calibration
 from grader.running.battery import Battery, unpack_returns
 from grader.running.calibration import Calibration, calibration_key
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
@@ -48,6 +48,7 @@ from grader.running.kernel_source import kernels_only
 from grader.running.observation import Observation, error_message
 from grader.running.timed_plan import TimedPlan, plan_timed_run
 from grader.running.worker import timing
+from grader.seeds import case_seed
 
 CRASH, NOT_FUSED, OUT_OF_MEMORY = "crash", "not-fused", "out-of-memory"
 RUNTIME_ERROR, TIMEOUT = "runtime-error", "timeout"
@@ -89,78 +90,36 @@ class CallPlan:
         }
 
 
-def _contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step *= max(int(size), 1)
-    return tuple(reversed(strides))
-
-
 def encode_call(
     perf: PerfCase, assignment: Assignment, problem: Problem, inputs: Mapping[str, Any]
 ) -> CallPlan:
-    """Bind the target to its inputs the way correctness cases do (the problem's kernel_args or
-    call_args), with every tensor contiguous and without guard buffers."""
-    names: list[str] = []
-
-    def ref(value: In) -> dict[str, Any]:
-        if value.name not in names:
-            names.append(value.name)
-        return {"in": names.index(value.name), "T": value.transpose}
-
+    """Bind the target to its inputs the way correctness cases do (grader.running.arguments), with
+    every tensor contiguous and without guard buffers."""
     if perf.target in assignment.kernels:
         spec = assignment.kernels[perf.target]
-        assert problem.kernel_args is not None
-        binding = problem.kernel_args(inputs)
-        outputs: list[dict[str, Any]] = []
-        out_names: list[str] = []
-        strides: dict[str, tuple[int, ...]] = {}
-        wired: dict[str, Any] = {}
-        for param, value in binding.items():
-            if isinstance(value, In):
-                wired[param] = ref(value)
-                shape = tuple(inputs[value.name].shape)
-                strides[param] = (
-                    tuple(reversed(_contiguous_strides(shape)))
-                    if value.transpose
-                    else _contiguous_strides(shape)
-                )
-            elif isinstance(value, Out):
-                wired[param] = {"out": len(outputs)}
-                outputs.append({"shape": list(value.shape), "dtype": str(value.dtype).replace("torch.", "")})
-                out_names.append(value.name)
-                strides[param] = _contiguous_strides(value.shape)
-        args = []
-        for param in spec.params:
-            if param in spec.constexprs:
-                continue
-            value = binding[param]
-            if isinstance(value, Stride):
-                args.append(strides[value.param][value.dim])
-            else:
-                args.append(wired.get(param, value))
+        binding = arguments.kernel_binding(problem, inputs)
+        placement = arguments.Contiguous(inputs, arguments.kernel_buffers(binding))
+        args = arguments.kernel_arguments(spec, binding, placement)
         return CallPlan(
             "kernel",
             perf.target,
-            tuple(inputs[n].contiguous() for n in names),
+            placement.tensors(),
             tuple(args),
             {},
-            tuple(outputs),
-            tuple(out_names),
+            tuple(placement.outputs),
+            tuple(placement.output_names),
             dict(perf.meta),
             spec.grid,
         )
     function = assignment.functions[perf.target]
-    assert problem.call_args is not None
-    call_args, call_kwargs = problem.call_args(inputs)
-    args_w = tuple(ref(a) if isinstance(a, In) else a for a in call_args)
-    kwargs_w = {k: ref(v) if isinstance(v, In) else v for k, v in call_kwargs.items()}
+    call_args, call_kwargs = arguments.call_binding(problem, inputs)
+    placement = arguments.Contiguous(inputs, arguments.call_buffers(call_args, call_kwargs))
+    args_w, kwargs_w = arguments.call_arguments(call_args, call_kwargs, placement)
     return CallPlan(
         "function",
         perf.target,
-        tuple(inputs[n].contiguous() for n in names),
-        args_w,
+        placement.tensors(),
+        tuple(args_w),
         kwargs_w,
         (),
         function.returns,

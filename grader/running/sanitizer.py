@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader import trap_ids
 from grader.running.observation import Finding
 
 SANITIZER_ARGS = ("--tool", "memcheck", "--print-limit", "50", "--show-backtrace", "no")
 SANITIZER_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+OOB_BY_ACCESS = {"read": trap_ids.OOB_READ, "write": trap_ids.OOB_WRITE}  # memcheck's access -> trap
 _CANDIDATES = ("/usr/local/cuda/bin/compute-sanitizer", "/opt/cuda/bin/compute-sanitizer")
 
 _HEAD = re.compile(r"Invalid __global__ (read|write) of size ([\d,]+) bytes?")
@@ -126,7 +128,7 @@ def memcheck_findings(
         source = f" ({first.source})" if first.source else ""
         findings.append(
             Finding(
-                f"oob-{access}",
+                OOB_BY_ACCESS[access],
                 f"compute-sanitizer memcheck: {len(group)} invalid {access}(s) of {first.size} bytes in {first.kernel}"
                 f"{source}; the first{programs} at an address {where}",
             )

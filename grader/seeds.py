@@ -1,0 +1,24 @@
+"""Seeds, in one place: a fresh seed for a run, and the per-case seed derived from it.
+
+A run's seed is recorded in its results (and in a batch's manifest); every case's inputs are drawn
+from `case_seed(run seed, case id)`, so the same seed gives the same inputs case by case, and one
+case can be re-run alone. tests/test_seeds.py pins derived values: they must never change.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+RUN_SEED_LIMIT = 2**31  # fresh run seeds are in [0, RUN_SEED_LIMIT)
+
+
+def fresh_seed() -> int:
+    """A new run seed from the OS's randomness (never from a global generator)."""
+    return random.SystemRandom().randrange(RUN_SEED_LIMIT)
+
+
+def case_seed(run_seed: int, case_id: str) -> int:
+    """A stable per-case seed derived from the run's seed, so one case can be re-run alone."""
+    digest = hashlib.sha256(f"{run_seed}:{case_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)

@@ -1,0 +1,38 @@
+"""The ids of the generic traps: the ones the grader itself detects, for any assignment.
+
+Their texts (title, explanation, fix) are in grader/authoring/generic_traps.toml; the ids here and
+the tables there are the same set (tests/test_trap_ids.py). Assignment-specific traps are not here:
+each assignment declares its own in its assignment.toml. Ids are stable: they go into results.json.
+"""
+
+from __future__ import annotations
+
+# memory
+OOB_READ = "oob-read"
+OOB_WRITE = "oob-write"
+UNWRITTEN_OUTPUT = "unwritten-output"
+WRITES_INPUT = "writes-input"
+# what a wrapper computes with
+NOT_FUSED = "not-fused"
+# running at all
+COMPILE_ERROR = "compile-error"
+RUNTIME_ERROR = "runtime-error"
+TIMEOUT = "timeout"
+CRASH = "crash"
+IMPORT_FAILS = "import-fails"
+MISSING_SYMBOL = "missing-symbol"
+WRONG_SIGNATURE = "wrong-signature"
+GPU_INCOMPATIBLE = "gpu-incompatible"
+BAD_OUTPUT = "bad-output"
+# wrong values no assignment trap explains
+NONDETERMINISTIC = "nondeterministic"
+PRECISION = "precision"
+UNKNOWN = "unknown"
+# defeating the checks
+TAMPERING = "tampering"
+
+GENERIC = frozenset({
+    OOB_READ, OOB_WRITE, UNWRITTEN_OUTPUT, WRITES_INPUT, NOT_FUSED, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT,
+    CRASH, IMPORT_FAILS, MISSING_SYMBOL, WRONG_SIGNATURE, GPU_INCOMPATIBLE, BAD_OUTPUT, NONDETERMINISTIC,
+    PRECISION, UNKNOWN, TAMPERING,
+})
