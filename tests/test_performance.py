@@ -454,16 +454,15 @@ def test_measure_path_on_a_fake_clock(
     monkeypatch.setattr(runner, "_timer_for", lambda b: Clocked(timer_for(b), 0.1))
     monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
 
-    def start_reference():
+    def new_reference():  # started by the runner, which sends it the same requests as on CUDA
         worker = Worker(
             repo_root / "assignments" / "fused_layers" / "reference.py",
             list(assignment.required_symbols),
             WorkerOptions(backend="interpreter", import_timeout_s=60),
         )
-        assert worker.start()["ok"]
         return Clocked(worker, 0.12)
 
-    monkeypatch.setattr(runner, "start_reference", start_reference)
+    monkeypatch.setattr(runner, "_new_reference", new_reference)
     try:
         result = runner.run(perf, battery, [case("layernorm", True)])
     finally:

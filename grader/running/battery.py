@@ -173,10 +173,11 @@ class Battery:
 
         def start() -> None:  # overlaps the cases: not counted as a phase of its own
             try:
-                self.replayer.start()
+                self.replayer.finish_start()
             except WorkerFailure:
                 self.replayer.stop()  # _replay starts it again and reports what goes wrong
 
+        self.replayer.spawn()  # here: a worker dies with the thread that spawned it
         self._replayer_start = threading.Thread(target=start, name="replayer-start", daemon=True)
         self._replayer_start.start()
 

@@ -218,6 +218,13 @@ class Worker:
 
     def start(self) -> dict[str, Any]:
         """Start a worker and import the submission; return the worker's load reply."""
+        self.spawn()
+        return self.finish_start()
+
+    def spawn(self) -> None:
+        """Start the worker process. Call it from the thread that lives as long as the grade (the
+        main thread): the worker is killed when the thread that spawned it ends (PR_SET_PDEATHSIG).
+        `finish_start` may then wait for it on any thread."""
         self.stop()
         shutil.copyfile(self.submission, self.sandboxed_path)
         if self.identity is not None:
@@ -246,6 +253,9 @@ class Worker:
             os.close(g2w_read)
             os.close(w2g_write)
         self.to_worker, self.from_worker = g2w_write, w2g_read
+
+    def finish_start(self) -> dict[str, Any]:
+        """Wait for the spawned worker to come up, then import the submission: the load reply."""
         self._receive(WORKER_START_TIMEOUT_S, "starting the worker (importing torch and triton)")
         return self.request(
             {"op": "load", "path": str(self.sandboxed_path), "names": self.names},

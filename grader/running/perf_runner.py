@@ -44,14 +44,12 @@ from grader.running.battery import Battery, unpack_returns
 from grader.running.calibration import Calibration, calibration_key
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
 from grader.running.gpu_slot import GpuSlot, gpu_name
-from grader.running.kernel_source import kernels_only
+from grader.running.kernel_source import KernelSource, kernels_only
 from grader.running.observation import Observation, error_message
 from grader.running.timed_plan import TimedPlan, plan_timed_run
 from grader.running.worker import timing
 from grader.seeds import case_seed
-
-CRASH, NOT_FUSED, OUT_OF_MEMORY = "crash", "not-fused", "out-of-memory"
-RUNTIME_ERROR, TIMEOUT = "runtime-error", "timeout"
+from grader.trap_ids import CRASH, NOT_FUSED, OUT_OF_MEMORY, RUNTIME_ERROR, TIMEOUT
 
 # --------------------------------------------------------------------------- what the worker runs (pure)
 
@@ -202,6 +200,7 @@ class PerfRunner:
         self._reference: Worker | None = None
         self._reference_problem = "" if assignment.reference else "the assignment names no reference solution"
         self._timer: Worker | None = None
+        self._timer_problem = "the timer was not started"
         self._results: dict[str, PerfResult] | None = None
         self._spun = False
         self._folder = Path(tempfile.mkdtemp(prefix="grader-timer-"))
@@ -244,11 +243,18 @@ class PerfRunner:
             return results
         ready: list[_Prepared] = []
         clock = battery.clock
+        # The timer (and, without a calibration, the reference) start while the student's worker records:
+        # spawned here (a worker dies with the thread that spawned it), awaited on the pool's threads.
+        timer, reduced = self._new_timer(battery)
+        timer.spawn()
+        reference = None
+        if any(self._calibrated(perf) is None for perf in todo) and self._reference is None \
+                and not self._reference_problem and self.assignment.reference:
+            reference = self._new_reference()
+            reference.spawn()
         with ThreadPoolExecutor(max_workers=2) as pool:
-            # The timer (and, without a calibration, the reference) start while the student's worker records.
-            timer = pool.submit(self._timer_for, battery)
-            if any(self._calibrated(perf) is None for perf in todo):
-                pool.submit(self._ensure_reference)
+            timer_reply = pool.submit(_finish_start, timer)
+            reference_reply = pool.submit(_finish_start, reference) if reference is not None else None
             for perf in todo:
                 with clock.phase("timing/record"):
                     prepared = self._record(perf, battery)
@@ -258,7 +264,9 @@ class PerfRunner:
                     ready.append(prepared)
             battery.stop_workers()  # nothing of the student's runs while anything is timed
             with clock.phase("timing/start-workers"):
-                timer.result()
+                self._adopt_timer(timer, reduced, timer_reply.result())
+                if reference is not None and reference_reply is not None:
+                    self._adopt_reference(reference, reference_reply.result())
         slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
         with slot.exclusive() if slot else contextlib.nullcontext():
             for prepared in ready:
@@ -281,6 +289,14 @@ class PerfRunner:
                 self._reference = self.start_reference()
             except RuntimeError as exc:
                 self._reference_problem = f"the reference solution could not be loaded: {exc}"
+
+    def _adopt_reference(self, worker: Worker, reply: dict[str, Any]) -> None:
+        if reply.get("ok"):
+            self._reference = worker
+        else:
+            worker.close()
+            message = str(reply.get("error", {}).get("message", ""))[:300]
+            self._reference_problem = f"the reference solution could not be loaded: {message}"
 
     # ------------------------------------------------------------------ 1-2: record and plan
 
@@ -381,28 +397,35 @@ class PerfRunner:
         calibration.store(key, made)
         return made
 
-    def _timer_for(self, battery: Battery) -> Worker | str:
-        """A worker that loaded only the submission's kernels (no other line of it runs there)."""
-        if self._timer is not None:
-            return self._timer
+    def _new_timer(self, battery: Battery) -> tuple[Worker, KernelSource]:
+        """A worker (not started) that will load only the submission's kernels: no other line of it."""
         reduced = kernels_only(battery.submission.read_text(encoding="utf-8", errors="replace"))
         path = self._folder / battery.submission.name
         path.write_text(reduced.text, encoding="utf-8")
         worker = Worker(path, list(reduced.kernels), WorkerOptions(
             backend="cuda" if self.device == "cuda" else "interpreter",
             import_timeout_s=self.assignment.import_timeout_s), battery.triton_cache)
-        try:
-            reply = worker.start()
-        except WorkerFailure as failure:
-            reply = {"ok": False, "error": {"message": failure.detail}}
-        if not reply.get("ok"):
-            worker.close()
-            dropped = "; ".join(f"line {line}: {what}" for line, what in reduced.dropped[:5])
-            return ("your kernels could not be loaded on their own (timed runs load only the @triton.jit "
-                    f"functions and constants of your file): {error_message(reply.get('error', {}), path.name)}"
-                    + (f" (left out: {dropped})" if dropped else ""))
-        self._timer = worker
-        return worker
+        return worker, reduced
+
+    def _adopt_timer(self, worker: Worker, reduced: KernelSource, reply: dict[str, Any]) -> None:
+        if reply.get("ok"):
+            self._timer = worker
+            self._timer_problem = ""
+            return
+        worker.close()
+        dropped = "; ".join(f"line {line}: {what}" for line, what in reduced.dropped[:5])
+        self._timer_problem = (
+            "your kernels could not be loaded on their own (timed runs load only the @triton.jit functions and "
+            f"constants of your file): {error_message(reply.get('error', {}), worker.submission.name)}"
+            + (f" (left out: {dropped})" if dropped else ""))
+
+    def _timer_for(self, battery: Battery) -> Worker | str:
+        """The timer worker, started now if it is not running (after a failure, say)."""
+        if self._timer is None:
+            worker, reduced = self._new_timer(battery)
+            worker.spawn()
+            self._adopt_timer(worker, reduced, _finish_start(worker))
+        return self._timer if self._timer is not None else self._timer_problem
 
     def _drop_timer(self) -> None:
         if self._timer is not None:
@@ -450,19 +473,17 @@ class PerfRunner:
         torch.cuda.empty_cache()
         return list(measured.medians_ms)
 
+    def _new_reference(self) -> Worker:
+        path = (self.assignment.root / self.assignment.reference).resolve()
+        return Worker(path, list(self.assignment.required_symbols),
+                      WorkerOptions(backend="cuda" if self.device == "cuda" else "interpreter",
+                                    import_timeout_s=self.assignment.import_timeout_s))
+
     def start_reference(self) -> Worker:
         """A worker running the assignment's reference solution (trusted code, same timing path)."""
-        path = (self.assignment.root / self.assignment.reference).resolve()
-        worker = Worker(
-            path,
-            list(self.assignment.required_symbols),
-            WorkerOptions(backend="cuda" if self.device == "cuda" else "interpreter",
-                          import_timeout_s=self.assignment.import_timeout_s),
-        )
-        try:
-            reply = worker.start()
-        except WorkerFailure as failure:
-            reply = {"ok": False, "error": {"message": failure.detail}}
+        worker = self._new_reference()
+        worker.spawn()
+        reply = _finish_start(worker)
         if not reply.get("ok"):
             worker.close()
             raise RuntimeError(str(reply.get("error", {}).get("message", ""))[:300])
@@ -492,6 +513,13 @@ class PerfRunner:
         if isinstance(timed, str):
             return None, f"the reference could not be timed: {timed}"
         return timed[1] or None, ""
+
+
+def _finish_start(worker: Worker) -> dict[str, Any]:
+    try:
+        return worker.finish_start()
+    except WorkerFailure as failure:
+        return {"ok": False, "error": {"message": failure.detail}}
 
 
 def _failed(perf: PerfCase, detail: str, device: DeviceInfo | None = None) -> PerfResult:
