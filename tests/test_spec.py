@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from grader.authoring.mutants import load_mutants
 from grader.catalog import trap_catalog
 from grader.cli import main
 from grader.problems import load_problems
@@ -214,7 +215,7 @@ def test_every_exposed_and_signature_trap_is_documented(fused_layers) -> None:
 
 def test_reference_and_mutants_exist(fused_layers) -> None:
     assert (fused_layers.root / fused_layers.reference).is_file()
-    assert sorted((fused_layers.root / fused_layers.mutants).glob("*.py"))
+    assert load_mutants(fused_layers.root)
 
 
 # ------------------------------------------------------------------------------------ performance cases
