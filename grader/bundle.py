@@ -8,7 +8,8 @@ The zip holds, at its root (Gradescope unpacks it into /autograder/source):
     run_autograder     run as root for every submission (Gradescope copies it to /autograder/)
     requirements.txt   the grader's dependencies, torch pinned
     bundle.json        what was bundled: assignment, grader version, torch, seed
-    kernel-grader/     the grader package and this one assignment (never the reference solution)
+    kernel-grader/     the grader package and this one assignment (never the reference solution, nor the
+                       mutant corpus: its variants are correct solutions too)
 
 `run_autograder` calls `python -m grader.bundle run`, which finds the submission file in
 /autograder/submission, grades it with `grader grade` in a process of its own (with a wall-clock
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.atomic import write_json
+from grader.authoring.mutants import CORPUS_NAMES
 from grader.spec import Assignment
 
 BUNDLE_FORMAT_VERSION = 1
@@ -114,7 +116,8 @@ def bundle_files(options: BundleOptions) -> dict[str, tuple[bytes, int]]:
     for path in _tree(package_root()):
         name = f"{PROJECT_DIR}/grader/{path.relative_to(package_root()).as_posix()}"
         files[name] = (path.read_bytes(), 0o644)
-    assignment_files = _tree(assignment.root)
+    assignment_files = [p for p in _tree(assignment.root)
+                        if p.relative_to(assignment.root).parts[0] not in CORPUS_NAMES]
     for path in assignment_files:
         name = f"{PROJECT_DIR}/assignments/{assignment.id}/{path.relative_to(assignment.root).as_posix()}"
         files[name] = (path.read_bytes(), 0o644)

@@ -53,8 +53,10 @@ def test_bundle_contents(bundle: Path, tmp_path: Path, assignment: Assignment) -
                    "grader/generic_traps.toml", "grader/templates/report.md.j2",
                    "assignments/fused_layers/assignment.toml", "assignments/fused_layers/oracles.py"):
         assert f"kernel-grader/{needed}" in names, needed
-    unwanted = ("reference", "mutants", "__pycache__", ".pyc")
+    unwanted = ("reference", "__pycache__", ".pyc")
     assert not [n for n in names if any(u in n for u in unwanted)]
+    corpus = ("mutants", "variants")  # the mutant corpus (its variants are correct solutions)
+    assert not [n for n in names if n.startswith("kernel-grader/assignments/") and any(c in n for c in corpus)]
     assert not [n for n in names if n.startswith("kernel-grader/assignments/") and "/fused_layers/" not in n]
     assert manifest["assignment"] == "fused_layers" and manifest["torch"] == "cpu"
     assert manifest["submission_file"] == assignment.submission_file

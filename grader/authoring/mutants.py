@@ -44,6 +44,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 PATCHES = "mutants.toml"
 WHOLE_MUTANTS = "mutants"
 VARIANTS = "variants"
+CORPUS_NAMES = (PATCHES, WHOLE_MUTANTS, VARIANTS)  # what of an assignment's folder is the corpus
 KINDS = ("reference", "patch", "mutant", "variant")
 RESERVED_ID = "reference"  # the reference's own id in a corpus
 
