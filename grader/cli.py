@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from grader import report
-from grader.authoring.mutants import MutantError, load_mutants, write_mutant
+from grader.authoring.mutants import Mutant, MutantError, load_mutants, write_mutant
 from grader.discovery import (
     AssignmentNotFound,
     assignment_for_submission,
@@ -164,10 +164,8 @@ def cmd_mutant(args: argparse.Namespace, root: Path) -> int:
     if args.list:
         if args.ids or args.all or args.write or args.diff:
             raise UsageError("--list takes no mutant ids, --all, --write or --diff")
-        width = max((len(i) for i in mutants), default=0)
         print(f"{assignment.id}: {len(mutants)} mutants and variants (id, kind, [expected traps], mistake)")
-        for m in mutants.values():
-            print(f"  {m.id:{width}}  {m.kind:7}  [{_traps_text(m.traps, m.overrides)}]  {m.mistake}")
+        print(_mutant_table(list(mutants.values())))
         return 0
     if bool(args.ids) == args.all or not (args.write or args.diff):
         raise UsageError("name mutant ids (or --all) with --write DIR and/or --diff, or use --list")
@@ -185,13 +183,18 @@ def cmd_mutant(args: argparse.Namespace, root: Path) -> int:
             print(mutant.diff(text, reference_name=path.name), end="")
         if args.write:
             written = write_mutant(mutant, text, args.write, f"{mutant.id}.py", reference_name=str(path))
-            print(f"wrote {written}  (expect: {', '.join(mutant.traps) or 'none'})")
+            print(f"wrote {written}  (expect: {_traps_text(mutant)})")
     return 0
 
 
-def _traps_text(traps: tuple[str, ...], overrides: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
-    text = ", ".join(traps) or "none"
-    return text + "".join(f" ({backend}: {', '.join(t) or 'none'})" for backend, t in overrides)
+def _mutant_table(mutants: list[Mutant]) -> str:
+    width = max((len(m.id) for m in mutants), default=0)
+    return "\n".join(f"  {m.id:{width}}  {m.kind:7}  [{_traps_text(m)}]  {m.mistake}" for m in mutants)
+
+
+def _traps_text(mutant: Mutant) -> str:
+    text = ", ".join(mutant.traps) or "none"
+    return text + "".join(f" ({backend}: {', '.join(t) or 'none'})" for backend, t in mutant.overrides)
 
 
 def cmd_list(root: Path) -> int:
