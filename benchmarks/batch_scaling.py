@@ -2,7 +2,7 @@
 
     python benchmarks/batch_scaling.py [--workers 1 2] [--backend auto] [--seed 0] [--skip hang] [--keep DIR]
 
-Copies the corpus into a temporary folder (one student per file), runs `grader batch` once per worker
+Writes the corpus into a temporary folder (one student per mutant, named by its id), runs `grader batch` once per worker
 count into a fresh output folder, prints the wall-clock time of each run and the ratio to the first,
 and fails unless every run's gradebook is identical to the first one's (run details aside: grading
 times, timestamps, GPU).
@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from grader.authoring.discovery import assignments_root, find_assignment
+from grader.authoring.mutants import write_mutant
 from grader.cli import main as grader_main
-from grader.operations.selftest import corpus
+from grader.operations.selftest import corpus, reference_path
 from grader.publishing.gradebook import RUN_DETAIL_FIELDS
 
 MIN_SUBMISSIONS = 20
@@ -55,20 +56,21 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--skip", nargs="*", default=[], help="corpus file stems to leave out (e.g. hang)")
+    parser.add_argument("--skip", nargs="*", default=[], help="corpus ids to leave out (e.g. hang)")
     parser.add_argument("--keep", type=Path, help="keep the batch output folders here")
     args = parser.parse_args()
 
     assignment = find_assignment(args.assignment, assignments_root())
-    files = [p for p in corpus(assignment) if p.stem not in args.skip]
-    if len(files) < MIN_SUBMISSIONS:
-        sys.exit(f"only {len(files)} submissions in the corpus; the benchmark wants {MIN_SUBMISSIONS}")
+    mutants = [m for m in corpus(assignment) if m.id not in args.skip]
+    if len(mutants) < MIN_SUBMISSIONS:
+        sys.exit(f"only {len(mutants)} submissions in the corpus; the benchmark wants {MIN_SUBMISSIONS}")
+    reference = reference_path(assignment).read_text(encoding="utf-8")
     work = Path(tempfile.mkdtemp(prefix="batch-scaling-"))
     try:
         submissions = work / "submissions"
         submissions.mkdir()
-        for path in files:
-            shutil.copyfile(path, submissions / path.name)
+        for mutant in mutants:
+            write_mutant(mutant, reference, submissions, f"{mutant.id}.py")
         results = []
         for workers in args.workers:
             out = (args.keep or work) / f"out-{workers}-workers"

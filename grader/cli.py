@@ -1,4 +1,4 @@
-"""Command line: `grader grade | check | selftest | list`. `main(argv) -> int`; a thin entry point."""
+"""Command line: `grader grade | check | selftest | mutant | list`. `main(argv) -> int`; a thin entry point."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from grader.authoring.discovery import (
     find_assignment,
     list_assignment_ids,
 )
+from grader.authoring.mutants import Mutant, MutantError, load_mutants, write_mutant
 from grader.authoring.spec import Assignment, SpecError
 from grader.operations.environment import detect_backend
 from grader.operations.executors import EXECUTORS
@@ -52,6 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, help="also write each submission's results and reports here")
     _common(s)
 
+    m = sub.add_parser("mutant", help="write out, diff or list an assignment's mutants (the selftest corpus)")
+    m.add_argument("ids", nargs="*", metavar="ID", help="mutant ids (see --list)")
+    m.add_argument("--assignment", required=True)
+    m.add_argument("--write", type=Path, metavar="DIR", help="write each mutant as the submission DIR/<id>.py")
+    m.add_argument("--diff", action="store_true", help="print each mutant's unified diff against the reference")
+    m.add_argument("--all", action="store_true", help="every mutant and variant of the assignment")
+    m.add_argument("--list", action="store_true", help="list the mutants with their traps and mistakes")
+
     sub.add_parser("list", help="list the assignments with their kernels, functions and points")
     _add_batch_parsers(sub)
     return parser
@@ -74,11 +83,13 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_check(args, root)
         if args.command == "selftest":
             return cmd_selftest(args, root)
+        if args.command == "mutant":
+            return cmd_mutant(args, root)
         if args.command == "batch":
             return cmd_batch(args, root)
         if args.command == "gradescope-bundle":
             return cmd_gradescope_bundle(args, root)
-    except (UsageError, SpecError, AssignmentNotFound) as exc:
+    except (UsageError, SpecError, AssignmentNotFound, MutantError) as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return 2
     raise AssertionError(args.command)
@@ -145,6 +156,47 @@ def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
     print(f"selftest {assignment.id} on {backend}, seed {seed}")
     print(format_table(rows))
     return 0 if rows and all(r.ok for r in rows) else 1
+
+
+def cmd_mutant(args: argparse.Namespace, root: Path) -> int:
+    from grader.operations.selftest import reference_path
+
+    assignment = find_assignment(args.assignment, root)
+    mutants = {m.id: m for m in load_mutants(assignment.root)}
+    if args.list:
+        if args.ids or args.all or args.write or args.diff:
+            raise UsageError("--list takes no mutant ids, --all, --write or --diff")
+        print(f"{assignment.id}: {len(mutants)} mutants and variants (id, kind, [expected traps], mistake)")
+        print(_mutant_table(list(mutants.values())))
+        return 0
+    if bool(args.ids) == args.all or not (args.write or args.diff):
+        raise UsageError("name mutant ids (or --all) with --write DIR and/or --diff, or use --list")
+    ids = list(mutants) if args.all else args.ids
+    unknown = [i for i in ids if i not in mutants]
+    if unknown:
+        raise UsageError(f"no mutant {unknown[0]!r} in {assignment.id} (known: {', '.join(mutants)})")
+    path = reference_path(assignment)
+    text = path.read_text(encoding="utf-8")
+    for mutant_id in ids:  # every patch applies before anything is written
+        mutants[mutant_id].source(text, str(path))
+    for mutant_id in ids:
+        mutant = mutants[mutant_id]
+        if args.diff:
+            print(mutant.diff(text, reference_name=path.name), end="")
+        if args.write:
+            written = write_mutant(mutant, text, args.write, f"{mutant.id}.py", reference_name=str(path))
+            print(f"wrote {written}  (expect: {_traps_text(mutant)})")
+    return 0
+
+
+def _mutant_table(mutants: list[Mutant]) -> str:
+    width = max((len(m.id) for m in mutants), default=0)
+    return "\n".join(f"  {m.id:{width}}  {m.kind:7}  [{_traps_text(m)}]  {m.mistake}" for m in mutants)
+
+
+def _traps_text(mutant: Mutant) -> str:
+    text = ", ".join(mutant.traps) or "none"
+    return text + "".join(f" ({backend}: {', '.join(t) or 'none'})" for backend, t in mutant.overrides)
 
 
 def cmd_list(root: Path) -> int:

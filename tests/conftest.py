@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 
+from grader.authoring.mutants import Mutant
+from grader.authoring.spec import load_assignment
 from grader.cli import main
+from grader.operations.selftest import corpus, reference_path
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "fused_layers"
@@ -49,6 +52,14 @@ def plant(source: str, old: str, new: str, count: int = 1) -> str:
         return source.replace(old, new, 1)
     assert found == count, f"{old!r} occurs {found} times, expected {count}"
     return source.replace(old, new)
+
+
+def corpus_mutant(mutant_id: str, assignment_id: str = ASSIGNMENT) -> tuple[Mutant, str]:
+    """A mutant (or variant) of an assignment's corpus and its submission text: a patch applied to the
+    reference, or the whole file."""
+    assignment = load_assignment(ROOT / "assignments" / assignment_id / "assignment.toml")
+    (mutant,) = [m for m in corpus(assignment) if m.id == mutant_id]
+    return mutant, mutant.source(reference_path(assignment).read_text(encoding="utf-8"))
 
 
 def _reject_constant(name: str) -> None:

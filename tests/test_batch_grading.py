@@ -26,20 +26,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import corpus_mutant
 
-from grader import batch
 from grader.cli import main
-from grader.operations.selftest import expected_traps
+from grader.operations import batch
 from grader.publishing.gradebook import RUN_DETAIL_FIELDS
 
 pytestmark = pytest.mark.slow
 
 SEED = "3"
-CORPUS = {  # student -> file under reference/ (fast to grade: ~7 s each)
-    "alice": "fused_layers.py",
-    "bob": "mutants/fused_layers/syntax_error.py",
-    "carol": "mutants/fused_layers/crash_at_import.py",
-    "dave": "mutants/fused_layers/missing_symbol.py",
+CORPUS = {  # student -> id in the fused_layers corpus (fast to grade: ~7 s each)
+    "alice": "reference",
+    "bob": "syntax_error",
+    "carol": "crash_at_import",
+    "dave": "missing_symbol",
 }
 
 
@@ -47,8 +47,8 @@ CORPUS = {  # student -> file under reference/ (fast to grade: ~7 s each)
 def corpus(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
     folder = tmp_path_factory.mktemp("class") / "submissions"
     folder.mkdir()
-    for student, source in CORPUS.items():
-        shutil.copyfile(repo_root / "reference" / source, folder / f"{student}.py")
+    for student, mutant_id in CORPUS.items():
+        (folder / f"{student}.py").write_text(corpus_mutant(mutant_id)[1], encoding="utf-8")
     return folder
 
 
@@ -91,9 +91,9 @@ def test_one_worker_grades_every_submission_right(one_worker: Path, repo_root: P
     assert book["summary"]["graded"] == book["summary"]["students"] == 4
     rows = {row["student"]: row for row in book["rows"]}
     assert list(rows) == sorted(CORPUS)
-    for student, source in CORPUS.items():
-        expected = expected_traps(repo_root / "reference" / source, "interpreter")
-        assert tuple(rows[student]["traps"]) == (expected or ()), student
+    for student, mutant_id in CORPUS.items():
+        expected = corpus_mutant(mutant_id)[0].expected("interpreter")
+        assert tuple(rows[student]["traps"]) == expected, student
         assert rows[student]["seed"] == int(SEED) and rows[student]["status"] == "graded"
         assert (one_worker / student / "results.json").is_file()
         assert (one_worker / student / "report.html").is_file()

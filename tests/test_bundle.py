@@ -54,8 +54,10 @@ def test_bundle_contents(bundle: Path, tmp_path: Path, assignment: Assignment) -
                    "grader/authoring/generic_traps.toml", "grader/publishing/templates/report.md.j2",
                    "assignments/fused_layers/assignment.toml", "assignments/fused_layers/oracles.py"):
         assert f"kernel-grader/{needed}" in names, needed
-    unwanted = ("reference", "mutants", "variants", "template/", "__pycache__", ".pyc")
-    assert not [n for n in names if any(u in n for u in unwanted)]
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    # no authoring material: the reference, the template, the mutant corpus (its variants are correct solutions)
+    authoring = ("/reference.py", "/template/", "/mutants.toml", "/mutants/", "/variants/")
+    assert not [n for n in names if n.startswith("kernel-grader/assignments/") and any(a in n for a in authoring)]
     assert not [n for n in names if n.startswith("kernel-grader/assignments/") and "/fused_layers/" not in n]
     assert manifest["assignment"] == "fused_layers" and manifest["torch"] == "cpu"
     assert manifest["submission_file"] == assignment.submission_file

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from conftest import corpus_mutant
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment, load_assignment
@@ -39,8 +40,7 @@ def mutant(repo_root: Path, grade_text: Callable) -> Callable:
 
     def grade(name: str):
         if name not in graded:
-            path = repo_root / "reference" / "mutants" / "fused_layers" / f"{name}.py"
-            graded[name] = grade_text(path.read_text(encoding="utf-8"))
+            graded[name] = grade_text(corpus_mutant(name)[1])
         return graded[name]
 
     return grade

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.authoring.catalog import trap_catalog
+from grader.authoring.mutants import load_mutants
 from grader.authoring.spec import load_assignment
 from grader.operations.selftest import SelftestRow, corpus, expected_traps, format_table
 
@@ -81,16 +81,10 @@ def test_format_table_flags_misses() -> None:
                for line in lines)
 
 
-def test_every_corpus_file_names_known_traps(repo_root: Path) -> None:
+def test_corpus_is_the_reference_then_every_mutant(repo_root: Path) -> None:
+    """Which traps each mutant names, and that they are known, is tested in test_mutants.py."""
     assignment = load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
-    catalog = trap_catalog(assignment)
-    files = corpus(assignment)
-    mutants = sorted((repo_root / "reference" / "mutants" / "fused_layers").glob("*.py"))
-    assert files[0].name == "fused_layers.py" and files[0].parent.name == "reference"
-    assert files[1:] == [m.resolve() for m in mutants]
-    for path in mutants:
-        for backend in ("interpreter", "cuda"):
-            expected = expected_traps(path, backend)
-            assert expected is not None, f"{path.name} has no '# expect:' line for {backend}"
-            for trap in expected:
-                assert trap in catalog, (path.name, backend, trap)
+    reference, *mutants = corpus(assignment)
+    assert (reference.id, reference.kind, reference.traps, reference.edits) == ("reference", "reference", (), ())
+    assert reference.origin == (repo_root / "reference" / "fused_layers.py").resolve()
+    assert tuple(mutants) == load_mutants(assignment.root)

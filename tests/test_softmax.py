@@ -9,21 +9,22 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from conftest import corpus_mutant
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import InputMaker
+from grader.authoring.mutants import load_mutants
 from grader.authoring.oracle_loader import load_module, load_problems
 from grader.authoring.spec import BACKENDS, load_assignment
 from grader.cli import main
 from grader.judging.compare import compare
 from grader.judging.diagnosis import match_traps
-from grader.operations.selftest import corpus, expected_traps, format_table, run_selftest
+from grader.operations.selftest import corpus, format_table, run_selftest
 from grader.seeds import case_seed
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,11 +34,11 @@ NEG_INF = float("-inf")
 
 # Each assignment trap's mutant, and the targets whose code carries the mistake.
 TRAP_MUTANTS = {
-    "no_max_subtraction.py": ("no-max-subtraction", {"softmax_kernel", "online_softmax_kernel", "softmax"}),
-    "padding_zero.py": ("padding-zero-not-neg-inf", {"softmax_kernel", "online_softmax_kernel", "softmax"}),
-    "padding_zero_masked_max.py": ("padding-zero-not-neg-inf", {"softmax_kernel", "softmax"}),
-    "online_rescale_missing.py": ("online-rescale-missing", {"online_softmax_kernel"}),
-    "wrong_axis.py": ("wrong-axis", {"softmax_kernel", "online_softmax_kernel", "softmax"}),
+    "no_max_subtraction": ("no-max-subtraction", {"softmax_kernel", "online_softmax_kernel", "softmax"}),
+    "padding_zero": ("padding-zero-not-neg-inf", {"softmax_kernel", "online_softmax_kernel", "softmax"}),
+    "padding_zero_masked_max": ("padding-zero-not-neg-inf", {"softmax_kernel", "softmax"}),
+    "online_rescale_missing": ("online-rescale-missing", {"online_softmax_kernel"}),
+    "wrong_axis": ("wrong-axis", {"softmax_kernel", "online_softmax_kernel", "softmax"}),
 }
 
 
@@ -113,13 +114,13 @@ def test_every_trap_is_documented_exposed_and_has_a_mutant(spec, problem) -> Non
     for case in spec.cases:
         for trap in case.exposes:
             assert trap in catalog, (case.id, trap)
-    mutants = sorted((spec.root / spec.mutants).glob("*.py"))
-    expected = {t for path in mutants for t in (expected_traps(path) or ())}
+    mutants = load_mutants(spec.root)
+    expected = {t for m in mutants for backend in BACKENDS for t in m.expected(backend)}
     for trap in spec.traps:
         assert any(trap in c.exposes for c in spec.cases), trap
         assert trap in expected, f"no mutant expects {trap}"
     assert expected <= set(catalog)
-    assert {name for name in TRAP_MUTANTS} <= {p.name for p in mutants}
+    assert set(TRAP_MUTANTS) <= {m.id for m in mutants}
 
 
 def test_list_shows_both_assignments(capsys: pytest.CaptureFixture[str]) -> None:
@@ -269,11 +270,11 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"results.json contains {name}, which is not JSON")
 
 
-def grade_copy(source: Path, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
-    """Copy `source` to tmp_path/softmax.py, grade it through `grader.cli.main`, return (exit code,
+def grade_copy(text: str, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
+    """Write `text` to tmp_path/softmax.py, grade it through `grader.cli.main`, return (exit code,
     parsed results.json, what the CLI printed)."""
     submission = tmp_path / "softmax.py"
-    shutil.copyfile(source, submission)
+    submission.write_text(text, encoding="utf-8")
     out = tmp_path / "out"
     argv = ["--assignments", str(ROOT / "assignments"), "grade", str(submission), "--assignment", "softmax",
             "--out", str(out), "--seed", str(SEED), "--backend", "interpreter"]
@@ -286,7 +287,7 @@ def grade_copy(source: Path, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
 
 @pytest.mark.slow
 def test_reference_gets_full_marks(spec, tmp_path: Path) -> None:
-    code, results, printed = grade_copy(ROOT / "reference" / "softmax.py", tmp_path)
+    code, results, printed = grade_copy((ROOT / "reference" / "softmax.py").read_text(encoding="utf-8"), tmp_path)
     assert code == 0
     assert results["score"] == results["extra_data"]["max_score"] == spec.max_score == 27
     assert results["extra_data"]["traps"] == []
@@ -303,11 +304,11 @@ def test_reference_gets_full_marks(spec, tmp_path: Path) -> None:
 @pytest.mark.parametrize("mutant", sorted(TRAP_MUTANTS))
 def test_each_trap_is_named_on_its_mutant(spec, mutant: str, tmp_path: Path) -> None:
     trap, targets = TRAP_MUTANTS[mutant]
-    path = ROOT / "reference" / "mutants" / "softmax" / mutant
-    code, results, _ = grade_copy(path, tmp_path)
+    corpus_entry, text = corpus_mutant(mutant, "softmax")
+    code, results, _ = grade_copy(text, tmp_path)
     assert code == 0
     assert trap in results["extra_data"]["traps"]
-    assert set(results["extra_data"]["traps"]) == set(expected_traps(path) or ())
+    assert set(results["extra_data"]["traps"]) == set(corpus_entry.expected("interpreter"))
     assert results["score"] < results["extra_data"]["max_score"]
     by_id = {t["extra_data"]["case_id"]: t for t in results["tests"]}
     exposing = [c.id for c in spec.cases if trap in c.exposes and c.target in targets]
@@ -324,6 +325,6 @@ def test_each_trap_is_named_on_its_mutant(spec, mutant: str, tmp_path: Path) -> 
 @pytest.mark.slow
 def test_selftest_corpus_is_diagnosed_exactly(spec) -> None:
     rows = run_selftest(spec, "interpreter", seed=5, jobs=2)
-    assert {r.submission for r in rows} == {p.name for p in corpus(spec)}
+    assert [r.submission for r in rows] == [m.id for m in corpus(spec)]
     assert sum(not r.expected for r in rows) >= 4  # the reference and three correct variants
     assert all(r.ok for r in rows), format_table(rows)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from grader.authoring.catalog import trap_catalog
+from grader.authoring.mutants import load_mutants
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import BACKENDS, SpecError, TrapText, load_assignment
 from grader.cli import main
@@ -240,7 +241,7 @@ def test_every_exposed_and_signature_trap_is_documented(fused_layers) -> None:
 
 def test_reference_and_mutants_exist(fused_layers) -> None:
     assert (fused_layers.root / fused_layers.reference).is_file()
-    assert sorted((fused_layers.root / fused_layers.mutants).glob("*.py"))
+    assert load_mutants(fused_layers.root)
 
 
 # ------------------------------------------------------------------------------------ performance cases

@@ -1,0 +1,1 @@
+"""Tools for the people who write assignments (not run while grading students)."""

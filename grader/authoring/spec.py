@@ -201,8 +201,7 @@ class Assignment:
     import_timeout_s: float
     hidden_visibility: str
     chapter: str = ""
-    reference: str = ""  # path (relative to the spec) of the reference solution, for selftest
-    mutants: str = ""  # folder (relative to the spec) of the mutant corpus, for selftest
+    reference: str = REFERENCE_FILE  # path (relative to the spec) of the reference solution
     performance: tuple[PerfCase, ...] = ()  # timed cases ([[performance]]), CUDA only
     input_kinds: Mapping[str, str] = field(default_factory=dict)  # the assignment's own input kinds, in words
 
@@ -312,7 +311,7 @@ def load_assignment(spec_path: Path) -> Assignment:
     head = top.sub("assignment")
     head.reject_unknown(
         {"id", "title", "module", "submission_file", "chapter", "call_timeout_s", "import_timeout_s",
-         "hidden_visibility", "reference", "mutants"}
+         "hidden_visibility", "reference"}
     )
     tolerances = _load_tolerances(top)
     kernels = {name: _load_kernel(name, r) for name, r in top.subs("kernels").items()}
@@ -348,8 +347,7 @@ def load_assignment(spec_path: Path) -> Assignment:
             "hidden_visibility", ("hidden", "after_due_date", "after_published"), "after_due_date"
         ),
         chapter=head.get("chapter", str, ""),
-        reference=head.get("reference", str, ""),
-        mutants=head.get("mutants", str, ""),
+        reference=head.get("reference", str, REFERENCE_FILE),
         performance=performance,
         input_kinds=dict(kinds),
     )

@@ -8,7 +8,8 @@ The zip holds, at its root (Gradescope unpacks it into /autograder/source):
     run_autograder     run as root for every submission (Gradescope copies it to /autograder/)
     requirements.txt   the grader's dependencies, torch pinned
     bundle.json        what was bundled: assignment, grader version, torch, seed
-    kernel-grader/     the grader package and this one assignment (never the reference solution)
+    kernel-grader/     the grader package and this one assignment (never the reference solution, nor the
+                       mutant corpus: its variants are correct solutions too)
 
 `run_autograder` calls `python -m grader.operations.bundle run`, which finds the submission file in
 /autograder/submission, grades it in a process of its own with a wall-clock limit, the way

@@ -1,23 +1,23 @@
 """Selftest: grade an assignment's reference and mutant corpus; every trap must be named exactly.
 
-Each corpus file starts with `# expect: trap-id[, trap-id...]` (or `# expect: none` for correct
-submissions, which must also get full marks). A row passes when the diagnosed traps equal the
-expected ones.
+The corpus is the reference plus what `grader.authoring.mutants.load_mutants` finds in the assignment's
+folder: patch mutants (mutants.toml), whole-file mutants (mutants/) and variants (variants/). Each is
+written as a real submission file into a temporary folder and graded like a student's. A row passes
+when the diagnosed traps equal the expected ones; a correct submission must also get full marks.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import re
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from grader.authoring.spec import Assignment
+from grader.authoring.mutants import RESERVED_ID, Mutant, load_mutants, parse_header, write_mutant
+from grader.authoring.spec import Assignment, SpecError
 from grader.operations.grade import GradeRequest, grade
 from grader.publishing.files import write_outputs
-
-_EXPECT = re.compile(r"^#\s*expect(?:-(\w+))?:\s*(.+)$")
 
 
 @dataclass(frozen=True)
@@ -37,44 +37,47 @@ class SelftestRow:
 
 
 def expected_traps(path: Path, backend: str = "interpreter") -> tuple[str, ...] | None:
-    """From the file's leading comment lines: `# expect: ...`, overridden by `# expect-<backend>: ...`
+    """From a whole file's leading comment lines: `# expect: ...`, overridden by `# expect-<backend>: ...`
     where a backend diagnoses differently (e.g. the GPU itself rejects what the interpreter runs)."""
-    general = specific = None
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            match = _EXPECT.match(line.strip())
-            if not match:
-                if line.strip() and not line.startswith("#"):
-                    break
-                continue
-            value = match.group(2).strip()
-            traps = () if value == "none" else tuple(t.strip() for t in value.split(",") if t.strip())
-            if match.group(1) is None:
-                general = traps
-            elif match.group(1) == backend:
-                specific = traps
-    return specific if specific is not None else general
+        return parse_header(f).expected(backend)
 
 
-def corpus(assignment: Assignment) -> list[Path]:
-    files = []
-    if assignment.reference:
-        files.append(assignment.root / assignment.reference)
-    if assignment.mutants:
-        files.extend(sorted((assignment.root / assignment.mutants).glob("*.py")))
-    return [f.resolve() for f in files]
+def reference_path(assignment: Assignment) -> Path:
+    """The reference solution the spec names: what every patch mutant is applied to."""
+    path = (assignment.root / assignment.reference).resolve()
+    if not assignment.reference or not path.is_file():
+        problem = f"names {assignment.reference!r}, which is not a file" if assignment.reference else "is not set"
+        raise SpecError(assignment.spec_path, "assignment.reference", f"{problem}; the selftest and the "
+                        "mutants need the reference solution")
+    return path
 
 
-def grade_one(args: tuple[Assignment, Path, str, int, Path | None]) -> SelftestRow:
-    assignment, path, backend, seed, out = args
-    expected = expected_traps(path, backend)
+def corpus(assignment: Assignment) -> tuple[Mutant, ...]:
+    """The reference (a patch with no edits), then every mutant and variant of the assignment."""
+    path = reference_path(assignment)
+    reference = Mutant(RESERVED_ID, "reference", (), "the reference solution", path)
+    return (reference, *load_mutants(assignment.root))
+
+
+def write_corpus(assignment: Assignment, folder: Path) -> list[tuple[Mutant, Path]]:
+    """Write every submission of the corpus as folder/<id>/<submission_file>. Every patch is applied
+    before anything is graded, so a patch the reference no longer matches fails at once (MutantError)."""
+    path = reference_path(assignment)
+    text = path.read_text(encoding="utf-8")
+    return [(m, write_mutant(m, text, folder / m.id, assignment.submission_file, reference_name=str(path)))
+            for m in corpus(assignment)]
+
+
+def grade_one(args: tuple[Assignment, Mutant, Path, str, int, Path | None]) -> SelftestRow:
+    assignment, mutant, path, backend, seed, out = args
     # Diagnosis only: the mutants' speed is beside the point (and would cost GPU time per submission).
     result, report = grade(GradeRequest(assignment, path, backend, seed=seed, performance=False))
     if out is not None:
-        write_outputs(out / path.stem, result, assignment, report)
+        write_outputs(out / mutant.id, result, assignment, report)
     return SelftestRow(
-        submission=path.name,
-        expected=expected if expected is not None else (),
+        submission=mutant.id,
+        expected=mutant.expected(backend),
         diagnosed=result.traps,
         score=result.score,
         max_score=result.max_score,
@@ -84,13 +87,14 @@ def grade_one(args: tuple[Assignment, Path, str, int, Path | None]) -> SelftestR
 
 def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1,
                  out: Path | None = None) -> list[SelftestRow]:
-    """Grade the corpus; with `out`, also write each submission's results under out/<file stem>/."""
-    work = [(assignment, path, backend, seed, out) for path in corpus(assignment)]
-    if jobs <= 1:
-        return [grade_one(w) for w in work]
-    # spawn, not fork: forking a process that already runs torch's thread pools can deadlock the child
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return list(pool.map(grade_one, work))
+    """Grade the corpus; with `out`, also write each submission's results under out/<id>/."""
+    with tempfile.TemporaryDirectory(prefix=f"selftest-{assignment.id}-") as tmp:
+        work = [(assignment, m, path, backend, seed, out) for m, path in write_corpus(assignment, Path(tmp))]
+        if jobs <= 1:
+            return [grade_one(w) for w in work]
+        # spawn, not fork: forking a process that already runs torch's thread pools can deadlock the child
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            return list(pool.map(grade_one, work))
 
 
 def format_table(rows: list[SelftestRow]) -> str:

@@ -552,7 +552,7 @@ def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, .
     """Folders student code has no business reading: the assignments (hidden cases, oracles), the
     reference and mutant corpus, and the folder the submission came from (other students' files)."""
     paths = [assignment.root.parent, Path(submission).resolve().parent]
-    for extra in (assignment.reference, assignment.mutants):
+    for extra in (assignment.reference,):
         if extra:
             target = (assignment.root / extra).resolve()
             paths.append(target.parent if target.is_file() else target)

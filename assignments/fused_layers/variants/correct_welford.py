@@ -1,5 +1,5 @@
-# expect: affine-swapped
-# mistake: layernorm computes x_norm * beta + gamma
+# expect: none
+# variant: row kernels merge 32-wide chunks with Chan's parallel Welford update
 """Reference solution for the ``fused_layers`` assignment (textbook chapter 20).
 
 Three Triton kernels, each followed by the host function that launches it:
@@ -87,12 +87,14 @@ def _linear_launch_config(M, N, K):
     """Block sizes, warps and pipeline stages for ``fused_linear_gelu_kernel``.
 
     Plain constants, no autotuning. Every block is at least 16, which ``tl.dot`` needs on a GPU.
-    Problems with enough output tiles to fill a large GPU (at least 128 of them) get 128x128
-    tiles on 8 warps; smaller ones get 64x64 tiles, shrunk towards the problem when it is
-    smaller still, so few lanes are wasted on masking.
+    Problems with enough output tiles to fill a large GPU (at least 128 of them) get 128x256
+    tiles on 8 warps with a 4-stage pipeline (measured on the H200 at 4096^3: 0.435 ms, 316 TFLOP/s,
+    against 0.590 ms for 128x128x32 with 3 stages; benchmarks/kernel_timings.py --explore);
+    smaller ones get 64x64 tiles, shrunk towards the problem when it is smaller still, so few
+    lanes are wasted on masking.
     """
-    if triton.cdiv(M, 128) * triton.cdiv(N, 128) >= 128:
-        return 128, 128, 32, 8, 3
+    if triton.cdiv(M, 128) * triton.cdiv(N, 256) >= 128:
+        return 128, 256, 32, 8, 4
     block_m = min(64, max(16, triton.next_power_of_2(M)))
     block_n = min(64, max(16, triton.next_power_of_2(N)))
     block_k = min(32, max(16, triton.next_power_of_2(K)))
@@ -143,16 +145,28 @@ def row_mean_var_kernel(
 ):
     """mean[row] = sum(x) / N, var[row] = sum((x - mean)^2) / N; grid = (M,)."""
     row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
-    x = tl.load(x_ptr + row * stride_m + cols, mask=mask, other=0.0).to(tl.float32)
-
-    # Divide by N, not BLOCK_N: the padded lanes are not part of the row.
-    mean = tl.sum(x, axis=0) / N
-    # Padded lanes loaded 0, so x - mean would be -mean there: zero them before squaring.
-    diff = tl.where(mask, x - mean, 0.0)
-    # Biased (population) variance: divide by N, as nn.LayerNorm does.
-    var = tl.sum(diff * diff, axis=0) / N
+    row_ptr = x_ptr + row * stride_m
+    # Walk the row in fixed CHUNK-wide pieces. Keep the count, mean and M2 (sum of squared
+    # deviations from the mean) of the columns seen so far, and merge each chunk's own
+    # statistics into them with Chan et al.'s parallel update: one pass over the row.
+    CHUNK: tl.constexpr = 32
+    count = 0.0
+    mean = 0.0
+    m2 = 0.0
+    for start in range(0, N, CHUNK):
+        cols = start + tl.arange(0, CHUNK)
+        mask = cols < N
+        x = tl.load(row_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        n_b = tl.sum(mask.to(tl.float32), axis=0)
+        mean_b = tl.sum(x, axis=0) / n_b
+        diff_b = tl.where(mask, x - mean_b, 0.0)
+        m2_b = tl.sum(diff_b * diff_b, axis=0)
+        n_ab = count + n_b
+        delta = mean_b - mean
+        mean = mean + delta * (n_b / n_ab)
+        m2 = m2 + m2_b + delta * delta * (count * n_b / n_ab)
+        count = n_ab
+    var = m2 / N
 
     tl.store(mean_ptr + row, mean, mask=row < M)
     tl.store(var_ptr + row, var, mask=row < M)
@@ -204,22 +218,40 @@ def layernorm_forward_kernel(
 ):
     """out = (x - mean) / sqrt(var + eps) * gamma + beta, row by row; grid = (M,)."""
     row = tl.program_id(0)
-    cols = tl.arange(0, BLOCK_N)
-    mask = cols < N
-    x = tl.load(x_ptr + row * stride_m + cols, mask=mask, other=0.0).to(tl.float32)
-
-    # The same two-pass statistics as row_mean_var_kernel, from the row already in registers.
-    mean = tl.sum(x, axis=0) / N
-    diff = tl.where(mask, x - mean, 0.0)
-    var = tl.sum(diff * diff, axis=0) / N
+    row_ptr = x_ptr + row * stride_m
+    # Walk the row in fixed CHUNK-wide pieces. Keep the count, mean and M2 (sum of squared
+    # deviations from the mean) of the columns seen so far, and merge each chunk's own
+    # statistics into them with Chan et al.'s parallel update: one pass over the row.
+    CHUNK: tl.constexpr = 32
+    count = 0.0
+    mean = 0.0
+    m2 = 0.0
+    for start in range(0, N, CHUNK):
+        cols = start + tl.arange(0, CHUNK)
+        mask = cols < N
+        x = tl.load(row_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        n_b = tl.sum(mask.to(tl.float32), axis=0)
+        mean_b = tl.sum(x, axis=0) / n_b
+        diff_b = tl.where(mask, x - mean_b, 0.0)
+        m2_b = tl.sum(diff_b * diff_b, axis=0)
+        n_ab = count + n_b
+        delta = mean_b - mean
+        mean = mean + delta * (n_b / n_ab)
+        m2 = m2 + m2_b + delta * delta * (count * n_b / n_ab)
+        count = n_ab
+    var = m2 / N
     # eps goes INSIDE the square root: 1 / sqrt(var + eps) stays bounded as var -> 0.
     inv_std = 1.0 / tl.sqrt(var + eps)
-    x_norm = diff * inv_std
-
-    gamma = tl.load(gamma_ptr + cols, mask=mask, other=1.0).to(tl.float32)
-    beta = tl.load(beta_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    y = x_norm * beta + gamma
-    tl.store(out_ptr + row * stride_m + cols, y, mask=mask)
+    # Last pass: normalise, scale, shift and store, chunk by chunk.
+    out_row_ptr = out_ptr + row * stride_m
+    for start in range(0, N, CHUNK):
+        cols = start + tl.arange(0, CHUNK)
+        mask = cols < N
+        x = tl.load(row_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        gamma = tl.load(gamma_ptr + cols, mask=mask, other=1.0).to(tl.float32)
+        beta = tl.load(beta_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        y = (x - mean) * inv_std * gamma + beta
+        tl.store(out_row_ptr + cols, y, mask=mask)
 
 
 def layernorm(x, weight, bias, eps=1e-5):

@@ -1,5 +1,5 @@
 # expect: none
-# correct, in another style: the online kernel keeps one running max and one running sum PER LANE
+# variant: the online kernel keeps one running max and one running sum PER LANE
 # (vectors of BLOCK_N) and combines the lanes once at the end; the chunk loop counts chunks
 # (tl.cdiv) instead of columns, and the wrapper always uses the online kernel with small chunks.
 """Softmax with a lane-wise online kernel (after the FlashAttention-style per-lane statistics)."""

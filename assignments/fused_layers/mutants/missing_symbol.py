@@ -1,5 +1,5 @@
-# expect: crash
-# mistake: os._exit(3) at import time
+# expect: missing-symbol
+# mistake: row_mean_var wrapper is absent
 """Reference solution for the ``fused_layers`` assignment (textbook chapter 20).
 
 Three Triton kernels, each followed by the host function that launches it:
@@ -24,13 +24,9 @@ Conventions shared by all three:
   layer agrees with a float64 oracle to a relative error of about 1e-3, not 1e-6.
 """
 
-import os
-
 import torch
 import triton
 import triton.language as tl
-
-os._exit(3)
 
 # ---------------------------------------------------------------------------
 # Fused Linear + bias + GELU
@@ -91,12 +87,14 @@ def _linear_launch_config(M, N, K):
     """Block sizes, warps and pipeline stages for ``fused_linear_gelu_kernel``.
 
     Plain constants, no autotuning. Every block is at least 16, which ``tl.dot`` needs on a GPU.
-    Problems with enough output tiles to fill a large GPU (at least 128 of them) get 128x128
-    tiles on 8 warps; smaller ones get 64x64 tiles, shrunk towards the problem when it is
-    smaller still, so few lanes are wasted on masking.
+    Problems with enough output tiles to fill a large GPU (at least 128 of them) get 128x256
+    tiles on 8 warps with a 4-stage pipeline (measured on the H200 at 4096^3: 0.435 ms, 316 TFLOP/s,
+    against 0.590 ms for 128x128x32 with 3 stages; benchmarks/kernel_timings.py --explore);
+    smaller ones get 64x64 tiles, shrunk towards the problem when it is smaller still, so few
+    lanes are wasted on masking.
     """
-    if triton.cdiv(M, 128) * triton.cdiv(N, 128) >= 128:
-        return 128, 128, 32, 8, 3
+    if triton.cdiv(M, 128) * triton.cdiv(N, 256) >= 128:
+        return 128, 256, 32, 8, 4
     block_m = min(64, max(16, triton.next_power_of_2(M)))
     block_n = min(64, max(16, triton.next_power_of_2(N)))
     block_k = min(32, max(16, triton.next_power_of_2(K)))
@@ -173,20 +171,6 @@ def _row_launch_config(N):
     if block_n >= 32768:
         num_warps = 32
     return block_n, num_warps
-
-
-def row_mean_var(x):
-    """Per-row mean and biased variance of a 2-D x, as float32 tensors of shape (M,)."""
-    assert x.ndim == 2, "x must be (M, N)"
-    if x.stride(1) != 1:  # the kernel steps along a row one element at a time
-        x = x.contiguous()
-    M, N = x.shape
-    mean = torch.empty((M,), device=x.device, dtype=torch.float32)
-    var = torch.empty((M,), device=x.device, dtype=torch.float32)
-
-    block_n, num_warps = _row_launch_config(N)
-    row_mean_var_kernel[(M,)](x, mean, var, M, N, x.stride(0), BLOCK_N=block_n, num_warps=num_warps)
-    return mean, var
 
 
 # ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-# expect: missing-symbol
-# mistake: row_mean_var wrapper is absent
+# expect: not-fused
+# mistake: wrappers compute with torch and launch no kernel; kernels correct
 """Reference solution for the ``fused_layers`` assignment (textbook chapter 20).
 
 Three Triton kernels, each followed by the host function that launches it:
@@ -87,12 +87,14 @@ def _linear_launch_config(M, N, K):
     """Block sizes, warps and pipeline stages for ``fused_linear_gelu_kernel``.
 
     Plain constants, no autotuning. Every block is at least 16, which ``tl.dot`` needs on a GPU.
-    Problems with enough output tiles to fill a large GPU (at least 128 of them) get 128x128
-    tiles on 8 warps; smaller ones get 64x64 tiles, shrunk towards the problem when it is
-    smaller still, so few lanes are wasted on masking.
+    Problems with enough output tiles to fill a large GPU (at least 128 of them) get 128x256
+    tiles on 8 warps with a 4-stage pipeline (measured on the H200 at 4096^3: 0.435 ms, 316 TFLOP/s,
+    against 0.590 ms for 128x128x32 with 3 stages; benchmarks/kernel_timings.py --explore);
+    smaller ones get 64x64 tiles, shrunk towards the problem when it is smaller still, so few
+    lanes are wasted on masking.
     """
-    if triton.cdiv(M, 128) * triton.cdiv(N, 128) >= 128:
-        return 128, 128, 32, 8, 3
+    if triton.cdiv(M, 128) * triton.cdiv(N, 256) >= 128:
+        return 128, 256, 32, 8, 4
     block_m = min(64, max(16, triton.next_power_of_2(M)))
     block_n = min(64, max(16, triton.next_power_of_2(N)))
     block_k = min(32, max(16, triton.next_power_of_2(K)))
@@ -105,25 +107,7 @@ def fused_linear_gelu(x, weight, bias):
     x: (M, K); weight: (N, K) as stored by nn.Linear; bias: (N,). Returns float32 (M, N) on
     x.device. The weight is never transposed or copied: its strides are swapped instead.
     """
-    assert x.ndim == 2 and weight.ndim == 2 and bias.ndim == 1, "x (M, K), weight (N, K), bias (N,)"
-    M, K = x.shape
-    N, K_w = weight.shape
-    assert K_w == K and bias.shape[0] == N, "shapes do not match nn.Linear(K, N)"
-    if bias.stride(0) != 1:  # the kernel indexes the bias as bias_ptr + col
-        bias = bias.contiguous()
-    out = torch.empty((M, N), device=x.device, dtype=torch.float32)
-
-    block_m, block_n, block_k, num_warps, num_stages = _linear_launch_config(M, N, K)
-    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
-    fused_linear_gelu_kernel[grid](
-        x, weight, bias, out, M, N, K,
-        x.stride(0), x.stride(1),
-        weight.stride(1), weight.stride(0),  # B = weight.T: B's row step is weight's column step
-        out.stride(0), out.stride(1),
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        num_warps=num_warps, num_stages=num_stages,
-    )
-    return out
+    return torch.nn.functional.gelu(torch.nn.functional.linear(x, weight, bias)).to(torch.float32)
 
 
 # ---------------------------------------------------------------------------
@@ -171,6 +155,11 @@ def _row_launch_config(N):
     return block_n, num_warps
 
 
+def row_mean_var(x):
+    """Per-row mean and biased variance of a 2-D x, as float32 tensors of shape (M,)."""
+    return x.mean(dim=1).to(torch.float32), x.var(dim=1, unbiased=False).to(torch.float32)
+
+
 # ---------------------------------------------------------------------------
 # LayerNorm forward
 # ---------------------------------------------------------------------------
@@ -214,20 +203,4 @@ def layernorm(x, weight, bias, eps=1e-5):
     weight and bias are the LayerNorm's gamma and beta, shape (N,). The output has x's dtype,
     device and row stride.
     """
-    assert x.ndim == 2, "x must be (M, N)"
-    if x.stride(1) != 1:  # the kernel steps along a row one element at a time
-        x = x.contiguous()
-    M, N = x.shape
-    assert weight.shape == (N,) and bias.shape == (N,), "weight and bias must have shape (N,)"
-    if weight.stride(0) != 1:
-        weight = weight.contiguous()
-    if bias.stride(0) != 1:
-        bias = bias.contiguous()
-    # The kernel writes out with x's row stride, so allocate out with that stride.
-    out = torch.empty_strided((M, N), (x.stride(0), 1), device=x.device, dtype=x.dtype)
-
-    block_n, num_warps = _row_launch_config(N)
-    layernorm_forward_kernel[(M,)](
-        x, weight, bias, out, M, N, x.stride(0), eps, BLOCK_N=block_n, num_warps=num_warps,
-    )
-    return out
+    return torch.nn.functional.layer_norm(x, (x.shape[1],), weight, bias, eps)

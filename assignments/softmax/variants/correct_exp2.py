@@ -1,5 +1,5 @@
 # expect: none
-# correct, in another style: exp via tl.exp2 on log2(e)-scaled logits, a reciprocal multiply instead
+# variant: exp via tl.exp2 on log2(e)-scaled logits, a reciprocal multiply instead
 # of a divide, 0.0 padding made harmless with tl.where, and an online kernel whose loops run over
 # chunk starts held in a while loop.
 """Softmax written with exp2 (what tl.exp lowers to on a GPU anyway)."""
