@@ -78,6 +78,15 @@ def test_a_redefined_generic_trap(softmax_copy: Path) -> None:
     assert "[traps.timeout]" in message and "generic" in message
 
 
+def test_a_trap_no_mutant_proves(softmax_copy: Path) -> None:
+    toml = softmax_copy / "mutants.toml"
+    text = toml.read_text(encoding="utf-8")
+    assert '"no-max-subtraction"' in text
+    toml.write_text(text.replace('"no-max-subtraction"', '"oob-read"'), encoding="utf-8")
+    message = problems_of(softmax_copy)
+    assert "[traps.no-max-subtraction] no mutant proves it" in message
+
+
 def test_every_problem_is_listed_at_once(softmax_copy: Path) -> None:
     edit(softmax_copy / "assignment.toml", 'rising = "logits rising', 'risingg = "logits rising')
     edit(softmax_copy / "assignment.toml", "[tolerances.softmax.interpreter.float32]",

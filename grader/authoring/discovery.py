@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from grader.authoring.mutants import CORPUS_NAMES, load_mutants
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import Assignment, load_assignment
 from grader.authoring.validation import validate
@@ -44,8 +45,20 @@ def find_assignment(assignment_id: str, root: Path) -> Assignment:
 def load_validated(spec: Path) -> Assignment:
     """Load an assignment folder and validate it as a whole (spec, oracles, mutant corpus)."""
     assignment = load_assignment(spec)
-    validate(assignment, load_problems(assignment), None)
+    validate(assignment, load_problems(assignment), proven_traps(assignment))
     return assignment
+
+
+def proven_traps(assignment: Assignment) -> set[str] | None:
+    """Every trap some mutant of the folder's corpus must get (any backend); None without a corpus."""
+    if not any((assignment.root / name).exists() for name in CORPUS_NAMES):
+        return None
+    proven: set[str] = set()
+    for mutant in load_mutants(assignment.root):
+        proven.update(mutant.traps)
+        for _, traps in mutant.overrides:
+            proven.update(traps)
+    return proven
 
 
 def assignment_for_submission(submission: Path, root: Path) -> Assignment | None:
