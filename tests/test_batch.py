@@ -366,3 +366,12 @@ def test_the_grading_process_hands_its_gpu_to_the_worker(tmp_path: Path) -> None
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
                           check=True)
     assert done.stdout.strip() == "True"
+
+
+def test_a_failure_a_gpu_neighbour_could_cause_is_graded_again_alone() -> None:
+    from grader.operations.batch import neighbour_could_have_caused
+
+    assert neighbour_could_have_caused({"traps": ["timeout"], "performance": []})
+    assert neighbour_could_have_caused({"traps": [], "performance": [{"trap": "out-of-memory"}]})
+    assert not neighbour_could_have_caused({"traps": ["oob-write"], "performance": [{"trap": "not-fused"}]})
+    assert not neighbour_could_have_caused({})

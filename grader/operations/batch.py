@@ -20,6 +20,7 @@ loses nothing and grades nothing twice. Ctrl-C and SIGTERM also leave a gradeboo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import fcntl
 import hashlib
@@ -53,6 +54,7 @@ from grader.publishing.gradebook import (
 )
 from grader.publishing.results import GradeResult
 from grader.seeds import fresh_seed
+from grader.trap_ids import OUT_OF_MEMORY, TIMEOUT
 
 BATCH_FORMAT_VERSION = 1
 MANIFEST = "batch.json"
@@ -60,6 +62,7 @@ EVENT_LOG = "batch-log.jsonl"
 RECORD = "batch-record.json"
 ERROR = "error.json"
 SCRATCH = ".scratch"
+CALIBRATION_FOLDER = ".calibration"  # reference and torch timings measured once per batch and GPU
 LOCK = ".batch.lock"
 RESERVED = {MANIFEST, EVENT_LOG, "gradebook.json", "gradebook.csv", "class_report.html"}
 GRADESCOPE_METADATA = "submission_metadata.yml"
@@ -683,7 +686,7 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
     timeout = options.grade_timeout_s or default_grade_timeout(options.assignment, options.backend)
     jobs = [GradeJob(s.id, s.path, options.assignment.submission_file, options.assignment.id,
                      Path(options.assignments_root), options.backend, manifest.seed, timeout,
-                     hidden_from_students(options.submissions, out))
+                     hidden_from_students(options.submissions, out), calibration_dir=out / CALIBRATION_FOLDER)
             for s in todo if s.path is not None]
     executor = make_executor(options, scratch / "jobs")
     log.write("run-start", executor=executor.describe(), to_grade=len(todo), seed=manifest.seed,
@@ -705,11 +708,34 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
                     _interrupt_point(f"commit:{n}")
                     _log_and_count(outcome, out, log, progress, summary)
                 _interrupt_point(f"graded:{n}")
+        again = [j for j in jobs if manifest.backend.startswith("cuda") and options.workers != 1
+                 and neighbour_could_have_caused(_read_json(out / j.student / "grade.json") or {})]
+        if again:
+            progress.line(f"grading {len(again)} again with the GPU to themselves: a timeout or out-of-memory "
+                          "there could have been a neighbour's doing")
+            alone = make_executor(dataclasses.replace(options, workers=1, executor="local"), scratch / "alone")
+            with interrupts.allowed(), contextlib.closing(alone.run(again, on_start)) as outcomes:
+                for outcome in outcomes:
+                    with interrupts.held():
+                        if outcome.ok:
+                            commit(out, outcome, _record(by_id[outcome.student], manifest, outcome, run))
+                        log.write("graded-alone", student=outcome.student, ok=outcome.ok, seconds=outcome.elapsed_s)
         interrupted = False
     finally:
         progress.close()
         log.write("run-end", interrupted=interrupted, graded=summary.graded, failed=summary.failed)
         log.close()
+
+
+NEIGHBOUR_TRAPS = frozenset({TIMEOUT, OUT_OF_MEMORY})
+
+
+def neighbour_could_have_caused(grade: Mapping[str, Any]) -> bool:
+    """Pure: a grade with a failure that a concurrent neighbour on the same GPU could have caused (it
+    held the GPU's memory, or its kernels the GPU's time), so it is graded again alone before it counts."""
+    if set(grade.get("traps", ())) & NEIGHBOUR_TRAPS:
+        return True
+    return any(p.get("trap") in NEIGHBOUR_TRAPS for p in grade.get("performance", ()))
 
 
 def _log_and_count(outcome: JobOutcome, out: Path, log: EventLog, progress: Progress,

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grader.operations.child import POLL_INTERVAL_S, Child, signal_group
+from grader.running.calibration import CALIBRATION_DIR_VARIABLE
 
 LOG_TAIL_CHARS = 3000
 WORKER_MEMORY_BYTES = 2 << 30  # one grade: the grading process and its worker, each with torch loaded
@@ -61,6 +62,7 @@ class GradeJob:
     seed: int
     timeout_s: float  # wall-clock limit for the whole grade (the grader's own limits come first)
     hidden: tuple[str, ...] = ()  # folders the student's code must not see (other students' files)
+    calibration_dir: Path | None = None  # the batch's reference/torch timings, shared by its grades
 
 
 OnStart = Callable[["GradeJob", str], None]  # called with the job and its GPU ("" if none) as it starts
@@ -125,10 +127,12 @@ def _package_parent() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def child_environment(device: str | None) -> dict[str, str]:
-    """The child's environment: the caller's, with this grader importable (installed or not) and maybe
-    one GPU made visible."""
+def child_environment(device: str | None, calibration_dir: Path | None = None) -> dict[str, str]:
+    """The child's environment: the caller's, with this grader importable (installed or not), maybe
+    one GPU made visible, and the batch's calibration folder (grader.running.calibration)."""
     env = dict(os.environ)
+    if calibration_dir is not None:
+        env[CALIBRATION_DIR_VARIABLE] = str(calibration_dir)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_parent(), env.get("PYTHONPATH", "")) if p)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
@@ -148,7 +152,7 @@ class _Attempt:
         shutil.copyfile(job.submission, submission)
         self.out_dir = scratch / "out"
         self.child = Child(child_command(job, submission, self.out_dir, pdeathsig), scratch,
-                           child_environment(device), scratch / "child.log", job.timeout_s)
+                           child_environment(device, job.calibration_dir), scratch / "child.log", job.timeout_s)
 
     def outcome(self, timed_out: bool = False) -> JobOutcome:
         code = self.child.returncode
