@@ -37,7 +37,7 @@ FIDELITY_LIMIT_PCT = 3.0
 
 
 def load_reference():
-    spec = importlib.util.spec_from_file_location("reference_fused_layers", ROOT / "reference" / "fused_layers.py")
+    spec = importlib.util.spec_from_file_location("reference_fused_layers", ROOT / "assignments" / "fused_layers" / "reference.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -287,7 +287,7 @@ def grade_copy(text: str, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
 
 @pytest.mark.slow
 def test_reference_gets_full_marks(spec, tmp_path: Path) -> None:
-    code, results, printed = grade_copy((ROOT / "reference" / "softmax.py").read_text(encoding="utf-8"), tmp_path)
+    code, results, printed = grade_copy((ROOT / "assignments" / "softmax" / "reference.py").read_text(encoding="utf-8"), tmp_path)
     assert code == 0
     assert results["score"] == results["extra_data"]["max_score"] == spec.max_score == 27
     assert results["extra_data"]["traps"] == []
