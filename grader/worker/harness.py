@@ -18,7 +18,7 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader import guards
-from grader.worker import timing
+from grader.worker import interpreter_compat, timing
 from grader.worker.launch_record import LaunchRecord, decode_value, describe_tensor
 from grader.worker.protocol import POINTERS_LINE
 
@@ -58,6 +58,7 @@ def describe_exception(exc: BaseException, submission: str) -> dict[str, Any]:
         "root_message": _safe_str(root),
         "chain": [f"{type(e).__module__}.{type(e).__qualname__}" for e in chain],
         "frames": frames,
+        "interpreter_limit": interpreter_compat.is_interpreter_limit(exc),
     }
     if isinstance(exc, SyntaxError):
         info["frames"] = [{"line": exc.lineno or 0, "function": "<module>", "code": (exc.text or "").rstrip()}]
@@ -277,6 +278,7 @@ class Harness:
         _patch_kernel_runs()
         if backend == "interpreter":
             _patch_autotune_for_interpreter()
+            interpreter_compat.install()  # before the submission is imported: it may alias what this patches
 
     def load(self, path: str, names: list[str]) -> dict[str, Any]:
         self.path = path
