@@ -202,9 +202,10 @@ def _rounding_variants() -> dict[str, Impl]:
         table[f"double2float_{mode}"] = _directed(np.positive, mode)
         for kind in ("int", "uint", "ll", "ull"):
             table[f"{kind}2float_{mode}"] = _directed(np.positive, mode)
-            table[f"{kind}2double_{mode}"] = _directed(np.positive, mode)
             table[f"float2{kind}_{mode}"] = _to_integer(rounding)
             table[f"double2{kind}_{mode}"] = _to_integer(rounding)
+        for kind in ("ll", "ull") if mode != "rn" else ("int", "uint", "ll", "ull"):  # 32-bit ints are exact
+            table[f"{kind}2double_{mode}"] = _directed(np.positive, mode)
     return table
 
 
