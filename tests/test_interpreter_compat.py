@@ -159,6 +159,11 @@ def mixed_mask(x_ptr, y_ptr, n, rows, BLOCK_N: tl.constexpr):
     tl.store(y_ptr + row * n + offs, x * 2.0, mask=mask)
 
 
+def string_annotation(x_ptr, y_ptr, n, BLOCK_N: "tl.constexpr"):  # noqa: UP037 - TorchInductor's spelling
+    offs = tl.arange(0, BLOCK_N)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1.0, mask=offs < n)
+
+
 def inline_asm(x_ptr, y_ptr, n, BLOCK_N: tl.constexpr):
     offs = tl.arange(0, BLOCK_N)
     x = tl.load(x_ptr + offs, mask=offs < n, other=1.0)
@@ -322,14 +327,21 @@ def test_block_and_scalar_mask(shims) -> None:
     assert bool((got[(rows - 1) * N:] == -1.0).all())  # the masked-off row is untouched
 
 
+def test_string_annotated_constexpr(shims) -> None:
+    x = inputs("plain")
+    got = torch.zeros(N)
+    launch(string_annotation, x, got, N, BLOCK_N=BLOCK)
+    assert torch.equal(got, x + 1.0)
+
+
 def test_install_is_undone() -> None:
     from triton.runtime import interpreter
 
-    before = (libdevice.rsqrt, interpreter._implicit_cvt, interpreter._patch_lang,
+    before = (libdevice.rsqrt, interpreter._implicit_cvt, interpreter._patch_lang, interpreter.GridExecutor.__init__,
               interpreter.InterpreterBuilder.create_splat, interpreter.InterpreterBuilder.create_extern_elementwise)
     with interpreter_compat.installed():
         assert libdevice.rsqrt is not before[0] and interpreter._implicit_cvt is not before[1]
-    after = (libdevice.rsqrt, interpreter._implicit_cvt, interpreter._patch_lang,
+    after = (libdevice.rsqrt, interpreter._implicit_cvt, interpreter._patch_lang, interpreter.GridExecutor.__init__,
              interpreter.InterpreterBuilder.create_splat, interpreter.InterpreterBuilder.create_extern_elementwise)
     assert after == before
 

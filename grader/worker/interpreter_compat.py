@@ -18,6 +18,8 @@ on the CPU with a misleading message. Measured on public kernels (Liger-Kernel, 
   re-bound with the `tl.*` ones, and restored with them.
 * a mask mixing a block and a scalar (`(cols < N) & (row < M)`): the splat of the scalar comparison
   comes out int32, and the load rejects it ("mask has unsupported dtype"). Here it stays boolean.
+* a constexpr annotated with a string (`BLOCK: 'tl.constexpr'`, TorchInductor's style) is a runtime
+  scalar in the interpreter ("arange's arguments must be of type tl.constexpr"). Here it is a constexpr.
 
 Module-level constexprs (`LOG2E = tl.constexpr(1.44)`, Liger's `_CASTING_MODE: tl.constexpr =
 tl.constexpr(0)`) already work. What still cannot run raises NotImplementedError
@@ -387,6 +389,26 @@ def _boolean_splat(original: Callable[..., Any]) -> Callable[..., Any]:
     return create_splat
 
 
+def _quoted_constexprs(original: Callable[..., None]) -> Callable[..., None]:
+    """A parameter annotated with a string, `BLOCK: 'tl.constexpr'` (as TorchInductor writes kernels), is a
+    constexpr for the GPU compiler; the interpreter re-compiles the kernel's source with postponed
+    annotations, the string comes back quoted twice and the parameter became a runtime scalar. Decide
+    from the kernel as written, the way the GPU compiler's KernelParam.is_constexpr does."""
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import _normalize_ty
+
+    @functools.wraps(original)
+    def init(self: Any, fn: Any, arg_names: list[str], *args: Any, **kwargs: Any) -> None:
+        original(self, fn, arg_names, *args, **kwargs)
+        written = next((f for f, rewritten in InterpretedFunction.rewritten_fn.items() if rewritten is fn), fn)
+        for name, param in inspect.signature(written).parameters.items():
+            if name not in self.constexprs and param.annotation is not param.empty \
+                    and "constexpr" in _normalize_ty(param.annotation):
+                self.constexprs.append(name)
+
+    return init
+
+
 def install() -> Callable[[], None]:
     """Apply every shim to this process's Triton interpreter; return the function that undoes them.
     A shim whose target this Triton does not have is skipped (the code it serves stays unsupported)."""
@@ -401,6 +423,8 @@ def install() -> Callable[[], None]:
             patches.set(interpreter, "_patch_lang", _global_builtins(interpreter._patch_lang))
     if hasattr(interpreter, "_implicit_cvt"):
         patches.set(interpreter, "_implicit_cvt", _float_arguments(interpreter._implicit_cvt))
+    if hasattr(interpreter, "GridExecutor"):
+        patches.set(interpreter.GridExecutor, "__init__", _quoted_constexprs(interpreter.GridExecutor.__init__))
     if hasattr(builder, "create_splat"):
         patches.set(builder, "create_splat", _boolean_splat(builder.create_splat))
     return patches.undo
