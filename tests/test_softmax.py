@@ -287,7 +287,8 @@ def grade_copy(text: str, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
 
 @pytest.mark.slow
 def test_reference_gets_full_marks(spec, tmp_path: Path) -> None:
-    code, results, printed = grade_copy((ROOT / "assignments" / "softmax" / "reference.py").read_text(encoding="utf-8"), tmp_path)
+    reference = (ROOT / "assignments" / "softmax" / "reference.py").read_text(encoding="utf-8")
+    code, results, printed = grade_copy(reference, tmp_path)
     assert code == 0
     assert results["score"] == results["extra_data"]["max_score"] == spec.max_score == 27
     assert results["extra_data"]["traps"] == []

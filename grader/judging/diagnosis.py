@@ -208,6 +208,20 @@ def inherit_kernel_traps(
 
 RACING_WRITE = trap_ids.OOB_WRITE
 RACE = trap_ids.NONDETERMINISTIC
+INTERPRETER_LIMIT = trap_ids.INTERPRETER_UNSUPPORTED
+
+
+def refute_interpreter_limits(case_traps: list[tuple[str, ...]], case_problems: list[str],
+                              compiles: Mapping[str, bool]) -> list[tuple[str, ...]]:
+    """A case that failed on a limit of Triton's CPU interpreter keeps `interpreter-unsupported` unless the
+    GPU compile check of its problem's kernels failed (`compiles[problem]` False): code the grading GPU
+    rejects as well is the code's problem, a `runtime-error`. A problem without a compile check keeps it."""
+    out = []
+    for traps, problem in zip(case_traps, case_problems, strict=True):
+        if INTERPRETER_LIMIT in traps and compiles.get(problem, True) is False:
+            traps = tuple(dict.fromkeys(trap_ids.RUNTIME_ERROR if t == INTERPRETER_LIMIT else t for t in traps))
+        out.append(traps)
+    return out
 
 
 def classify_unmatched(comparisons: list[Comparison]) -> str:

@@ -20,7 +20,7 @@ import pytest
 
 from grader import trap_ids
 from grader.authoring.spec import Assignment
-from grader.judging.diagnosis import explain_away, inherit_kernel_traps
+from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
 from grader.judging.performance import by_id
 from grader.operations.environment import backend_label, versions
 from grader.publishing.results import CaseResult, GradeResult, PerfResult
@@ -56,8 +56,9 @@ def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
         compiling = time.monotonic()
         aot_cases, aot_notes = aot_check(request.assignment, request.submission, request.hidden)
         phases["compile"] = round(phases.get("compile", 0.0) + time.monotonic() - compiling, 4)
+        cases, limit_notes = weigh_interpreter_limits(cases, aot_cases, request.assignment)
         cases = cases + aot_cases
-        notes.extend(aot_notes)
+        notes.extend(aot_notes + limit_notes)
     result = GradeResult(
         assignment=request.assignment.id,
         submission=request.submission.name,
@@ -160,6 +161,43 @@ def _longrepr(test: dict[str, Any]) -> str:
         if text:
             return str(text)[-1500:]
     return f"outcome {test.get('outcome')}"
+
+
+def _problem(case: CaseResult, assignment: Assignment) -> str:
+    spec = assignment.kernels.get(case.target) or assignment.functions.get(case.target)
+    return spec.problem if spec else case.target
+
+
+def weigh_interpreter_limits(cases: list[CaseResult], aot_cases: list[CaseResult],
+                             assignment: Assignment) -> tuple[list[CaseResult], list[str]]:
+    """Cases that hit a limit of Triton's CPU interpreter, against the GPU compile check of their problem's
+    kernels: where those compile for sm_90 the case stays `interpreter-unsupported` (no points on the CPU;
+    its message and a note say to grade it on a GPU); where one does not, it is a `runtime-error`."""
+    compiles: dict[str, bool] = {}
+    for check in aot_cases:
+        problem = _problem(check, assignment)
+        compiles[problem] = compiles.get(problem, True) and check.passed
+    problems = [_problem(c, assignment) for c in cases]
+    kept = refute_interpreter_limits([c.traps for c in cases], problems, compiles)
+    out = []
+    withheld = []
+    for case, traps, problem in zip(cases, kept, problems, strict=True):
+        if INTERPRETER_LIMIT in traps and compiles.get(problem):
+            withheld.append(case)
+            case = replace(case, message=f"Triton's CPU interpreter cannot run this, but the kernel compiles for the "
+                                         f"grading GPU: a limit of grading on the CPU, not a bug in your code; grade "
+                                         f"it on a GPU backend for these points.\n{case.message}")
+        elif traps != case.traps:
+            case = replace(case, traps=traps, message=case.message + "\n(The kernel does not compile for the grading "
+                                                                       "GPU either: see its compile check.)")
+        out.append(case)
+    notes = []
+    if withheld:
+        points = sum(c.max_score for c in withheld)
+        notes.append(f"{len(withheld)} case(s), {points:g} point(s), hit a limit of Triton's CPU interpreter in code "
+                     f"that compiles for the grading GPU ({INTERPRETER_LIMIT}): they score nothing here; grade this "
+                     "submission on a GPU backend (--backend cuda) for them.")
+    return out, notes
 
 
 def consolidate_traps(cases: list[CaseResult], assignment: Assignment) -> list[CaseResult]:

@@ -65,8 +65,12 @@ def error_message(error: Mapping[str, Any], submission_name: str) -> str:
 
 
 def classify_error(error: Mapping[str, Any]) -> str:
-    """compile-error for Triton compilation problems, runtime-error for everything else."""
+    """compile-error for Triton compilation problems; interpreter-unsupported where the worker found the
+    cause in a limit of Triton's CPU interpreter (`interpreter_limit`, see grader/running/worker/interpreter_compat.py;
+    grading takes the name back where the kernel fails the GPU compile too); runtime-error for the rest."""
     chain = " ".join(error.get("chain", ())) + " " + str(error.get("type", ""))
     if "CompilationError" in chain or "UnsupportedLanguageConstruct" in chain or "CompileTimeAssertion" in chain:
         return trap_ids.COMPILE_ERROR
+    if error.get("interpreter_limit") is True:
+        return trap_ids.INTERPRETER_UNSUPPORTED
     return trap_ids.RUNTIME_ERROR

@@ -20,7 +20,7 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.running import guards
-from grader.running.worker import timing
+from grader.running.worker import interpreter_compat, timing
 from grader.running.worker.launch_record import (
     LaunchRecord,
     decode_value,
@@ -67,6 +67,7 @@ def describe_exception(exc: BaseException, submission: str) -> dict[str, Any]:
         "root_message": _safe_str(root),
         "chain": [f"{type(e).__module__}.{type(e).__qualname__}" for e in chain],
         "frames": frames,
+        "interpreter_limit": interpreter_compat.is_interpreter_limit(exc),
     }
     if isinstance(exc, SyntaxError):
         info["frames"] = [{"line": exc.lineno or 0, "function": "<module>", "code": (exc.text or "").rstrip()}]
@@ -315,6 +316,7 @@ class Harness:
         _time_jit_compiles()
         if backend == "interpreter":
             _patch_autotune_for_interpreter()
+            interpreter_compat.install()  # before the submission is imported: it may alias what this patches
 
     def load(self, path: str, names: list[str]) -> dict[str, Any]:
         self.path = path

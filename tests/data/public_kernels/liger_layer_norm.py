@@ -1,0 +1,241 @@
+"""fused_layers with Liger-Kernel's LayerNorm forward: libdevice rsqrt and `eps.to(tl.float32)`.
+
+Source of `layernorm_forward_kernel`: linkedin/Liger-Kernel, src/liger_kernel/ops/layer_norm.py,
+`_layer_norm_forward_kernel` (commit ead96b618e5c, BSD-2-Clause, Copyright 2024 LinkedIn Corporation),
+adapted to this assignment's contract: its parameter names and order, one row stride shared by x and
+out, no Mean/RSTD outputs. Kept as published: the import of `rsqrt` from libdevice (with Liger's
+fallbacks), `tl.program_id(0).to(tl.int64)`, the fp32 statistics and `rsqrt(var + eps.to(tl.float32))`.
+Compiles for sm_90; Triton's interpreter alone fails on it ("'float' object has no attribute 'to'",
+and the libdevice stub returns None). The other kernels and the wrappers are this project's reference.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+try:
+    from triton.language.extra.libdevice import rsqrt  # Triton >= 3.0, the backend-neutral stubs
+except ModuleNotFoundError:
+    from triton.language.extra.cuda.libdevice import rsqrt  # Liger's fallback for NGC containers
+
+# ---------------------------------------------------------------------------
+# Fused Linear + bias + GELU
+# ---------------------------------------------------------------------------
+
+
+@triton.jit
+def fused_linear_gelu_kernel(
+    a_ptr,  # pointer to the input activations A, shape (M, K)
+    b_ptr,  # pointer to the weight as a (K, N) matrix, i.e. nn.Linear's weight.T
+    bias_ptr,  # pointer to the bias, shape (N,), contiguous
+    c_ptr,  # pointer to the output C, shape (M, N)
+    M,  # number of rows of A and C
+    N,  # number of columns of B and C (output features)
+    K,  # reduction length: columns of A, rows of B (input features)
+    stride_am,  # elements between consecutive rows of A
+    stride_ak,  # elements between consecutive columns of A
+    stride_bk,  # elements between consecutive rows of B (= weight.stride(1))
+    stride_bn,  # elements between consecutive columns of B (= weight.stride(0))
+    stride_cm,  # elements between consecutive rows of C
+    stride_cn,  # elements between consecutive columns of C
+    BLOCK_M: tl.constexpr,  # rows of C computed by one program
+    BLOCK_N: tl.constexpr,  # columns of C computed by one program
+    BLOCK_K: tl.constexpr,  # slice of K consumed per loop iteration
+):
+    """C[M, N] = gelu_exact(A[M, K] @ B[K, N] + bias[N]); grid = (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N))."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # this program's rows of A and C
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # this program's columns of B and C
+    row_ok = rows < M
+    col_ok = cols < N
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        ks = k0 + tl.arange(0, BLOCK_K)
+        k_ok = ks < K  # the last slice of K may stick out past the end
+        a_ptrs = a_ptr + rows[:, None] * stride_am + ks[None, :] * stride_ak
+        b_ptrs = b_ptr + ks[:, None] * stride_bk + cols[None, :] * stride_bn
+        # Masked lanes load 0, which adds nothing to the dot product.
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(b_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        acc += tl.dot(a, b)
+
+    # Fused epilogue, still in registers: the bias has one value per output COLUMN, so it is
+    # indexed by `cols`, bounded by N, and broadcast down the rows of the tile.
+    bias = tl.load(bias_ptr + cols, mask=col_ok, other=0.0)
+    acc = acc + bias[None, :].to(tl.float32)
+    # Exact GELU: gelu(x) = x * 0.5 * (1 + erf(x / sqrt(2))).
+    SQRT_HALF: tl.constexpr = 0.7071067811865476
+    result = acc * 0.5 * (1.0 + tl.math.erf(acc * SQRT_HALF))
+
+    c_ptrs = c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn
+    tl.store(c_ptrs, result, mask=row_ok[:, None] & col_ok[None, :])
+
+
+def _linear_launch_config(M, N, K):
+    """Block sizes, warps and pipeline stages for ``fused_linear_gelu_kernel``.
+
+    Plain constants, no autotuning. Every block is at least 16, which ``tl.dot`` needs on a GPU.
+    Problems with enough output tiles to fill a large GPU (at least 128 of them) get 128x256
+    tiles on 8 warps with a 4-stage pipeline (measured on the H200 at 4096^3: 0.435 ms, 316 TFLOP/s,
+    against 0.590 ms for 128x128x32 with 3 stages; benchmarks/kernel_timings.py --explore);
+    smaller ones get 64x64 tiles, shrunk towards the problem when it is smaller still, so few
+    lanes are wasted on masking.
+    """
+    if triton.cdiv(M, 128) * triton.cdiv(N, 256) >= 128:
+        return 128, 256, 32, 8, 4
+    block_m = min(64, max(16, triton.next_power_of_2(M)))
+    block_n = min(64, max(16, triton.next_power_of_2(N)))
+    block_k = min(32, max(16, triton.next_power_of_2(K)))
+    return block_m, block_n, block_k, 4, 3
+
+
+def fused_linear_gelu(x, weight, bias):
+    """gelu(x @ weight.T + bias) with the exact GELU, in one kernel launch.
+
+    x: (M, K); weight: (N, K) as stored by nn.Linear; bias: (N,). Returns float32 (M, N) on
+    x.device. The weight is never transposed or copied: its strides are swapped instead.
+    """
+    assert x.ndim == 2 and weight.ndim == 2 and bias.ndim == 1, "x (M, K), weight (N, K), bias (N,)"
+    M, K = x.shape
+    N, K_w = weight.shape
+    assert K_w == K and bias.shape[0] == N, "shapes do not match nn.Linear(K, N)"
+    if bias.stride(0) != 1:  # the kernel indexes the bias as bias_ptr + col
+        bias = bias.contiguous()
+    out = torch.empty((M, N), device=x.device, dtype=torch.float32)
+
+    block_m, block_n, block_k, num_warps, num_stages = _linear_launch_config(M, N, K)
+    grid = (triton.cdiv(M, block_m), triton.cdiv(N, block_n))
+    fused_linear_gelu_kernel[grid](
+        x, weight, bias, out, M, N, K,
+        x.stride(0), x.stride(1),
+        weight.stride(1), weight.stride(0),  # B = weight.T: B's row step is weight's column step
+        out.stride(0), out.stride(1),
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Row-wise mean and biased variance
+# ---------------------------------------------------------------------------
+
+
+@triton.jit
+def row_mean_var_kernel(
+    x_ptr,  # pointer to the input, shape (M, N), column stride 1
+    mean_ptr,  # pointer to the output means, shape (M,)
+    var_ptr,  # pointer to the output biased variances, shape (M,)
+    M,  # number of rows
+    N,  # number of columns: the length being reduced
+    stride_m,  # elements between consecutive rows of x
+    BLOCK_N: tl.constexpr,  # next_power_of_2(N): one program holds a whole row
+):
+    """mean[row] = sum(x) / N, var[row] = sum((x - mean)^2) / N; grid = (M,)."""
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < N
+    x = tl.load(x_ptr + row * stride_m + cols, mask=mask, other=0.0).to(tl.float32)
+
+    # Divide by N, not BLOCK_N: the padded lanes are not part of the row.
+    mean = tl.sum(x, axis=0) / N
+    # Padded lanes loaded 0, so x - mean would be -mean there: zero them before squaring.
+    diff = tl.where(mask, x - mean, 0.0)
+    # Biased (population) variance: divide by N, as nn.LayerNorm does.
+    var = tl.sum(diff * diff, axis=0) / N
+
+    tl.store(mean_ptr + row, mean, mask=row < M)
+    tl.store(var_ptr + row, var, mask=row < M)
+
+
+def _row_launch_config(N):
+    """BLOCK_N and num_warps for the one-program-per-row kernels (after Liger-Kernel)."""
+    block_n = triton.next_power_of_2(N)
+    num_warps = 4
+    if block_n >= 2048:
+        num_warps = 8
+    if block_n >= 8192:
+        num_warps = 16
+    if block_n >= 32768:
+        num_warps = 32
+    return block_n, num_warps
+
+
+def row_mean_var(x):
+    """Per-row mean and biased variance of a 2-D x, as float32 tensors of shape (M,)."""
+    assert x.ndim == 2, "x must be (M, N)"
+    if x.stride(1) != 1:  # the kernel steps along a row one element at a time
+        x = x.contiguous()
+    M, N = x.shape
+    mean = torch.empty((M,), device=x.device, dtype=torch.float32)
+    var = torch.empty((M,), device=x.device, dtype=torch.float32)
+
+    block_n, num_warps = _row_launch_config(N)
+    row_mean_var_kernel[(M,)](x, mean, var, M, N, x.stride(0), BLOCK_N=block_n, num_warps=num_warps)
+    return mean, var
+
+
+# ---------------------------------------------------------------------------
+# LayerNorm forward (after Liger-Kernel's _layer_norm_forward_kernel)
+# ---------------------------------------------------------------------------
+
+
+@triton.jit
+def layernorm_forward_kernel(
+    x_ptr,  # pointer to the input, shape (M, N), column stride 1
+    gamma_ptr,  # pointer to the scale (LayerNorm weight), shape (N,)
+    beta_ptr,  # pointer to the shift (LayerNorm bias), shape (N,)
+    out_ptr,  # pointer to the output, shape (M, N), same row stride as x
+    M,  # number of rows
+    N,  # number of columns: the normalised length
+    stride_m,  # elements between consecutive rows of x and of out
+    eps,  # added to the variance inside the square root
+    BLOCK_N: tl.constexpr,  # next_power_of_2(N): one program holds a whole row
+):
+    row_idx = tl.program_id(0).to(tl.int64)
+    col_offsets = tl.arange(0, BLOCK_N)
+    mask = col_offsets < N
+
+    # weights and bias once, converted to fp32 once
+    w_f32 = tl.load(gamma_ptr + col_offsets, mask=mask, other=0.0).to(tl.float32)
+    b_f32 = tl.load(beta_ptr + col_offsets, mask=mask, other=0.0).to(tl.float32)
+
+    x_row = tl.load(x_ptr + row_idx * stride_m + col_offsets, mask=mask, other=0.0)
+    x_f32 = x_row.to(tl.float32)
+
+    # statistics in fp32; padded lanes excluded from the variance
+    mean = tl.sum(x_f32, axis=0) / N
+    x_centered = x_f32 - mean
+    x_centered_masked = tl.where(mask, x_centered, 0.0)
+    var = tl.sum(x_centered_masked * x_centered_masked, axis=0) / N
+    rstd = rsqrt(var + eps.to(tl.float32))
+
+    y_f32 = x_centered * rstd * w_f32 + b_f32
+    tl.store(out_ptr + row_idx * stride_m + col_offsets, y_f32.to(x_row.dtype), mask=mask)
+
+
+def layernorm(x, weight, bias, eps=1e-5):
+    """nn.LayerNorm(N) forward over the last dimension of a 2-D x, in one kernel launch.
+
+    weight and bias are the LayerNorm's gamma and beta, shape (N,). The output has x's dtype,
+    device and row stride.
+    """
+    assert x.ndim == 2, "x must be (M, N)"
+    if x.stride(1) != 1:  # the kernel steps along a row one element at a time
+        x = x.contiguous()
+    M, N = x.shape
+    assert weight.shape == (N,) and bias.shape == (N,), "weight and bias must have shape (N,)"
+    if weight.stride(0) != 1:
+        weight = weight.contiguous()
+    if bias.stride(0) != 1:
+        bias = bias.contiguous()
+    # The kernel writes out with x's row stride, so allocate out with that stride.
+    out = torch.empty_strided((M, N), (x.stride(0), 1), device=x.device, dtype=x.dtype)
+
+    block_n, num_warps = _row_launch_config(N)
+    layernorm_forward_kernel[(M,)](
+        x, weight, bias, out, M, N, x.stride(0), eps, BLOCK_N=block_n, num_warps=num_warps,
+    )
+    return out
