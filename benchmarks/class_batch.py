@@ -70,9 +70,10 @@ def main() -> int:
     print(done.stdout[-3000:], done.stderr[-2000:], sep="\n")
     grades = {s: json.loads((out / s / "grade.json").read_text()) for s in origin if (out / s / "grade.json").is_file()}
     seconds = [g["execution_time_s"] for g in grades.values()]
+    timing = f"median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s" if seconds else "none"
     print(f"class of {len(origin)} ({args.copies} copies of each corpus file, {args.identical} identical references): "
           f"{len(grades)} graded in {wall:.1f} s wall with {args.workers} workers ({args.executor}); grading time per "
-          f"student median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s" if seconds else "nothing graded")
+          f"student {timing}")
     by_origin = defaultdict(list)
     for student, grade in grades.items():
         by_origin[origin[student]].append((student, grade["score"], tuple(sorted(grade["traps"]))))
