@@ -29,7 +29,7 @@ from grader.running.worker.launch_record import (
     storage_id,
 )
 from grader.running.worker.protocol import POINTERS_LINE
-from grader.running.worker.timed_run import note_freshness, storage_describer, time_launches
+from grader.running.worker.timed_run import note_freshness, storage_describer, time_kept, time_launches
 
 try:
     from triton.runtime.autotuner import Autotuner, Heuristics
@@ -453,8 +453,10 @@ class Harness:
         return {"launches": [launch.get("replay") for launch in recorder.launches], "outputs": views}
 
     def time_launches(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The timer's op: run and time recorded launches on rebuilt buffers (see timed_run)."""
+        """The timer's ops: run (and time, or keep for `time_kept`) recorded launches on rebuilt buffers."""
         try:
+            if request.get("op") == "time_kept":
+                return time_kept(request, self.device)
             return time_launches(lambda name: replayable_kernel(self.module, name), request, self.device)
         except BaseException as exc:
             return {"ok": False, "error": describe_exception(exc, self.path), "fatal": is_fatal_device_error(exc)}
