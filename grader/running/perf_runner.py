@@ -269,7 +269,7 @@ class PerfRunner:
                     self._adopt_reference(reference, reference_reply.result())
         checked = []
         for prepared in ready:  # the outputs at the timed size, checked while the GPU is shared
-            with clock.phase("timing/check"):
+            with clock.phase("timing/check"), battery.shared_gpu():
                 wrong = self._check(prepared, battery)
             if wrong is not None:
                 results[prepared.perf.id] = wrong
