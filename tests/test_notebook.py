@@ -152,3 +152,26 @@ def test_check_api_on_the_notebook_shows_the_html_report(notebook_path: Path, re
     assert result.submission == "fused_layers.ipynb"
     (html,) = fake.shown
     assert html.lstrip().lower().startswith("<!doctype html") and "row_mean_var" in html
+
+
+@pytest.mark.slow
+def test_batch_grades_a_students_notebook_and_writes_canvas_csv(notebook_path: Path, repo_root: Path,
+                                                                tmp_path: Path) -> None:
+    folder = tmp_path / "submissions" / "alice"
+    folder.mkdir(parents=True)
+    (folder / "fused_layers.ipynb").write_bytes(notebook_path.read_bytes())
+    (folder / "scratch.ipynb").write_text(json.dumps(notebook()), encoding="utf-8")  # not the one graded
+    out = tmp_path / "out"
+    assert main(["--assignments", str(repo_root / "assignments"), "batch", str(tmp_path / "submissions"),
+                 "--assignment", ASSIGNMENT, "--out", str(out), "--seed", str(SEED), "--backend", "interpreter",
+                 "--workers", "1", "--canvas-column", "Fused layers (12345)"]) == 0
+    book = json.loads((out / "gradebook.json").read_text(encoding="utf-8"))
+    (row,) = book["rows"]
+    assert (row["student"], row["status"]) == ("alice", "graded")
+    assert row["score"] == row["max_score"] > 0
+    notes = json.loads((out / "alice" / "grade.json").read_text(encoding="utf-8"))["notes"]
+    assert any("cell 2: line `!nvidia-smi`" in n for n in notes)
+    lines = (out / "canvas.csv").read_text(encoding="utf-8").splitlines()
+    assert lines[0] == "Student,ID,SIS User ID,SIS Login ID,Section,Fused layers (12345)"
+    assert lines[1] == f"Points Possible,,,,,{row['max_score']:g}"
+    assert lines[2] == f"alice,,alice,,,{row['score']:g}"
