@@ -175,3 +175,18 @@ def test_batch_grades_a_students_notebook_and_writes_canvas_csv(notebook_path: P
     assert lines[0] == "Student,ID,SIS User ID,SIS Login ID,Section,Fused layers (12345)"
     assert lines[1] == f"Points Possible,,,,,{row['max_score']:g}"
     assert lines[2] == f"alice,,alice,,,{row['score']:g}"
+
+
+def test_batch_finds_notebooks(tmp_path: Path) -> None:
+    from grader.operations.batch import discover_submissions
+
+    root = tmp_path / "in"
+    (root / "alice").mkdir(parents=True)
+    (root / "alice" / "fused_layers.ipynb").write_text("{}", encoding="utf-8")
+    (root / "alice" / "helper.py").write_text("", encoding="utf-8")  # the assignment's notebook comes first
+    (root / "carl").mkdir()
+    (root / "carl" / "work.ipynb").write_text("{}", encoding="utf-8")  # the only notebook, no .py
+    (root / "bob.ipynb").write_text("{}", encoding="utf-8")
+    found = {s.id: s for s in discover_submissions(root, "fused_layers.py", tmp_path / "scratch")}
+    assert {k: (s.path.name if s.path else None) for k, s in found.items()} == {
+        "alice": "fused_layers.ipynb", "bob": "bob.ipynb", "carl": "work.ipynb"}
