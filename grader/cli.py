@@ -1,4 +1,5 @@
-"""Command line: `grader grade | check | selftest | mutant | list`. `main(argv) -> int`; a thin entry point."""
+"""Command line: `grader grade | check | selftest | mutant | list | batch | gradescope-bundle | classroom-workflow`.
+`main(argv) -> int`; a thin entry point."""
 
 from __future__ import annotations
 
@@ -6,19 +7,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from grader.authoring.discovery import (
-    AssignmentNotFound,
-    assignment_for_submission,
-    assignments_root,
-    find_assignment,
-    list_assignment_ids,
-)
+from grader.authoring.discovery import AssignmentNotFound, assignments_root, find_assignment, list_assignment_ids
 from grader.authoring.mutants import Mutant, MutantError, load_mutants, write_mutant
-from grader.authoring.spec import Assignment, SpecError
+from grader.authoring.spec import SpecError
 from grader.operations.environment import detect_backend
 from grader.operations.executors import EXECUTORS
 from grader.operations.grade import GradeRequest, grade
+from grader.operations.interactive import CheckError, resolve_assignment, run_check
+from grader.operations.notebook import NotebookError
 from grader.publishing import report
+from grader.publishing.classroom import DEFAULT_GRADER_REPO
 from grader.publishing.files import write_outputs
 from grader.seeds import fresh_seed
 
@@ -39,12 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output folder; with several submissions, one subfolder per submission (file stem)")
     g.add_argument("--sanitize", action="store_true",
                    help="CUDA: run every kernel case once more under compute-sanitizer memcheck (slow)")
+    g.add_argument("--prairielearn", action="store_true",
+                   help="also write prairielearn.json, PrairieLearn's external-grader results "
+                        "(copy it to /grade/results/results.json)")
     _common(g)
 
     c = sub.add_parser("check", help="run the public cases on your submission and explain every failure")
     c.add_argument("submission", type=Path)
     c.add_argument("--assignment", help="default: the assignment whose submission file has this name")
     c.add_argument("--out", type=Path, help="also write results and reports here")
+    c.add_argument("--target", action="append", default=[],
+                   help="only this kernel's or function's cases (repeatable); exit 0 iff they all pass")
     _common(c)
 
     s = sub.add_parser("selftest", help="grade the reference and mutant corpus; fail on any misdiagnosis")
@@ -89,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_batch(args, root)
         if args.command == "gradescope-bundle":
             return cmd_gradescope_bundle(args, root)
-    except (UsageError, SpecError, AssignmentNotFound, MutantError) as exc:
+        if args.command == "classroom-workflow":
+            return cmd_classroom_workflow(args, root)
+    except (UsageError, SpecError, AssignmentNotFound, MutantError, NotebookError, CheckError) as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return 2
     raise AssertionError(args.command)
@@ -117,7 +122,7 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
         out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
         result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed,
                                                    hidden=(str(out.resolve()),), sanitize=args.sanitize))
-        write_outputs(out, result, assignment, pytest_report)
+        write_outputs(out, result, assignment, pytest_report, prairielearn=args.prairielearn)
         traps = ", ".join(result.traps) or "none"
         print(f"{path.name}: {result.score:g} / {result.max_score:g}  traps: {traps}  "
               f"({result.execution_time_s:.1f} s) -> {out / 'results.json'}")
@@ -126,24 +131,14 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
 
 def cmd_check(args: argparse.Namespace, root: Path) -> int:
     path = _submission(args.submission)
-    assignment = _assignment_for_check(args.assignment, path, root)
+    assignment = resolve_assignment(args.assignment, path, root)
     backend = detect_backend(args.backend)
-    result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed, public_only=True))
+    result, pytest_report = run_check(path, assignment, backend, args.seed, tuple(args.target))
     print(report.terminal(result, assignment))
     if args.out:
         write_outputs(args.out, result, assignment, pytest_report)
         print(f"reports written to {args.out}")
     return 0 if result.score == result.max_score else 1
-
-
-def _assignment_for_check(assignment_id: str | None, path: Path, root: Path) -> Assignment:
-    if assignment_id:
-        return find_assignment(assignment_id, root)
-    found = assignment_for_submission(path, root)
-    if found is None:
-        raise UsageError(f"cannot tell the assignment from the file name {path.name}; pass --assignment "
-                         f"(known: {', '.join(list_assignment_ids(root))})")
-    return found
 
 
 def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
@@ -237,6 +232,9 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
                    help="Ray on CUDA: share of a GPU per grade (default 0.25)")
     b.add_argument("--grade-timeout", type=float,
                    help="wall-clock limit per submission in seconds (default: far above the grader's own)")
+    b.add_argument("--canvas-column",
+                   help="canvas.csv's assignment column, Canvas's 'Name (assignment id)', e.g. "
+                        "'Fused layers (12345)' (default: the assignment's title)")
     _common(b)
 
     z = sub.add_parser("gradescope-bundle", help="write a Gradescope autograder zip for an assignment")
@@ -247,6 +245,15 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     z.add_argument("--torch-version", default="2.13.0")
     z.add_argument("--seed", type=int,
                    help="grade every submission with this seed (default: a fresh one each time, recorded)")
+
+    w = sub.add_parser("classroom-workflow", help="write a GitHub Classroom autograding workflow for an assignment")
+    w.add_argument("--assignment", required=True)
+    w.add_argument("--out", type=Path, default=Path(".github/workflows/classroom.yml"),
+                   help="the workflow file to write (default: .github/workflows/classroom.yml)")
+    w.add_argument("--grader-repo", default=DEFAULT_GRADER_REPO,
+                   help="owner/name of the course's copy of kernel-grader, checked out by the workflow")
+    w.add_argument("--submission", help="the file students commit (default: the assignment's submission file)")
+    w.add_argument("--timeout", type=int, default=10, help="minutes per target step (default 10)")
 
 
 def cmd_batch(args: argparse.Namespace, root: Path) -> int:
@@ -260,7 +267,7 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
         submissions=args.submissions, assignment=assignment, assignments_root=root, out=args.out,
         backend=detect_backend(args.backend), seed=args.seed, workers=args.workers, force=args.force,
         executor=args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task,
-        grade_timeout_s=args.grade_timeout,
+        grade_timeout_s=args.grade_timeout, canvas_column=args.canvas_column,
     )
     try:
         summary = run_batch(options)
@@ -284,4 +291,20 @@ def cmd_gradescope_bundle(args: argparse.Namespace, root: Path) -> int:
         raise UsageError(str(exc)) from None
     print(f"wrote {path}: upload it as the autograder of a Gradescope programming assignment "
           f"(setup.sh installs torch {args.torch_version} {args.torch})")
+    return 0
+
+
+def cmd_classroom_workflow(args: argparse.Namespace, root: Path) -> int:
+    from grader.publishing.atomic import write_text
+    from grader.publishing.classroom import classroom_steps, classroom_workflow
+
+    assignment = find_assignment(args.assignment, root)
+    steps = classroom_steps(assignment, args.submission)
+    if not steps:
+        raise UsageError(f"{assignment.id} has no public cases: a GitHub Classroom workflow would grade nothing")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_text(args.out, classroom_workflow(assignment, args.grader_repo, args.submission, args.timeout))
+    points = sum(s.points for s in steps)
+    print(f"wrote {args.out}: {len(steps)} autograding steps, {points:g} points (public cases on the CPU "
+          f"interpreter); commit it to the assignment's template repository")
     return 0

@@ -62,10 +62,14 @@ def proven_traps(assignment: Assignment) -> set[str] | None:
 
 
 def assignment_for_submission(submission: Path, root: Path) -> Assignment | None:
-    """The assignment whose submission_file has this file's name, if exactly one does."""
+    """The assignment whose submission_file has this file's name (or, for a notebook, its stem), if exactly
+    one does."""
     matches = []
     for assignment_id in list_assignment_ids(root):
         assignment = find_assignment(assignment_id, root)
-        if assignment.submission_file == submission.name:
+        wanted = assignment.submission_file
+        if submission.suffix.lower() == ".ipynb":
+            wanted = Path(wanted).stem + submission.suffix
+        if wanted == submission.name:
             matches.append(assignment)
     return matches[0] if len(matches) == 1 else None
