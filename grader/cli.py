@@ -23,13 +23,17 @@ from grader.publishing.files import write_outputs
 from grader.seeds import fresh_seed
 
 
+ASSIGNMENTS_HELP = ("folder of assignments (default: $GRADER_ASSIGNMENTS, else the checkout's assignments/, "
+                    "else the examples shipped with the package)")
+
+
 class UsageError(Exception):
     """A mistake in how the grader was called; its message is for the user."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grader", description="Autograder for Triton kernel assignments.")
-    parser.add_argument("--assignments", help="folder of assignments (default: $GRADER_ASSIGNMENTS or the checkout's)")
+    parser.add_argument("--assignments", help=ASSIGNMENTS_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("grade", help="grade submissions on the full (hidden) battery and write results")
@@ -63,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("list", help="list the assignments with their kernels, functions and points")
     _add_batch_parsers(sub)
+    for command in sub.choices.values():  # accepted after the subcommand too, where users type it
+        command.add_argument("--assignments", default=argparse.SUPPRESS, help=ASSIGNMENTS_HELP)
     return parser
 
 
