@@ -95,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_batch(args, root)
         if args.command == "gradescope-bundle":
             return cmd_gradescope_bundle(args, root)
+        if args.command == "student-bundle":
+            return cmd_student_bundle(args, root)
     except (UsageError, SpecError, AssignmentNotFound, MutantError) as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return 2
@@ -254,6 +256,11 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     z.add_argument("--seed", type=int,
                    help="grade every submission with this seed (default: a fresh one each time, recorded)")
 
+    s = sub.add_parser("student-bundle",
+                       help="write the zip for students: template, assignment text and the public cases only")
+    s.add_argument("--assignment", required=True)
+    s.add_argument("--out", required=True, type=Path, help="the zip to write, e.g. softmax-student.zip")
+
 
 def cmd_batch(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.batch import BatchError, BatchOptions, format_summary, run_batch
@@ -290,4 +297,17 @@ def cmd_gradescope_bundle(args: argparse.Namespace, root: Path) -> int:
         raise UsageError(str(exc)) from None
     print(f"wrote {path}: upload it as the autograder of a Gradescope programming assignment "
           f"(setup.sh installs torch {args.torch_version} {args.torch})")
+    return 0
+
+
+def cmd_student_bundle(args: argparse.Namespace, root: Path) -> int:
+    from grader.operations.student_bundle import StudentBundleError, write_student_bundle
+
+    assignment = find_assignment(args.assignment, root)
+    try:
+        path = write_student_bundle(assignment, args.out)
+    except StudentBundleError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {path}: students unzip it and run, in the folder {assignment.id}/,\n"
+          f"  grader check {assignment.submission_file} --assignments assignments")
     return 0
