@@ -22,7 +22,6 @@ from grader.publishing import report
 from grader.publishing.files import write_outputs
 from grader.seeds import fresh_seed
 
-
 ASSIGNMENTS_HELP = ("folder of assignments (default: $GRADER_ASSIGNMENTS, else the checkout's assignments/, "
                     "else the examples shipped with the package)")
 
@@ -66,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--list", action="store_true", help="list the mutants with their traps and mistakes")
 
     sub.add_parser("list", help="list the assignments with their kernels, functions and points")
+    n = sub.add_parser("new-assignment", help="write a new assignment folder to start from (validates, passes "
+                                              "its selftest)")
+    n.add_argument("id", help="the new assignment's id: its folder and submission file name")
     _add_batch_parsers(sub)
     for command in sub.choices.values():  # accepted after the subcommand too, where users type it
         command.add_argument("--assignments", default=argparse.SUPPRESS, help=ASSIGNMENTS_HELP)
@@ -83,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "list":
             return cmd_list(root)
+        if args.command == "new-assignment":
+            return cmd_new_assignment(args, root)
         if args.command == "grade":
             return cmd_grade(args, root)
         if args.command == "check":
@@ -205,6 +209,19 @@ def _mutant_table(mutants: list[Mutant]) -> str:
 def _traps_text(mutant: Mutant) -> str:
     text = ", ".join(mutant.traps) or "none"
     return text + "".join(f" ({backend}: {', '.join(t) or 'none'})" for backend, t in mutant.overrides)
+
+
+def cmd_new_assignment(args: argparse.Namespace, root: Path) -> int:
+    from grader.authoring.scaffold import ScaffoldError, write_scaffold
+
+    try:
+        folder = write_scaffold(root, args.id)
+    except ScaffoldError as exc:
+        raise UsageError(str(exc)) from None
+    find_assignment(args.id, root)  # validates as written
+    print(f"wrote {folder}: a row-sum assignment to start from; check it with\n"
+          f"  grader selftest --assignment {args.id} --assignments {root}")
+    return 0
 
 
 def cmd_list(root: Path) -> int:
