@@ -1,4 +1,5 @@
-"""Command line: `grader grade | check | selftest | mutant | list`. `main(argv) -> int`; a thin entry point."""
+"""Command line: `grader grade | check | selftest | mutant | list | batch | gradescope-bundle | student-bundle |
+new-assignment`. `main(argv) -> int`; a thin entry point."""
 
 from __future__ import annotations
 
