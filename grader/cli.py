@@ -1,5 +1,5 @@
-"""Command line: `grader grade | check | selftest | mutant | list | batch | gradescope-bundle | classroom-workflow`.
-`main(argv) -> int`; a thin entry point."""
+"""Command line: `grader grade | check | selftest | mutant | list | batch | gradescope-bundle | student-bundle |
+new-assignment | classroom-workflow`. `main(argv) -> int`; a thin entry point."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ from grader.publishing.classroom import DEFAULT_GRADER_REPO
 from grader.publishing.files import write_outputs
 from grader.seeds import fresh_seed
 
+ASSIGNMENTS_HELP = ("folder of assignments (default: $GRADER_ASSIGNMENTS, else the checkout's assignments/, "
+                    "else the examples shipped with the package)")
+
 
 class UsageError(Exception):
     """A mistake in how the grader was called; its message is for the user."""
@@ -27,7 +30,7 @@ class UsageError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grader", description="Autograder for Triton kernel assignments.")
-    parser.add_argument("--assignments", help="folder of assignments (default: $GRADER_ASSIGNMENTS or the checkout's)")
+    parser.add_argument("--assignments", help=ASSIGNMENTS_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("grade", help="grade submissions on the full (hidden) battery and write results")
@@ -65,7 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--list", action="store_true", help="list the mutants with their traps and mistakes")
 
     sub.add_parser("list", help="list the assignments with their kernels, functions and points")
+    n = sub.add_parser("new-assignment", help="write a new assignment folder to start from (validates, passes "
+                                              "its selftest)")
+    n.add_argument("id", help="the new assignment's id: its folder and submission file name")
     _add_batch_parsers(sub)
+    for command in sub.choices.values():  # accepted after the subcommand too, where users type it
+        command.add_argument("--assignments", default=argparse.SUPPRESS, help=ASSIGNMENTS_HELP)
     return parser
 
 
@@ -80,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "list":
             return cmd_list(root)
+        if args.command == "new-assignment":
+            return cmd_new_assignment(args, root)
         if args.command == "grade":
             return cmd_grade(args, root)
         if args.command == "check":
@@ -94,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_gradescope_bundle(args, root)
         if args.command == "classroom-workflow":
             return cmd_classroom_workflow(args, root)
+        if args.command == "student-bundle":
+            return cmd_student_bundle(args, root)
     except (UsageError, SpecError, AssignmentNotFound, MutantError, NotebookError, CheckError) as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return 2
@@ -194,6 +206,19 @@ def _traps_text(mutant: Mutant) -> str:
     return text + "".join(f" ({backend}: {', '.join(t) or 'none'})" for backend, t in mutant.overrides)
 
 
+def cmd_new_assignment(args: argparse.Namespace, root: Path) -> int:
+    from grader.authoring.scaffold import ScaffoldError, write_scaffold
+
+    try:
+        folder = write_scaffold(root, args.id)
+    except ScaffoldError as exc:
+        raise UsageError(str(exc)) from None
+    find_assignment(args.id, root)  # validates as written
+    print(f"wrote {folder}: a row-sum assignment to start from; check it with\n"
+          f"  grader selftest --assignment {args.id} --assignments {root}")
+    return 0
+
+
 def cmd_list(root: Path) -> int:
     ids = list_assignment_ids(root)
     if not ids:
@@ -254,6 +279,10 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
                    help="owner/name of the course's copy of kernel-grader, checked out by the workflow")
     w.add_argument("--submission", help="the file students commit (default: the assignment's submission file)")
     w.add_argument("--timeout", type=int, default=10, help="minutes per target step (default 10)")
+    s = sub.add_parser("student-bundle",
+                       help="write the zip for students: template, assignment text and the public cases only")
+    s.add_argument("--assignment", required=True)
+    s.add_argument("--out", required=True, type=Path, help="the zip to write, e.g. softmax-student.zip")
 
 
 def cmd_batch(args: argparse.Namespace, root: Path) -> int:
@@ -307,4 +336,17 @@ def cmd_classroom_workflow(args: argparse.Namespace, root: Path) -> int:
     points = sum(s.points for s in steps)
     print(f"wrote {args.out}: {len(steps)} autograding steps, {points:g} points (public cases on the CPU "
           f"interpreter); commit it to the assignment's template repository")
+    return 0
+
+
+def cmd_student_bundle(args: argparse.Namespace, root: Path) -> int:
+    from grader.operations.student_bundle import StudentBundleError, write_student_bundle
+
+    assignment = find_assignment(args.assignment, root)
+    try:
+        path = write_student_bundle(assignment, args.out)
+    except StudentBundleError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {path}: students unzip it and run, in the folder {assignment.id}/,\n"
+          f"  grader check {assignment.submission_file} --assignments assignments")
     return 0
