@@ -29,7 +29,7 @@ from grader.publishing.results import CaseResult
 from grader.running import guards
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
 from grader.running.gpu_slot import GpuSlot, gpu_name
-from grader.running.observation import Finding, Observation, classify_error, error_message
+from grader.running.observation import Finding, Observation, classify_error, error_message, failure_message
 from grader.running.phases import PhaseClock
 from grader.running.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
 from grader.running.worker.protocol import POINTERS_LINE
@@ -234,11 +234,15 @@ class Battery:
         return spec.problem
 
     def _place(self, case: Case, refs: list[Any], inputs: Mapping[str, Any],
-               param_keys: Mapping[str, str] | None = None, finite_guard: float | None = None) -> _Placed:
+               param_keys: Mapping[str, str] | None = None, finite_guard: float | None = None,
+               grid: tuple[int, ...] | None = None) -> _Placed:
         """Put every In/Out referenced by a case into guarded storage (gaps for row-gap layouts).
-        An Out with `like=param` shares the row gap of the buffer bound to that parameter."""
+        An Out with `like=param` shares the row gap of the buffer bound to that parameter. The guard
+        bands cover the launch's reach (guards.reach): from `grid` and the case's block sizes for the
+        grader's own launch of a kernel, from the case's sizes alone for a wrapper (grid None)."""
         plans: dict[str, guards.BufferPlan] = {}
-        storages: list[torch.Tensor] = []
+        values: dict[str, torch.Tensor | None] = {}
+        dtypes: dict[str, torch.dtype] = {}
         keys: list[str] = []
         gap_of: dict[str, int] = {}
         for ref in refs:
@@ -250,7 +254,7 @@ class Battery:
                 shape = tuple(value.T.shape) if ref.transpose else tuple(value.shape)
                 gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else 0
                 plan = guards.plan_buffer(ref.name, "input", shape, gap, transpose=ref.transpose)
-                storage = guards.build_storage(plan, value.dtype, value.T if ref.transpose else value, finite_guard)
+                values[key], dtypes[key] = (value.T if ref.transpose else value), value.dtype
             else:
                 shared = gap_of.get((param_keys or {}).get(ref.like or "", ""), None)
                 if shared is not None:
@@ -261,11 +265,19 @@ class Battery:
                     # silent (and, on a GPU, racy) overwrite of the next row's first elements.
                     gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else OUTPUT_ROW_GAP
                 plan = guards.plan_buffer(ref.name, "output", ref.shape, gap)
-                storage = guards.build_storage(plan, ref.dtype, None)
+                values[key], dtypes[key] = None, ref.dtype
             gap_of[key] = plan.row_stride - plan.cols
             plans[key] = plan
-            storages.append(storage)
             keys.append(key)
+        sizes = [*case.dims.values(), *(n for p in plans.values() for n in (p.rows, p.cols))]
+        reach = guards.reach(sizes, [p.row_stride for p in plans.values()], grid,
+                             [v for v in case.meta.values() if isinstance(v, int)])
+        storages = []
+        for key in keys:
+            plan = plans[key] = dataclasses.replace(
+                plans[key], guard=guards.guard_elements(reach, plans[key].rows * plans[key].row_stride))
+            storages.append(guards.build_storage(plan, dtypes[key], values[key],
+                                                 finite_guard if plan.role == "input" else None))
         return _Placed(plans, storages, keys)
 
     def _request(self, message: dict[str, Any], what: str) -> dict[str, Any] | Observation:
@@ -289,7 +301,7 @@ class Battery:
         error = reply.get("error", {})
         return Observation(
             failure=classify_error(error),
-            message=f"{what} raised " + error_message(error, self.submission.name),
+            message=failure_message(error, what, self.submission.name),
             output_tail=self.worker.output_tail(),
         )
 
@@ -390,7 +402,7 @@ class Battery:
         binding = problem.kernel_args(inputs)
         refs = [v for v in binding.values() if isinstance(v, (In, Out))]
         by_param = {p: _key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
-        placed = self._place(case, refs, inputs, by_param, finite_guard)
+        placed = self._place(case, refs, inputs, by_param, finite_guard, grid=launch_grid(spec, binding, case))
         args: list[Any] = []
         for param in spec.params:
             if param in spec.constexprs:
@@ -508,6 +520,19 @@ class Battery:
             block_meta=dict(case.meta),
             row_strides=placed.row_strides(),
         )
+
+
+def launch_grid(spec: KernelSpec, binding: Mapping[str, Any], case: Case) -> tuple[int, ...] | None:
+    """The grid of the grader's launch of a kernel case (the contract's expressions over the case's
+    scalar arguments and block sizes), or None where it cannot be evaluated here."""
+    scope: dict[str, Any] = {k: v for k, v in binding.items() if isinstance(v, int) and not isinstance(v, bool)}
+    scope.update(case.meta)
+    scope.update({"cdiv": lambda a, b: -(-a // b), "next_power_of_2": lambda n: 1 << max(0, n - 1).bit_length(),
+                  "max": max, "min": min})
+    try:
+        return tuple(int(eval(expr, {"__builtins__": {}}, scope)) for expr in spec.grid)  # noqa: S307
+    except Exception:  # an expression over names this case does not bind: size the guards as for a wrapper
+        return None
 
 
 def announced_pointers(text: str) -> list[int]:

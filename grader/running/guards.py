@@ -9,10 +9,23 @@ into its output (out-of-bounds read, also into the *neighbouring row*, which a p
 alone misses), and one that writes them changes their bits (out-of-bounds write). Output interiors
 are poisoned with another NaN payload before the call, so elements the kernel never wrote are found
 bit-exactly. All checks compare bits through an integer view: a NaN written over a NaN is still seen.
+
+How wide the guard bands are (`reach`, `guard_elements`): wide enough that the stray addresses a launch
+can form from its own numbers land in them, not in whatever memory lies beyond (the worker's heap in
+the interpreter, other allocations on a GPU). A wrong index is still built from the launch's
+quantities: program ids (< the grid), lanes (< a block size), loop counters (< a size such as N) and
+strides; `row + j * stride` instead of `row * stride + j` reaches N * stride, not M * stride. So the
+band is sized from those numbers, per launch, instead of one large arena for every tensor: the grader
+sends each storage to the worker and back, and a wrapper's launch records copy whole storages, so the
+bytes moved grow with the band. Bands are capped at GUARD_CAP elements; beyond that the interpreter
+worker's fence (grader/running/worker/fence.py) stops any access outside the launch's storages, and
+on a GPU such an access faults or is lost with the worker, which the battery replaces after any case
+that wrote out of bounds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +50,46 @@ def nan_pattern(dtype: torch.dtype, payload: int) -> int:
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_INT_VIEW[t.element_size()])
+
+
+# Guard band widths, in elements: never narrower than GUARD_MIN, never wider than GUARD_CAP (4 MiB of
+# float32 on each side of a tensor: what the worker's pipe and a launch record's snapshot can carry).
+GUARD_MIN = 256
+GUARD_CAP = 1 << 20
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def reach(sizes: Sequence[int], strides: Sequence[int], grid: Sequence[int] | None = None,
+          blocks: Sequence[int] = ()) -> int:
+    """The farthest element offset, either side of a tensor's start, that a launch's index arithmetic
+    can form from these numbers, right or wrong.
+
+    One index along an axis is at most `pid * BLOCK + lane` (pid below the largest grid size, lane below
+    the largest block) or a loop counter over a size plus one block (`start + lane`):
+    index = max(max(grid) * max(blocks), max(sizes)) + max(blocks). An address adds two such indices,
+    each times a stride at most (right: `row * stride + col`; wrong: `row + col * stride`, or both times
+    a stride): reach = 2 * index * max(strides).
+
+    `grid=None`: the launch is a wrapper's own, its grid and blocks unknown to the grader. A wrapper
+    sizes its grid to cover the tensor (pid * BLOCK stays within a size plus a block) with blocks up to
+    next_power_of_2 of the largest size: index = max(sizes) + next_power_of_2(max(sizes)).
+    """
+    largest = max((int(s) for s in sizes), default=1)
+    if grid is None:
+        index = largest + _next_power_of_2(largest)
+    else:
+        block = max((int(b) for b in blocks), default=1)
+        index = max(max((int(g) for g in grid), default=1) * block, largest) + block
+    return 2 * index * max(1, max((abs(int(s)) for s in strides), default=1))
+
+
+def guard_elements(reach_elements: int, body: int = 0) -> int:
+    """The guard band for a tensor whose storage body spans `body` elements: at least its own length
+    (the original rule) and the launch's reach, between GUARD_MIN and GUARD_CAP."""
+    return min(GUARD_CAP, max(GUARD_MIN, body, reach_elements))
 
 
 @dataclass(frozen=True)
@@ -95,10 +148,10 @@ class BufferPlan:
 
 
 def plan_buffer(
-    name: str, role: str, shape: tuple[int, ...], gap: int, transpose: bool = False
+    name: str, role: str, shape: tuple[int, ...], gap: int, transpose: bool = False, reach_elements: int = 0
 ) -> BufferPlan:
     """Plan storage for a tensor of logical `shape` (the view's shape) with `gap` spare elements
-    after each stored row."""
+    after each stored row, and guard bands covering `reach_elements` (see `reach`)."""
     if len(shape) == 1:
         rows, cols, ndim = 1, shape[0], 1
         gap = 0
@@ -108,7 +161,7 @@ def plan_buffer(
     else:
         raise ValueError(f"{name}: guarded buffers support 1-D and 2-D tensors, got shape {shape}")
     row_stride = cols + gap
-    guard = max(256, rows * row_stride)
+    guard = guard_elements(reach_elements, rows * row_stride)
     return BufferPlan(name, role, rows, cols, row_stride, guard, ndim, transpose)
 
 

@@ -20,7 +20,7 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.running import guards
-from grader.running.worker import timing
+from grader.running.worker import fence, timing
 from grader.running.worker.launch_record import (
     LaunchRecord,
     decode_value,
@@ -184,28 +184,34 @@ def _patch_kernel_runs() -> None:
             continue
 
         def run(self, *args, __original=original, **kwargs):
-            rec = _Recorder.active
-            if rec is None or kwargs.get("warmup"):
-                return __original(self, *args, **kwargs)
-            top = rec.depth == 0
-            rec.depth += 1  # from here on, torch operators the recording itself runs are not counted
-            try:
-                if top:
-                    grid = kwargs.get("grid")
-                    rec.launches.append({"kernel": getattr(kernel_function(self), "__name__", "?"),
-                                         "grid": repr(grid)[:80]})
-                    rec.current = LaunchRecord(args, kwargs, rec.keep, rec.describe) if rec.replayable else None
-                if rec.current is not None and not isinstance(self, _TUNERS):
-                    kwargs = rec.current.innermost_call(self, args, kwargs)
-                return __original(self, *args, **kwargs)
-            finally:
-                rec.depth -= 1
-                if top and rec.current is not None:
-                    rec.launches[-1]["replay"] = rec.current.encode()
-                    rec.current = None
+            with fence.launch(self, args, kwargs):  # interpreter: only these tensors' storages are reachable
+                return _recorded_run(self, __original, args, kwargs)
 
         run._grader_wrapped = True  # type: ignore[attr-defined]
         cls.run = run  # type: ignore[method-assign]
+
+
+def _recorded_run(self: Any, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """One launch through a wrapped `run`: recorded (top level only) while a wrapper call is recorded."""
+    rec = _Recorder.active
+    if rec is None or kwargs.get("warmup"):
+        return original(self, *args, **kwargs)
+    top = rec.depth == 0
+    rec.depth += 1  # from here on, torch operators the recording itself runs are not counted
+    try:
+        if top:
+            grid = kwargs.get("grid")
+            rec.launches.append({"kernel": getattr(kernel_function(self), "__name__", "?"),
+                                 "grid": repr(grid)[:80]})
+            rec.current = LaunchRecord(args, kwargs, rec.keep, rec.describe) if rec.replayable else None
+        if rec.current is not None and not isinstance(self, _TUNERS):
+            kwargs = rec.current.innermost_call(self, args, kwargs)
+        return original(self, *args, **kwargs)
+    finally:
+        rec.depth -= 1
+        if top and rec.current is not None:
+            rec.launches[-1]["replay"] = rec.current.encode()
+            rec.current = None
 
 
 _ALLOCATIONS = {"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided"}
@@ -315,6 +321,7 @@ class Harness:
         _time_jit_compiles()
         if backend == "interpreter":
             _patch_autotune_for_interpreter()
+            fence.install()
 
     def load(self, path: str, names: list[str]) -> dict[str, Any]:
         self.path = path
