@@ -482,12 +482,14 @@ class Battery:
                                torch_ops=dict(reply.get("torch_ops", {})))
         observation = self._observe(placed, reply, launches=tuple(reply.get("launches", ())), case=case)
         unwritten, findings = poisoned_outputs(returned)
+        result_views = tuple(reply.get("result_views") or ())
+        own = allocation_findings(reply.get("allocation_findings"), result_views, spec)
         return Observation(
             outputs=returned,
             sent_storages=tuple(placed.storages),
-            result_views=tuple(reply.get("result_views") or ()),
+            result_views=result_views,
             unwritten=unwritten,
-            guard_findings=observation.guard_findings + findings,
+            guard_findings=observation.guard_findings + own + findings,
             launches=observation.launches,
             torch_ops=dict(reply.get("torch_ops", {})),
             output_tail=observation.output_tail,
@@ -647,6 +649,30 @@ def unpack_returns(
             return {}, f"`{name}` on device {device}; it must stay on the input's device ({expected_device})"
         out[name] = tensor
     return out, ""
+
+
+def allocation_findings(
+    found: Any, result_views: tuple[Any, ...], spec: FunctionSpec
+) -> tuple[guards.GuardFinding, ...]:
+    """Stores past the buffers a wrapper allocated itself (the worker guards them, harness._guarded):
+    `oob-write`, named after the output the buffer was returned as, else by its shape."""
+    if not isinstance(found, list):
+        return ()
+    names = {view["sid"]: name for name, view in zip(spec.returns, result_views, strict=False)
+             if isinstance(view, Mapping) and isinstance(view.get("sid"), int)}
+    findings = []
+    for item in found:
+        if not isinstance(item, Mapping):
+            continue
+        shape = item.get("shape")
+        shape_text = tuple(shape) if isinstance(shape, list) else "?"
+        sid = item.get("sid")
+        name = ((names.get(sid) if isinstance(sid, int) else None)
+                or f"a buffer {spec.name} allocated (shape {shape_text})")
+        finding = guards.allocation_guard_finding(dict(item), name)
+        if finding is not None:
+            findings.append(finding)
+    return tuple(findings)
 
 
 def poisoned_outputs(

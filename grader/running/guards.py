@@ -241,3 +241,51 @@ def unwritten_mask(plan: BufferPlan, storage: torch.Tensor) -> torch.Tensor:
     """Boolean mask in the view's shape: True where the output still holds the poison."""
     poison = nan_pattern(storage.dtype, PAYLOAD_OUTPUT_POISON)
     return bits(view_of(storage, plan)) == poison
+
+
+# --------------------------------------------------------------------------- a wrapper's own allocations
+
+
+@dataclass(frozen=True)
+class AllocationGuard:
+    """A tensor a wrapper allocated itself, placed by the worker in the middle of a larger storage
+    poisoned throughout (guards and body alike: a fresh buffer is still one repeated value)."""
+
+    storage: torch.Tensor  # the whole storage, guards included, 1-D in the allocation's dtype
+    guard: int
+    size: int  # elements of the allocation's own storage, between the two guard bands
+    shape: tuple[int, ...]
+
+    def finding(self) -> dict[str, object] | None:
+        """Plain data on the guard elements that changed since allocation, or None."""
+        pattern = nan_pattern(self.storage.dtype, PAYLOAD_OUTPUT_POISON)
+        flat = bits(self.storage)
+        changed = torch.cat([flat[: self.guard], flat[self.guard + self.size :]]) != pattern
+        if not bool(changed.any()):
+            return None
+        first = int(torch.nonzero(changed)[0])
+        return {"guard": self.guard, "size": self.size, "count": int(changed.sum()),
+                "first": first if first < self.guard else first + self.size, "shape": list(self.shape)}
+
+
+def guard_allocation(tensor: torch.Tensor) -> tuple[torch.Tensor, AllocationGuard]:
+    """The same tensor (shape, strides, dtype, device; its storage offset shifted by the guard) inside a
+    poisoned storage with guard bands sized from its own shape and strides (a wrapper's launch: `reach`
+    with grid=None). The caller copies in the values of an initialised allocation (zeros, full)."""
+    size = tensor.untyped_storage().nbytes() // tensor.element_size()
+    guard = guard_elements(reach(tuple(tensor.shape), tuple(tensor.stride())), size)
+    storage = torch.empty(2 * guard + size, dtype=tensor.dtype, device=tensor.device)
+    bits(storage).fill_(nan_pattern(tensor.dtype, PAYLOAD_OUTPUT_POISON))
+    view = torch.as_strided(storage, tensor.shape, tensor.stride(), guard + tensor.storage_offset())
+    return view, AllocationGuard(storage, guard, size, tuple(tensor.shape))
+
+
+def allocation_guard_finding(found: dict[str, object], name: str) -> GuardFinding | None:
+    """The grader's reading of one `AllocationGuard.finding` sent back by the worker (None if malformed)."""
+    numbers = [v for v in (found.get(k) for k in ("guard", "size", "count", "first"))
+               if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+    if len(numbers) != 4:
+        return None
+    guard, size, count, first = numbers
+    plan = BufferPlan(name, "output", 1, size, size, guard, 1)
+    return GuardFinding("oob-write", name, count, plan.describe_index(first))

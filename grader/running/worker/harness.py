@@ -166,6 +166,9 @@ class _Recorder:
         self.current: LaunchRecord | None = None
         self.keep: list[torch.Tensor] = []  # every tensor a launch saw, alive until the call returns
         self.fresh: set[int] = set()  # storages allocated uninitialised and not written by torch since
+        # Correctness calls: the wrapper's own float allocations, each placed inside guard bands
+        # (grader.running.guards.guard_allocation) and checked when the call returns. None: not guarded.
+        self.allocations: list[guards.AllocationGuard] | None = None
 
 
 def _patch_kernel_runs() -> None:
@@ -215,11 +218,15 @@ def _recorded_run(self: Any, original: Any, args: tuple[Any, ...], kwargs: dict[
 
 
 _ALLOCATIONS = {"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided"}
+# Allocations that start with values: guarded like the others (their values copied into the view).
+_FILLED_ALLOCATIONS = {f"aten.{name}" for name in ("zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones",
+                                                   "full", "full_like", "new_full")}
 
 
 class _TorchOps(TorchDispatchMode):
     """Records torch operators a wrapper runs, and poisons fresh uninitialised allocations so the
-    grader can tell output elements the kernel never wrote (torch.empty would hide them)."""
+    grader can tell output elements the kernel never wrote (torch.empty would hide them). During a
+    correctness call it also puts each float allocation inside guard bands (`_guarded`)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         rec = _Recorder.active
@@ -227,6 +234,8 @@ class _TorchOps(TorchDispatchMode):
         if rec is not None and rec.depth == 0:
             rec.torch_ops[name] = rec.torch_ops.get(name, 0) + 1
         out = func(*args, **(kwargs or {}))
+        if rec is not None and rec.allocations is not None and name in _ALLOCATIONS | _FILLED_ALLOCATIONS:
+            out = _guarded(out, rec.allocations, filled=name in _FILLED_ALLOCATIONS)
         if rec is not None:
             note_freshness(rec.fresh, name, args, kwargs, out)
         if name in _ALLOCATIONS and isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
@@ -234,6 +243,20 @@ class _TorchOps(TorchDispatchMode):
                 whole = torch.empty(0, dtype=out.dtype, device=out.device).set_(out.untyped_storage())
                 guards.bits(whole).fill_(guards.nan_pattern(out.dtype, guards.PAYLOAD_OUTPUT_POISON))
         return out
+
+
+def _guarded(out: Any, allocations: list[guards.AllocationGuard], filled: bool) -> Any:
+    """A wrapper's float allocation moved into the middle of a poisoned storage with guard bands: a
+    store past it lands in a band the worker checks after the call, not in the worker's heap."""
+    if (type(out) is not torch.Tensor or not out.dtype.is_floating_point or out.layout != torch.strided
+            or out.requires_grad or out.is_nested or out.device.type == "meta"):
+        return out
+    with torch.no_grad():
+        view, allocation = guards.guard_allocation(out)
+        if filled:
+            view.copy_(out)
+    allocations.append(allocation)
+    return view
 
 
 def _patch_autotune_for_interpreter() -> None:
@@ -418,6 +441,7 @@ class Harness:
         args = [self._resolve(a, tensors) for a in request["args"]]
         kwargs = {k: self._resolve(v, tensors) for k, v in request["kwargs"].items()}
         recorder = _Recorder()
+        recorder.allocations = []
         _Recorder.active = recorder
         try:
             with _TorchOps():
@@ -436,6 +460,7 @@ class Harness:
             "torch_ops": recorder.torch_ops,
             "storages": self._storages_back(),
             "result_views": result_views(result),
+            "allocation_findings": allocation_findings(recorder.allocations),
         }
 
     # ------------------------------------------------------------------ performance: the "time" op
@@ -510,6 +535,17 @@ class Harness:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         return reply
+
+
+def allocation_findings(allocations: list[guards.AllocationGuard]) -> list[dict[str, Any]]:
+    """The wrapper's own allocations whose guard bands changed: stores past them (with the storage id
+    that result_views gives a returned tensor, so the grader can name it)."""
+    found = []
+    for allocation in allocations:
+        finding = allocation.finding()
+        if finding is not None:
+            found.append(dict(finding, sid=int(allocation.storage.untyped_storage().data_ptr())))
+    return found
 
 
 def replayable_kernel(module: Any, name: str) -> Any:
