@@ -163,6 +163,12 @@ class Battery:
         info = self.load_reply["symbols"].get(target, {"kind": "missing"})
         return check_symbol(target, info, self.assignment, self.submission.name)
 
+    def _replace_worker(self) -> None:
+        """The case wrote out of bounds, raised or crashed: whatever it did to the worker's memory or state
+        must not reach the next case, which starts a fresh worker (about 1-3 s; only after such cases)."""
+        self.worker.stop()
+        self.load_reply = None
+
     def stop_workers(self) -> None:
         """Stop every process running the submission (restarted on demand): nothing of the student's
         may run while something is timed."""
@@ -217,6 +223,8 @@ class Battery:
             observation = self._probe_guard_reads(case, problem, inputs, expected, observation)
             observation = self._verify_by_replay(case, inputs, expected, observation)
             observation = self._sanitize(case, problem, inputs, observation)
+            if needs_fresh_worker(observation):
+                self._replace_worker()
         tolerance = self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
         return judge_case(
             case=case,
@@ -363,34 +371,37 @@ class Battery:
         if plan.trap:
             finding = Finding(plan.trap, plan.problem)
         else:
-            reply = self._replay(plan)
-            if isinstance(reply, str):
-                finding = Finding("tampering", f"the recorded launches of {case.target} could not be "
-                                        f"replayed in a fresh worker: {reply}")
+            reply = self._replay(plan, case.target)
+            if isinstance(reply, Finding):
+                finding = reply
             else:
                 tol = self._tol(case)
                 finding = check_outputs(observation.outputs, observation.result_views, plan, reply, tol.atol, tol.rtol)
         return dataclasses.replace(observation, replay_finding=finding) if finding else observation
 
-    def _replay(self, plan: ReplayPlan) -> dict[int, torch.Tensor] | str:
-        """Run the planned launches in the replay worker: its buffers after the last, or what went wrong."""
+    def _replay(self, plan: ReplayPlan, target: str) -> dict[int, torch.Tensor] | Finding:
+        """Run the planned launches in the replay worker: its buffers after the last, or what went wrong,
+        named for what it was (replay_failure). A failed replay also replaces the replay worker."""
         try:
             if not self.replayer.alive:
                 with self.clock.phase("start-up"):
                     loaded = self.replayer.start()
                 if not loaded.get("ok"):
-                    return "importing the submission failed: " + error_message(loaded.get("error", {}),
-                                                                               self.submission.name)
+                    self.replayer.stop()
+                    return Finding("import-fails", f"replaying the recorded launches of {target}: importing "
+                                   f"{self.submission.name} in a fresh worker failed: "
+                                   + error_message(loaded.get("error", {}), self.submission.name))
             with self.clock.phase("replay"), self.shared_gpu():
                 reply = self.replayer.request({"op": "replay", "launches": list(plan.launches)},
                                               self.assignment.call_timeout_s, "replaying the recorded launches")
             self.note_compile("replayer", reply)
         except WorkerFailure as failure:
-            return f"{failure.kind}: {failure.detail}"
-        if not reply.get("ok"):
-            return error_message(reply.get("error", {}), self.submission.name)
+            return replay_failure(target, failure=failure)
         buffers = reply.get("buffers")
-        return buffers if isinstance(buffers, dict) else "malformed reply"
+        if not reply.get("ok") or not isinstance(buffers, dict):
+            self.replayer.stop()
+            return replay_failure(target, reply=reply, submission=self.submission.name)
+        return buffers
 
     def _tol(self, case: Case):
         return self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
@@ -556,6 +567,37 @@ def outputs_close(outputs: Mapping[str, torch.Tensor], expected: Mapping[str, to
         if not bool(close_mask(out, exp, tol.atol, tol.rtol).all()):
             return False
     return True
+
+
+# Failures after which a worker may hold memory the student's code corrupted, or state it left behind.
+RESTART_AFTER = frozenset({"runtime-error", "compile-error", "crash", "timeout", "oob-write", "oob-read",
+                           "out-of-memory"})
+
+
+def needs_fresh_worker(observation: Observation) -> bool:
+    """Did the case write out of bounds, raise or crash? Then the next case gets a fresh worker."""
+    return (observation.failure in RESTART_AFTER
+            or any(f.kind == "oob-write" for f in observation.guard_findings)
+            or any(f.trap == "oob-write" for f in observation.sanitizer_findings))
+
+
+def replay_failure(target: str, failure: WorkerFailure | None = None, reply: Mapping[str, Any] | None = None,
+                   submission: str = "") -> Finding:
+    """Name what went wrong when replaying a wrapper's recorded launches: the student's kernel crashing,
+    timing out, running out of bounds or raising is that trap; only a record the replay worker could
+    not even decode (or a malformed reply) is `tampering`."""
+    head = f"replaying the recorded launches of {target} in a fresh worker"
+    if failure is not None:
+        verb = "did not finish" if failure.kind == "timeout" else "crashed the worker"
+        return Finding(failure.kind, f"{head} {verb}: {failure.detail}." + _tail(failure.output_tail))
+    error = (reply or {}).get("error")
+    if not isinstance(error, Mapping) or (reply or {}).get("ok"):
+        return Finding("tampering", f"{head} gave a malformed reply")
+    if (reply or {}).get("stage") == "record":
+        return Finding("tampering", f"{head} failed: the launch record could not be decoded "
+                       f"({error_message(error, submission)}): the worker's account of what the wrapper ran "
+                       "was altered")
+    return Finding(classify_error(error), failure_message(error, head, submission))
 
 
 def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, ...]:

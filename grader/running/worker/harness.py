@@ -422,17 +422,22 @@ class Harness:
         """Run recorded launches again, in order, on the storages the grader vouched for; no wrapper
         code runs. Storages a launch does not reload keep what earlier launches wrote."""
         buffers: dict[int, torch.Tensor] = {}
-        try:
-            for launch in request["launches"]:
+        for launch in request["launches"]:
+            try:  # a record that cannot be decoded was altered: `stage` tells the grader it was not the kernel
                 for sid, data in launch["load"].items():
                     buffers[sid] = data.to(self.device).clone()
                 jit = replayable_kernel(self.module, launch["kernel"])
                 args = [decode_value(a, buffers) for a in launch["args"]]
                 kwargs = {k: decode_value(v, buffers) for k, v in launch["kwargs"].items()}
-                jit[tuple(launch["grid"])](*args, **kwargs)
-            self._sync()
-        except BaseException as exc:
-            return {"ok": False, "error": describe_exception(exc, self.path), "fatal": is_fatal_device_error(exc)}
+                grid = tuple(launch["grid"])
+            except BaseException as exc:
+                return {"ok": False, "stage": "record", "error": describe_exception(exc, self.path), "fatal": False}
+            try:
+                jit[grid](*args, **kwargs)
+                self._sync()
+            except BaseException as exc:
+                return {"ok": False, "stage": "kernel", "error": describe_exception(exc, self.path),
+                        "fatal": is_fatal_device_error(exc)}
         return {"ok": True, "buffers": {sid: b.detach().to("cpu").clone() for sid, b in buffers.items()}}
 
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
