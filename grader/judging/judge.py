@@ -14,6 +14,7 @@ from grader.authoring.spec import Assignment, Case, Tolerance
 from grader.judging.compare import Comparison, close_mask, compare
 from grader.judging.diagnosis import classify_unmatched, locate, match_traps
 from grader.judging.error_maps import error_maps
+from grader.judging.false_hints import evidence as false_hint_evidence
 from grader.publishing.results import CaseResult
 from grader.running.guards import INPUT_MODIFIED
 from grader.running.observation import Observation
@@ -55,6 +56,9 @@ def judge_case(
         "dims": dict(case.dims), "kind": case.kind, "layout": case.layout, "meta": dict(case.meta),
         "tolerance": {"profile": case.tolerance, "atol": tolerance.atol, "rtol": tolerance.rtol},
     }
+    hint = false_hint_evidence(observation.false_hint)
+    if hint is not None:  # a warning for the whole kernel (grade.py), never points off this case
+        evidence["false_hint"] = hint
 
     def result(passed: bool, message: str, named: list[str]) -> CaseResult:
         return CaseResult(
