@@ -161,19 +161,34 @@ def _unbiased(x: torch.Tensor) -> torch.Tensor:
     return x.var(dim=-1, unbiased=True)
 
 
-def _padding_variants(x: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(mean, var) when padded lanes are counted: divided by BLOCK_N, or unmasked centred zeros."""
+MAX_BLOCK = 1 << 20  # a launched BLOCK_N beyond this is no block a row kernel could hold
+
+
+def _padded_widths(inputs: dict[str, Any], n: int) -> list[int]:
+    """The lanes a row kernel loaded per row: N rounded up to a multiple of the BLOCK_N it was launched
+    with (`inputs["_launches"]`: the case's `meta`, or the wrapper's launch record); next_power_of_2(N),
+    the reference's choice, where no launch says."""
+    blocks = {launch["meta"]["BLOCK_N"] for launch in inputs.get("_launches", ())
+              if type(launch.get("meta", {}).get("BLOCK_N")) is int and 0 < launch["meta"]["BLOCK_N"] <= MAX_BLOCK}
+    return sorted({-(-n // b) * b for b in blocks} if blocks else {_next_pow2(n)})
+
+
+def _padding_variants(x: torch.Tensor, widths: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(mean, var) when the padded lanes of a row `width` wide are counted: divided by the width
+    (BLOCK_N), or unmasked centred zeros."""
     n = x.shape[-1]
-    block = _next_pow2(n)
-    if block == n:
-        return []
-    total = x.sum(dim=-1)
-    mean_b = total / block
-    var_b = ((x - mean_b[:, None]) ** 2).sum(dim=-1) / block
-    mean = total / n
-    var_unmasked = (((x - mean[:, None]) ** 2).sum(dim=-1) + (block - n) * mean**2) / n
-    var_both = (((x - mean_b[:, None]) ** 2).sum(dim=-1) + (block - n) * mean_b**2) / block
-    return [(mean_b, var_b), (mean, var_unmasked), (mean_b, var_both)]
+    variants = []
+    for block in widths:
+        if block <= n:
+            continue
+        total = x.sum(dim=-1)
+        mean_b = total / block
+        var_b = ((x - mean_b[:, None]) ** 2).sum(dim=-1) / block
+        mean = total / n
+        var_unmasked = (((x - mean[:, None]) ** 2).sum(dim=-1) + (block - n) * mean**2) / n
+        var_both = (((x - mean_b[:, None]) ** 2).sum(dim=-1) + (block - n) * mean_b**2) / block
+        variants.extend([(mean_b, var_b), (mean, var_unmasked), (mean_b, var_both)])
+    return variants
 
 
 def _strided_rows(inputs: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -214,7 +229,8 @@ def trap_unbiased_stats(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 
 def trap_padding_stats(inputs: dict[str, Any]) -> list[Signature]:
-    return [Signature({"mean": m, "var": v}) for m, v in _padding_variants(inputs["x"].double())]
+    x = inputs["x"].double()
+    return [Signature({"mean": m, "var": v}) for m, v in _padding_variants(x, _padded_widths(inputs, x.shape[-1]))]
 
 
 def trap_ignores_stride_stats(inputs: dict[str, Any]) -> Signature | None:
@@ -356,11 +372,9 @@ def trap_affine_swapped(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
 def trap_padding_ln(inputs: dict[str, Any]) -> list[Signature]:
     x, _, _, g, b, eps = _ln_parts(inputs)
     sigs = []
-    n = x.shape[-1]
-    for mean, var in _padding_variants(x):
+    for mean, var in _padding_variants(x, _padded_widths(inputs, x.shape[-1])):
         diff = x - mean[:, None]
         sigs.append(Signature({"out": diff / torch.sqrt(var + eps)[:, None] * g + b}))
-    del n
     return sigs
 
 

@@ -14,6 +14,8 @@ from grader.authoring.spec import Assignment, Case, Tolerance
 from grader.judging.compare import Comparison, close_mask, compare
 from grader.judging.diagnosis import classify_unmatched, locate, match_traps
 from grader.judging.error_maps import error_maps
+from grader.judging.false_hints import evidence as false_hint_evidence
+from grader.judging.replay import launch_meta
 from grader.publishing.results import CaseResult
 from grader.running.guards import INPUT_MODIFIED
 from grader.running.observation import Observation
@@ -55,6 +57,9 @@ def judge_case(
         "dims": dict(case.dims), "kind": case.kind, "layout": case.layout, "meta": dict(case.meta),
         "tolerance": {"profile": case.tolerance, "atol": tolerance.atol, "rtol": tolerance.rtol},
     }
+    hint = false_hint_evidence(observation.false_hint)
+    if hint is not None:  # a warning for the whole kernel (grade.py), never points off this case
+        evidence["false_hint"] = hint
 
     def result(passed: bool, message: str, named: list[str]) -> CaseResult:
         return CaseResult(
@@ -110,7 +115,7 @@ def judge_case(
 
     values_ok = all(c.ok for c in comparisons)
     if not values_ok:
-        matches = match_traps(traps, {**inputs, "_row_strides": dict(observation.row_strides)},
+        matches = match_traps(traps, trap_inputs(inputs, observation, case),
                               observation.outputs, expected, tolerance, observation.unwritten)
         named.extend(m.trap for m in matches)
         if observation.guard_reads:
@@ -129,6 +134,18 @@ def judge_case(
         return result(True, f"passed (max |error| {worst:.3g}; atol={tolerance.atol:g}, rtol={tolerance.rtol:g})", [])
     head = "; ".join(f"{trap_title(catalog, t)} [{t}]" for t in dict.fromkeys(named))
     return result(False, "\n".join([f"Failed: {head}"] + lines), named)
+
+
+def trap_inputs(inputs: Mapping[str, Any], observation: Observation, case: Case) -> dict[str, Any]:
+    """The case's inputs plus what the run itself decided, for trap functions (see Problem):
+    `_row_strides`, each input's row stride as placed, and `_launches`, the launches that computed the
+    outputs: the grader's own for a kernel case (its kernel, the case's `meta`), each recorded launch
+    for a wrapper case (its kernel, grid and constexpr values, grader/judging/replay.py launch_meta)."""
+    if observation.launches is None:
+        launches: tuple[dict[str, Any], ...] = ({"kernel": case.target, "grid": None, "meta": dict(case.meta)},)
+    else:
+        launches = launch_meta(observation.launches)
+    return {**inputs, "_row_strides": dict(observation.row_strides), "_launches": launches}
 
 
 def fusion_problems(observation: Observation, assignment: Assignment, target: str) -> list[str]:

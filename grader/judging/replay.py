@@ -132,6 +132,47 @@ def check_outputs(
     return None
 
 
+MAX_META_TEXT = 100
+MAX_META_INT = 1 << 31
+
+
+def _plain_meta(value: Any) -> bool:
+    """A meta-parameter value worth passing to trap functions: a bounded number, a flag or a short string."""
+    if type(value) is bool or type(value) is float:
+        return True
+    if type(value) is int:
+        return abs(value) < MAX_META_INT
+    return type(value) is str and len(value) <= MAX_META_TEXT
+
+
+def launch_meta(launches: Sequence[Mapping[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """What trap functions get as `inputs["_launches"]` from a wrapper's recorded launches: per launch,
+    in order, its kernel, its grid and `meta`, the values of the kernel's tl.constexpr parameters (the
+    block sizes the wrapper chose, positional or keyword, autotuned or not). Only plain, bounded values
+    are kept: the record comes from the worker."""
+    out = []
+    for launch in launches:
+        record = launch.get("replay") if isinstance(launch, Mapping) else None
+        if not isinstance(record, Mapping):
+            continue
+        params = [p for p in record.get("params") or [] if isinstance(p, str)]
+        args = record.get("args")
+        kwargs = record.get("kwargs")
+        values = dict(zip(params, args, strict=False)) if isinstance(args, list) else {}
+        if isinstance(kwargs, Mapping):
+            values.update((str(k), v) for k, v in kwargs.items())
+        constexprs = record.get("constexprs")
+        names = {c for c in constexprs if isinstance(c, str)} if isinstance(constexprs, list) else set()
+        grid = record.get("grid")
+        kernel = record.get("kernel")
+        out.append({
+            "kernel": kernel if isinstance(kernel, str) else str(launch.get("kernel", "?"))[:MAX_META_TEXT],
+            "grid": tuple(grid) if isinstance(grid, list) and all(type(g) is int for g in grid) else None,
+            "meta": {k: v for k, v in values.items() if k in names and _plain_meta(v)},
+        })
+    return tuple(out)
+
+
 def grounded(
     data: torch.Tensor,
     views: Sequence[Mapping[str, Any]],

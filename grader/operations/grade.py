@@ -21,6 +21,7 @@ import pytest
 from grader import trap_ids
 from grader.authoring.spec import Assignment
 from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
+from grader.judging.false_hints import false_hint_checks
 from grader.judging.performance import by_id
 from grader.operations.environment import backend_label, versions
 from grader.operations.notebook import is_notebook, materialise
@@ -73,6 +74,7 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
         cases, limit_notes = weigh_interpreter_limits(cases, aot_cases, request.assignment)
         cases = cases + [c for c in aot_cases if not request.targets or c.target in request.targets]
         notes.extend(aot_notes + limit_notes)
+    cases = cases + false_hint_checks(cases, request.assignment)  # warnings: zero points each
     result = GradeResult(
         assignment=request.assignment.id,
         submission=request.submission.name,

@@ -25,6 +25,7 @@ from grader.authoring.problem import In, Out, Problem
 from grader.authoring.spec import Assignment, Case, FunctionSpec, KernelSpec
 from grader.judging.compare import close_mask
 from grader.judging.diagnosis import nan_leaks
+from grader.judging.false_hints import HintCall, gpu_fault_note, hint_calls, names_false_hint
 from grader.judging.judge import judge_case
 from grader.judging.replay import ReplayPlan, check_outputs, plan_replay
 from grader.publishing.results import CaseResult
@@ -115,6 +116,7 @@ class Battery:
         self._gpu: GpuSlot | None = None
         self._replayer_start: threading.Thread | None = None
         self._compile_s: dict[str, float] = {}  # per worker: the Triton compile seconds it reported
+        self._hint_calls: tuple[HintCall, ...] | None = None
 
     def shared_gpu(self) -> contextlib.AbstractContextManager[None]:
         """Correctness work on CUDA shares the GPU; a grade's timed phase waits for it (gpu_slot)."""
@@ -329,21 +331,33 @@ class Battery:
         except WorkerFailure as failure:
             self.load_reply = None  # the next case starts a fresh worker
             verb = "did not finish" if failure.kind == trap_ids.TIMEOUT else "crashed the worker"
-            return Observation(
-                failure=failure.kind,
-                message=f"{what} {verb}: {failure.detail}." + _tail(failure.output_tail),
-                output_tail=failure.output_tail,
-            )
+            text = f"{what} {verb}: {failure.detail}." + _tail(failure.output_tail)
+            kind = failure.kind
+            calls = self.hint_calls()
+            if kind == trap_ids.CRASH and names_false_hint(f"{failure.detail} {failure.output_tail}", calls):
+                kind = trap_ids.FALSE_HINT  # a GPU fault a false tl.multiple_of / tl.max_contiguous explains
+                text += "\n" + gpu_fault_note(calls, self.submission.name)
+            return Observation(failure=kind, message=text, output_tail=failure.output_tail)
+
+    def hint_calls(self) -> tuple[HintCall, ...]:
+        """The tl.multiple_of / tl.max_contiguous calls in the submission's source (read once, never run)."""
+        if self._hint_calls is None:
+            try:
+                self._hint_calls = hint_calls(self.submission.read_text(encoding="utf-8", errors="replace"))
+            except OSError:
+                self._hint_calls = ()
+        return self._hint_calls
 
     def _error_observation(self, reply: dict[str, Any], what: str) -> Observation:
         if reply.get("fatal"):
             self.load_reply = None
         error = reply.get("error", {})
-        return Observation(
-            failure=classify_error(error),
-            message=failure_message(error, what, self.submission.name),
-            output_tail=self.worker.output_tail(),
-        )
+        failure = classify_error(error, self.hint_calls())
+        message = failure_message(error, what, self.submission.name)
+        if failure == trap_ids.FALSE_HINT:
+            message += "\n" + gpu_fault_note(self.hint_calls(), self.submission.name)
+        return Observation(failure=failure, message=message, output_tail=self.worker.output_tail(),
+                           false_hint=reply.get("false_hint"))
 
     def _run(
         self, case: Case, problem: Problem, inputs: Mapping[str, Any], finite_guard: float | None = None
@@ -467,7 +481,7 @@ class Battery:
         """`--sanitize`: the kernel case once more in a worker under compute-sanitizer memcheck; its
         reports of invalid global accesses become oob-read / oob-write findings naming the buffer."""
         spec = self.assignment.kernels.get(case.target)
-        ran = observation.failure in (None, trap_ids.RUNTIME_ERROR, trap_ids.CRASH)
+        ran = observation.failure in (None, trap_ids.RUNTIME_ERROR, trap_ids.CRASH, trap_ids.FALSE_HINT)
         if self.sanitizer is None or spec is None or not ran:
             return observation
         placed, message, what = self._launch_message(spec, case, problem, inputs)
@@ -508,7 +522,7 @@ class Battery:
         if problem_text:
             return Observation(failure=trap_ids.BAD_OUTPUT, message=f"{spec.name} returned {problem_text}",
                                launches=tuple(reply.get("launches", ())),
-                               torch_ops=dict(reply.get("torch_ops", {})))
+                               torch_ops=dict(reply.get("torch_ops", {})), false_hint=reply.get("false_hint"))
         observation = self._observe(placed, reply, launches=tuple(reply.get("launches", ())), case=case)
         unwritten, findings = poisoned_outputs(returned)
         result_views = tuple(reply.get("result_views") or ())
@@ -524,6 +538,7 @@ class Battery:
             output_tail=observation.output_tail,
             elapsed_s=float(reply.get("elapsed_s", 0.0)),
             row_strides=placed.row_strides(),
+            false_hint=observation.false_hint,
         )
 
     def _observe(self, placed: _Placed, reply: dict[str, Any], launches: Any, case: Case) -> Observation:
@@ -550,6 +565,7 @@ class Battery:
             elapsed_s=float(reply.get("elapsed_s", 0.0)),
             block_meta=dict(case.meta),
             row_strides=placed.row_strides(),
+            false_hint=reply.get("false_hint"),
         )
 
 

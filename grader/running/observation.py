@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from grader import trap_ids
+from grader.judging.false_hints import HintCall, names_false_hint
 from grader.running.guards import GuardFinding
 
 
@@ -45,6 +46,9 @@ class Observation:
     replay_finding: Finding | None = None
     # Kernel cases run again under compute-sanitizer memcheck (`--sanitize`): what it reported.
     sanitizer_findings: tuple[Finding, ...] = ()
+    # Interpreter: the first tl.multiple_of / tl.max_contiguous promise the values broke, as the worker
+    # reported it (grader/running/worker/hint_check.py; checked in grader/judging/false_hints.py).
+    false_hint: Mapping[str, Any] | None = None
 
 
 def error_message(error: Mapping[str, Any], submission_name: str) -> str:
@@ -86,11 +90,13 @@ STRAY_ACCESS_TRAPS = {
 }
 
 
-def classify_error(error: Mapping[str, Any]) -> str:
+def classify_error(error: Mapping[str, Any], hint_calls: Sequence[HintCall] = ()) -> str:
     """oob-write / oob-read when the worker's fence stopped a stray access; compile-error for Triton
-    compilation problems; interpreter-unsupported where the worker found the cause in a limit of Triton's
-    CPU interpreter (`interpreter_limit`, see grader/running/worker/interpreter_compat.py; grading takes
-    the name back where the kernel fails the GPU compile too); runtime-error for the rest."""
+    compilation problems; false-hint for a GPU `misaligned address` in a submission that makes
+    tl.multiple_of / tl.max_contiguous promises (`hint_calls`, from its source); interpreter-unsupported
+    where the worker found the cause in a limit of Triton's CPU interpreter (`interpreter_limit`, see
+    grader/running/worker/interpreter_compat.py; grading takes the name back where the kernel fails the
+    GPU compile too); runtime-error for the rest."""
     links = [str(link) for link in error.get("chain", ())]
     for link in links:
         if link in STRAY_ACCESS_TRAPS:
@@ -98,6 +104,8 @@ def classify_error(error: Mapping[str, Any]) -> str:
     chain = " ".join(links) + " " + str(error.get("type", ""))
     if "CompilationError" in chain or "UnsupportedLanguageConstruct" in chain or "CompileTimeAssertion" in chain:
         return trap_ids.COMPILE_ERROR
+    if names_false_hint(f"{error.get('message', '')} {error.get('root_message', '')}", hint_calls):
+        return trap_ids.FALSE_HINT
     if error.get("interpreter_limit") is True:
         return trap_ids.INTERPRETER_UNSUPPORTED
     return trap_ids.RUNTIME_ERROR

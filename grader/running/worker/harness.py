@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.running import guards
 from grader.running.worker import fence, interpreter_compat, timing
+from grader.running.worker.hint_check import HintLog
 from grader.running.worker.launch_record import (
     LaunchRecord,
     decode_value,
@@ -85,7 +86,8 @@ def _safe_str(exc: BaseException) -> str:
 def is_fatal_device_error(exc: BaseException) -> bool:
     """A CUDA error that leaves the context unusable: the worker must be replaced."""
     text = f"{type(exc).__name__} {_safe_str(exc)}"
-    return "illegal memory access" in text or "CUDA error" in text or "AcceleratorError" in text
+    return any(sign in text for sign in ("illegal memory access", "misaligned address", "CUDA error",
+                                         "AcceleratorError"))
 
 
 # --------------------------------------------------------------------------- kernels
@@ -341,11 +343,13 @@ class Harness:
         self.device = torch.device("cuda") if backend == "cuda" else torch.device("cpu")
         self.module: Any = None
         self.path = ""
+        # Interpreter only: the first false tl.multiple_of / tl.max_contiguous promise of each launch or call.
+        self.hints = HintLog()
         _patch_kernel_runs()
         _time_jit_compiles()
         if backend == "interpreter":
             _patch_autotune_for_interpreter()
-            interpreter_compat.install()  # before the submission is imported: it may alias what this patches
+            interpreter_compat.install(self.hints)  # before the submission is imported: it may alias what this patches
             fence.install()
 
     def load(self, path: str, names: list[str]) -> dict[str, Any]:
@@ -396,13 +400,20 @@ class Harness:
         meta = {k: v for k, v in request["meta"].items() if k not in tuned}
         if request.get("announce_pointers"):  # under memcheck the launch may kill the worker: say it first
             print(f"{POINTERS_LINE} {' '.join(str(p) for p in self._device_ptrs())}", file=sys.stderr, flush=True)
+        self.hints.reset()
         try:
             kernel[make_grid(request["grid"])](*args, **meta)
             self._sync()
         except BaseException as exc:
-            return {"ok": False, "error": describe_exception(exc, self.path),
-                    "fatal": is_fatal_device_error(exc), "device_ptrs": self._device_ptrs()}
-        return {"ok": True, "storages": self._storages_back(), "device_ptrs": self._device_ptrs()}
+            return self._with_hints({"ok": False, "error": describe_exception(exc, self.path),
+                                     "fatal": is_fatal_device_error(exc), "device_ptrs": self._device_ptrs()})
+        return self._with_hints({"ok": True, "storages": self._storages_back(), "device_ptrs": self._device_ptrs()})
+
+    def _with_hints(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """The reply, with the first false hint the request's kernels made (interpreter only)."""
+        if self.hints.first is not None:
+            reply["false_hint"] = self.hints.first
+        return reply
 
     def _device_ptrs(self) -> list[int]:
         return [int(s.data_ptr()) for s in self._storages]
@@ -450,17 +461,18 @@ class Harness:
         recorder = _Recorder()
         recorder.allocations = []
         _Recorder.active = recorder
+        self.hints.reset()
         try:
             with _TorchOps():
                 result = function(*args, **kwargs)
             self._sync()
         except BaseException as exc:
-            return {"ok": False, "error": describe_exception(exc, self.path),
-                    "fatal": is_fatal_device_error(exc), "launches": recorder.launches,
-                    "torch_ops": recorder.torch_ops}
+            return self._with_hints({"ok": False, "error": describe_exception(exc, self.path),
+                                     "fatal": is_fatal_device_error(exc), "launches": recorder.launches,
+                                     "torch_ops": recorder.torch_ops})
         finally:
             _Recorder.active = None
-        return {
+        return self._with_hints({
             "ok": True,
             "result": encode_value(result),
             "launches": recorder.launches,
@@ -468,7 +480,7 @@ class Harness:
             "storages": self._storages_back(),
             "result_views": result_views(result),
             "allocation_findings": allocation_findings(recorder.allocations),
-        }
+        })
 
     # ------------------------------------------------------------------ performance: the "time" op
 

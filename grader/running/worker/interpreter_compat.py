@@ -27,7 +27,10 @@ tl.constexpr(0)`) already work. What still cannot run raises NotImplementedError
 tells such an exception from a bug in the code, for the grader to name it `interpreter-unsupported`.
 
 `install()` applies the shims to this process (the worker calls it once, in interpreter mode, before
-it imports the submission) and returns a function that undoes them.
+it imports the submission) and returns a function that undoes them. Given a `HintLog`, it also checks
+every `tl.multiple_of` / `tl.max_contiguous` / `tl.max_constancy` promise against the values the
+interpreter computed (grader/running/worker/hint_check.py): the interpreter ignores them, a GPU
+believes them.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
+
+from grader.running.worker.hint_check import HintLog, checking_set_attr
 
 SEMANTIC_MESSAGE = "`_semantic` argument must be provided"
 
@@ -409,12 +414,16 @@ def _quoted_constexprs(original: Callable[..., None]) -> Callable[..., None]:
     return init
 
 
-def install() -> Callable[[], None]:
+def install(hint_log: HintLog | None = None) -> Callable[[], None]:
     """Apply every shim to this process's Triton interpreter; return the function that undoes them.
-    A shim whose target this Triton does not have is skipped (the code it serves stays unsupported)."""
+    A shim whose target this Triton does not have is skipped (the code it serves stays unsupported).
+    With `hint_log`, false hints are recorded there (the first counterexample since its last reset)."""
     from triton.runtime import interpreter
 
     patches = _Patches()
+    if hint_log is not None and hasattr(interpreter.TensorHandle, "set_attr"):
+        handle = interpreter.TensorHandle
+        patches.set(handle, "set_attr", checking_set_attr(handle.set_attr, hint_log))
     builder = interpreter.InterpreterBuilder
     if hasattr(interpreter, "interpreter_semantic"):  # builtins take a `_semantic` (Triton >= 3.4)
         _patch_libdevice(patches)
@@ -431,8 +440,8 @@ def install() -> Callable[[], None]:
 
 
 @contextmanager
-def installed() -> Iterator[None]:
-    undo = install()
+def installed(hint_log: HintLog | None = None) -> Iterator[None]:
+    undo = install(hint_log)
     try:
         yield
     finally:

@@ -17,6 +17,7 @@ no pointer is reused for a different buffer within one call.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -125,11 +126,37 @@ class LaunchRecord:
             "why": "; ".join(problems),
             "kernel": name,
             "params": list(getattr(fn, "arg_names", []) or []),
+            "constexprs": constexpr_params(fn),
             "grid": grid,
             "args": args,
             "kwargs": kwargs,
             "storages": self.snapshots,
         }
+
+
+def constexpr_params(fn: Any) -> list[str]:
+    """The names of a kernel's tl.constexpr parameters (its block sizes and other meta-parameters), from
+    the JIT function's parameters, or (the interpreter's InterpretedFunction) the annotations as written."""
+    params = getattr(fn, "params", None)
+    if params:
+        return [str(p.name) for p in params if getattr(p, "is_constexpr", False)]
+    try:
+        from triton.runtime.jit import _normalize_ty
+
+        signature = inspect.signature(getattr(fn, "fn", fn))
+    except (ImportError, TypeError, ValueError):
+        return []
+    names = []
+    for name, param in signature.parameters.items():
+        if param.annotation is param.empty:
+            continue
+        try:
+            kind = str(_normalize_ty(param.annotation))
+        except Exception:  # an annotation Triton cannot read is not a constexpr it knows
+            kind = ""
+        if "constexpr" in kind:
+            names.append(name)
+    return names
 
 
 def _concrete_grid(grid: Any) -> list[int] | None:
