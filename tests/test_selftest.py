@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow
 
 SEED = 5
 MIN_CORRECT = {"fused_layers": 4, "softmax": 4}  # the reference and its correct variants
+WARNINGS = {"gpu-incompatible", "false-hint"}  # named, but cost no points when the outputs are right
 
 
 @pytest.fixture(scope="module", params=list_assignment_ids(assignments_root()))
@@ -52,7 +53,7 @@ def test_every_mutant_has_exactly_its_traps_named(graded_twice):
     for r in first:
         if r.expected:
             assert set(r.diagnosed) == set(r.expected), r
-            assert r.score < r.max_score or r.expected == ("gpu-incompatible",), r
+            assert r.score < r.max_score or set(r.expected) <= WARNINGS, r
     assert all(r.ok for r in first), format_table(first)
 
 
