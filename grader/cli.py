@@ -1,4 +1,5 @@
-"""Command line: `grader grade | check | selftest | mutant | list`. `main(argv) -> int`; a thin entry point."""
+"""Command line: `grader grade | check | selftest | mutant | list | batch | gradescope-bundle | student-bundle |
+new-assignment | classroom-workflow`. `main(argv) -> int`; a thin entry point."""
 
 from __future__ import annotations
 
@@ -6,21 +7,21 @@ import argparse
 import sys
 from pathlib import Path
 
-from grader.authoring.discovery import (
-    AssignmentNotFound,
-    assignment_for_submission,
-    assignments_root,
-    find_assignment,
-    list_assignment_ids,
-)
+from grader.authoring.discovery import AssignmentNotFound, assignments_root, find_assignment, list_assignment_ids
 from grader.authoring.mutants import Mutant, MutantError, load_mutants, write_mutant
-from grader.authoring.spec import Assignment, SpecError
+from grader.authoring.spec import SpecError
 from grader.operations.environment import detect_backend
 from grader.operations.executors import EXECUTORS
 from grader.operations.grade import GradeRequest, grade
+from grader.operations.interactive import CheckError, resolve_assignment, run_check
+from grader.operations.notebook import NotebookError
 from grader.publishing import report
+from grader.publishing.classroom import DEFAULT_GRADER_REPO
 from grader.publishing.files import write_outputs
 from grader.seeds import fresh_seed
+
+ASSIGNMENTS_HELP = ("folder of assignments (default: $GRADER_ASSIGNMENTS, else the checkout's assignments/, "
+                    "else the examples shipped with the package)")
 
 
 class UsageError(Exception):
@@ -29,7 +30,7 @@ class UsageError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grader", description="Autograder for Triton kernel assignments.")
-    parser.add_argument("--assignments", help="folder of assignments (default: $GRADER_ASSIGNMENTS or the checkout's)")
+    parser.add_argument("--assignments", help=ASSIGNMENTS_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("grade", help="grade submissions on the full (hidden) battery and write results")
@@ -39,12 +40,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output folder; with several submissions, one subfolder per submission (file stem)")
     g.add_argument("--sanitize", action="store_true",
                    help="CUDA: run every kernel case once more under compute-sanitizer memcheck (slow)")
+    g.add_argument("--prairielearn", action="store_true",
+                   help="also write prairielearn.json, PrairieLearn's external-grader results "
+                        "(copy it to /grade/results/results.json)")
     _common(g)
 
     c = sub.add_parser("check", help="run the public cases on your submission and explain every failure")
     c.add_argument("submission", type=Path)
     c.add_argument("--assignment", help="default: the assignment whose submission file has this name")
     c.add_argument("--out", type=Path, help="also write results and reports here")
+    c.add_argument("--target", action="append", default=[],
+                   help="only this kernel's or function's cases (repeatable); exit 0 iff they all pass")
     _common(c)
 
     s = sub.add_parser("selftest", help="grade the reference and mutant corpus; fail on any misdiagnosis")
@@ -62,7 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--list", action="store_true", help="list the mutants with their traps and mistakes")
 
     sub.add_parser("list", help="list the assignments with their kernels, functions and points")
+    n = sub.add_parser("new-assignment", help="write a new assignment folder to start from (validates, passes "
+                                              "its selftest)")
+    n.add_argument("id", help="the new assignment's id: its folder and submission file name")
     _add_batch_parsers(sub)
+    for command in sub.choices.values():  # accepted after the subcommand too, where users type it
+        command.add_argument("--assignments", default=argparse.SUPPRESS, help=ASSIGNMENTS_HELP)
     return parser
 
 
@@ -77,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "list":
             return cmd_list(root)
+        if args.command == "new-assignment":
+            return cmd_new_assignment(args, root)
         if args.command == "grade":
             return cmd_grade(args, root)
         if args.command == "check":
@@ -89,7 +102,11 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_batch(args, root)
         if args.command == "gradescope-bundle":
             return cmd_gradescope_bundle(args, root)
-    except (UsageError, SpecError, AssignmentNotFound, MutantError) as exc:
+        if args.command == "classroom-workflow":
+            return cmd_classroom_workflow(args, root)
+        if args.command == "student-bundle":
+            return cmd_student_bundle(args, root)
+    except (UsageError, SpecError, AssignmentNotFound, MutantError, NotebookError, CheckError) as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return 2
     raise AssertionError(args.command)
@@ -117,7 +134,7 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
         out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
         result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed,
                                                    hidden=(str(out.resolve()),), sanitize=args.sanitize))
-        write_outputs(out, result, assignment, pytest_report)
+        write_outputs(out, result, assignment, pytest_report, prairielearn=args.prairielearn)
         traps = ", ".join(result.traps) or "none"
         print(f"{path.name}: {result.score:g} / {result.max_score:g}  traps: {traps}  "
               f"({result.execution_time_s:.1f} s) -> {out / 'results.json'}")
@@ -126,24 +143,14 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
 
 def cmd_check(args: argparse.Namespace, root: Path) -> int:
     path = _submission(args.submission)
-    assignment = _assignment_for_check(args.assignment, path, root)
+    assignment = resolve_assignment(args.assignment, path, root)
     backend = detect_backend(args.backend)
-    result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed, public_only=True))
+    result, pytest_report = run_check(path, assignment, backend, args.seed, tuple(args.target))
     print(report.terminal(result, assignment))
     if args.out:
         write_outputs(args.out, result, assignment, pytest_report)
         print(f"reports written to {args.out}")
     return 0 if result.score == result.max_score else 1
-
-
-def _assignment_for_check(assignment_id: str | None, path: Path, root: Path) -> Assignment:
-    if assignment_id:
-        return find_assignment(assignment_id, root)
-    found = assignment_for_submission(path, root)
-    if found is None:
-        raise UsageError(f"cannot tell the assignment from the file name {path.name}; pass --assignment "
-                         f"(known: {', '.join(list_assignment_ids(root))})")
-    return found
 
 
 def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
@@ -199,6 +206,19 @@ def _traps_text(mutant: Mutant) -> str:
     return text + "".join(f" ({backend}: {', '.join(t) or 'none'})" for backend, t in mutant.overrides)
 
 
+def cmd_new_assignment(args: argparse.Namespace, root: Path) -> int:
+    from grader.authoring.scaffold import ScaffoldError, write_scaffold
+
+    try:
+        folder = write_scaffold(root, args.id)
+    except ScaffoldError as exc:
+        raise UsageError(str(exc)) from None
+    find_assignment(args.id, root)  # validates as written
+    print(f"wrote {folder}: a row-sum assignment to start from; check it with\n"
+          f"  grader selftest --assignment {args.id} --assignments {root}")
+    return 0
+
+
 def cmd_list(root: Path) -> int:
     ids = list_assignment_ids(root)
     if not ids:
@@ -237,6 +257,9 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
                    help="Ray on CUDA: share of a GPU per grade (default 0.25)")
     b.add_argument("--grade-timeout", type=float,
                    help="wall-clock limit per submission in seconds (default: far above the grader's own)")
+    b.add_argument("--canvas-column",
+                   help="canvas.csv's assignment column, Canvas's 'Name (assignment id)', e.g. "
+                        "'Fused layers (12345)' (default: the assignment's title)")
     _common(b)
 
     z = sub.add_parser("gradescope-bundle", help="write a Gradescope autograder zip for an assignment")
@@ -247,6 +270,19 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     z.add_argument("--torch-version", default="2.13.0")
     z.add_argument("--seed", type=int,
                    help="grade every submission with this seed (default: a fresh one each time, recorded)")
+
+    w = sub.add_parser("classroom-workflow", help="write a GitHub Classroom autograding workflow for an assignment")
+    w.add_argument("--assignment", required=True)
+    w.add_argument("--out", type=Path, default=Path(".github/workflows/classroom.yml"),
+                   help="the workflow file to write (default: .github/workflows/classroom.yml)")
+    w.add_argument("--grader-repo", default=DEFAULT_GRADER_REPO,
+                   help="owner/name of the course's copy of kernel-grader, checked out by the workflow")
+    w.add_argument("--submission", help="the file students commit (default: the assignment's submission file)")
+    w.add_argument("--timeout", type=int, default=10, help="minutes per target step (default 10)")
+    s = sub.add_parser("student-bundle",
+                       help="write the zip for students: template, assignment text and the public cases only")
+    s.add_argument("--assignment", required=True)
+    s.add_argument("--out", required=True, type=Path, help="the zip to write, e.g. softmax-student.zip")
 
 
 def cmd_batch(args: argparse.Namespace, root: Path) -> int:
@@ -260,7 +296,7 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
         submissions=args.submissions, assignment=assignment, assignments_root=root, out=args.out,
         backend=detect_backend(args.backend), seed=args.seed, workers=args.workers, force=args.force,
         executor=args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task,
-        grade_timeout_s=args.grade_timeout,
+        grade_timeout_s=args.grade_timeout, canvas_column=args.canvas_column,
     )
     try:
         summary = run_batch(options)
@@ -284,4 +320,33 @@ def cmd_gradescope_bundle(args: argparse.Namespace, root: Path) -> int:
         raise UsageError(str(exc)) from None
     print(f"wrote {path}: upload it as the autograder of a Gradescope programming assignment "
           f"(setup.sh installs torch {args.torch_version} {args.torch})")
+    return 0
+
+
+def cmd_classroom_workflow(args: argparse.Namespace, root: Path) -> int:
+    from grader.publishing.atomic import write_text
+    from grader.publishing.classroom import classroom_steps, classroom_workflow
+
+    assignment = find_assignment(args.assignment, root)
+    steps = classroom_steps(assignment, args.submission)
+    if not steps:
+        raise UsageError(f"{assignment.id} has no public cases: a GitHub Classroom workflow would grade nothing")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    write_text(args.out, classroom_workflow(assignment, args.grader_repo, args.submission, args.timeout))
+    points = sum(s.points for s in steps)
+    print(f"wrote {args.out}: {len(steps)} autograding steps, {points:g} points (public cases on the CPU "
+          f"interpreter); commit it to the assignment's template repository")
+    return 0
+
+
+def cmd_student_bundle(args: argparse.Namespace, root: Path) -> int:
+    from grader.operations.student_bundle import StudentBundleError, write_student_bundle
+
+    assignment = find_assignment(args.assignment, root)
+    try:
+        path = write_student_bundle(assignment, args.out)
+    except StudentBundleError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"wrote {path}: students unzip it and run, in the folder {assignment.id}/,\n"
+          f"  grader check {assignment.submission_file} --assignments assignments")
     return 0

@@ -398,7 +398,7 @@ class Clocked:
 
     def request(self, message, timeout, what):
         reply = self.worker.request(message, timeout, what)
-        if message.get("op") == "time_launches" and reply.get("ok"):
+        if message.get("op") in ("time_launches", "time_kept") and reply.get("ok") and message.get("repeats"):
             reply["timing"] = {"medians_ms": [self.ms] * message["repeats"]}
         return reply
 

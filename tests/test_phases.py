@@ -30,3 +30,26 @@ def test_grade_json_records_the_phases(reference_graded) -> None:
     assert {"start-up", "correctness", "compile"} <= set(phases)
     assert all(seconds >= 0 for seconds in phases.values())
     assert phases["start-up"] > 0 and phases["correctness"] > 0
+
+
+def test_a_worker_failure_passes_through_a_phase() -> None:
+    """Python 3.12's contextlib sets __traceback__ on an exception leaving a @contextmanager block."""
+    import contextlib
+
+    import pytest
+
+    from grader.running.client import WorkerFailure
+
+    @contextlib.contextmanager
+    def sets_traceback():
+        try:
+            yield
+        except BaseException as exc:
+            exc.__traceback__ = exc.__traceback__  # what 3.12's _GeneratorContextManager.__exit__ does
+            raise
+
+    clock = PhaseClock()
+    with pytest.raises(WorkerFailure) as caught, clock.phase("start-up"), sets_traceback():
+        raise WorkerFailure("crash", "the worker exited with status 3")
+    assert (caught.value.kind, str(caught.value)) == ("crash", "the worker exited with status 3")
+    assert "start-up" in clock.seconds

@@ -1,4 +1,6 @@
-"""Find assignments: `--assignments DIR`, else $GRADER_ASSIGNMENTS, else the checkout's assignments/."""
+"""Find assignments: `--assignments DIR`, else $GRADER_ASSIGNMENTS, else the checkout's assignments/ (in a
+source checkout) or the example assignments shipped inside the installed package (grader/examples/assignments,
+copied there by setup.py's build step, without the reference solutions and mutant corpora)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from grader.authoring.spec import Assignment, load_assignment
 from grader.authoring.validation import validate
 
 SPEC_NAME = "assignment.toml"
+BUNDLED_EXAMPLES = Path("examples") / "assignments"  # under the installed grader package
 
 
 class AssignmentNotFound(Exception):
@@ -26,7 +29,16 @@ def assignments_root(explicit: str | os.PathLike[str] | None = None) -> Path:
     env = os.environ.get("GRADER_ASSIGNMENTS")
     if env:
         return Path(env).resolve()
-    return Path(__file__).resolve().parents[2] / "assignments"
+    return default_assignments_root()
+
+
+def default_assignments_root() -> Path:
+    """The checkout's assignments/ when the grader runs from a source checkout, else the bundled examples."""
+    package = Path(__file__).resolve().parents[1]
+    checkout = package.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "assignments").is_dir():
+        return checkout / "assignments"
+    return package / BUNDLED_EXAMPLES
 
 
 def list_assignment_ids(root: Path) -> list[str]:
@@ -62,10 +74,14 @@ def proven_traps(assignment: Assignment) -> set[str] | None:
 
 
 def assignment_for_submission(submission: Path, root: Path) -> Assignment | None:
-    """The assignment whose submission_file has this file's name, if exactly one does."""
+    """The assignment whose submission_file has this file's name (or, for a notebook, its stem), if exactly
+    one does."""
     matches = []
     for assignment_id in list_assignment_ids(root):
         assignment = find_assignment(assignment_id, root)
-        if assignment.submission_file == submission.name:
+        wanted = assignment.submission_file
+        if submission.suffix.lower() == ".ipynb":
+            wanted = Path(wanted).stem + submission.suffix
+        if wanted == submission.name:
             matches.append(assignment)
     return matches[0] if len(matches) == 1 else None

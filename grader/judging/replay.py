@@ -6,7 +6,9 @@ record instead of believing it:
 
 1. `plan_replay`: every buffer a launch was given must come from the case: the inputs the grader
    sent (bit for bit), a contiguous / transposed / dtype-converted copy of an input, a fresh buffer
-   (uninitialised poison or one constant), or what an earlier launch wrote. A buffer holding
+   (uninitialised poison or one constant), or what an earlier launch wrote. The worker puts a
+   wrapper's own allocations inside poisoned guard bands (grader.running.guards.guard_allocation):
+   poison around a buffer is no information, so it is looked through. A buffer holding
    anything else was computed outside the kernels (numpy, torch with the recorder off, a cache).
 2. The battery replays the launches in a fresh worker that runs no wrapper code.
 3. `check_outputs`: each returned tensor must be what the replay left in its buffer (or a copy or
@@ -26,6 +28,7 @@ import torch
 
 from grader import trap_ids
 from grader.judging.compare import close_mask
+from grader.running.guards import PAYLOAD_OUTPUT_POISON, nan_pattern
 from grader.running.observation import Finding
 from grader.running.worker.launch_record import tensor_from
 
@@ -184,13 +187,16 @@ def grounded(
         if raw.numel() == data.numel() and torch.equal(raw, data):
             return True
     for view in views:
-        size = torch.empty(0, dtype=_dtype(view["dtype"])).element_size()
+        dtype = _dtype(view["dtype"])
+        size = torch.empty(0, dtype=dtype).element_size()
+        poison = nan_pattern(dtype, PAYLOAD_OUTPUT_POISON) if dtype is not None and dtype.is_floating_point else None
         if data.numel() % size == 0:
             values = data.view(_BITS[size])
-            if bool((values == values[0]).all()):
-                return True
+            rest = values[values != poison] if poison is not None else values
+            if rest.numel() == 0 or bool((rest == rest[0]).all()):
+                return True  # fresh: poison, one constant, or one constant inside poisoned guards
         tensor = _view({0: data}, dict(view, sid=0))
-        if tensor is None or tensor.numel() * size != data.numel():
+        if tensor is None or not _covers_or_poison_around(data, tensor, size, poison):
             continue
         for value in inputs.values():
             if not isinstance(value, torch.Tensor):
@@ -202,6 +208,18 @@ def grounded(
                 ):
                     return True
     return False
+
+
+def _covers_or_poison_around(data: torch.Tensor, tensor: torch.Tensor, size: int, poison: int | None) -> bool:
+    """Does the view cover its whole storage, or hold only guard poison outside it?"""
+    if tensor.numel() * size == data.numel():
+        return True
+    if poison is None or data.numel() % size:
+        return False
+    values = data.view(_BITS[size])
+    inside = torch.zeros(values.numel(), dtype=torch.bool)
+    torch.as_strided(inside, tensor.shape, tensor.stride(), tensor.storage_offset()).fill_(True)
+    return bool((values[~inside] == poison).all())
 
 
 def _malformed(record: Any) -> str:

@@ -1,12 +1,14 @@
 """Grade a whole class: `grader batch SUBMISSIONS --assignment ID --out DIR`.
 
-SUBMISSIONS is a folder of `.py` files (file stem = student id), a folder of folders (folder name =
-student id; the file is the assignment's `submission_file`, else the folder's only `.py`), a `.zip`
+SUBMISSIONS is a folder of `.py` or `.ipynb` files (file stem = student id), a folder of folders (folder
+name = student id; the file is the assignment's `submission_file`, else its notebook `<stem>.ipynb`, else
+the folder's only `.py`, else its only notebook), a `.zip`
 of either, or Gradescope's "export submissions" layout (folders plus `submission_metadata.yml`,
 which adds the submitters' names, emails and student ids).
 
 DIR holds one folder per student (results.json, grade.json, reports, batch-record.json), then
-gradebook.json, gradebook.csv and class_report.html, rebuilt from those folders after every run.
+gradebook.json, gradebook.csv, canvas.csv (Canvas's gradebook import) and class_report.html, rebuilt
+from those folders after every run.
 
 Crash safety: a student's outputs are written into scratch space and the whole folder is renamed
 into place, so `DIR/<student>/results.json` exists exactly when that student's grade is complete.
@@ -41,6 +43,7 @@ from typing import IO, Any
 
 from grader.authoring.spec import Assignment
 from grader.operations.executors import EXECUTORS, Executor, ExecutorSettings, GradeJob, JobOutcome
+from grader.operations.notebook import NOTEBOOK_SUFFIX, is_notebook
 from grader.publishing.atomic import write_json
 from grader.publishing.gradebook import (
     Gradebook,
@@ -64,7 +67,7 @@ ERROR = "error.json"
 SCRATCH = ".scratch"
 CALIBRATION_FOLDER = ".calibration"  # reference and torch timings measured once per batch and GPU
 LOCK = ".batch.lock"
-RESERVED = {MANIFEST, EVENT_LOG, "gradebook.json", "gradebook.csv", "class_report.html"}
+RESERVED = {MANIFEST, EVENT_LOG, "gradebook.json", "gradebook.csv", "canvas.csv", "class_report.html"}
 GRADESCOPE_METADATA = "submission_metadata.yml"
 IGNORED_NAMES = {"__MACOSX", "__pycache__"}
 MAX_UNZIPPED_BYTES = 2 << 30
@@ -157,17 +160,30 @@ def _visible(path: Path) -> bool:
     return not path.name.startswith(".") and path.name not in IGNORED_NAMES
 
 
+def notebook_name(submission_file: str) -> str:
+    """The notebook a student may hand in instead of the assignment's file: `fused_layers.ipynb`."""
+    return Path(submission_file).stem + NOTEBOOK_SUFFIX
+
+
 def find_submission_file(folder: Path, submission_file: str) -> tuple[Path | None, str]:
-    """The assignment's file in `folder` (shallowest first), else its only `.py`; else why not."""
-    found = [p for p in folder.rglob("*.py")
-             if p.is_file() and all(_visible(Path(part)) for part in p.relative_to(folder).parts)]
-    exact = sorted((p for p in found if p.name == submission_file), key=lambda p: (len(p.parts), str(p)))
-    if exact:
-        return exact[0], ""
+    """The assignment's file in `folder` (shallowest first), else its notebook (`<stem>.ipynb`), else its only
+    `.py`, else its only notebook; else why not."""
+    def visible_files(pattern: str) -> list[Path]:
+        return [p for p in folder.rglob(pattern)
+                if p.is_file() and all(_visible(Path(part)) for part in p.relative_to(folder).parts)]
+
+    found = visible_files("*.py")
+    notebooks = visible_files("*" + NOTEBOOK_SUFFIX)
+    for name in (submission_file, notebook_name(submission_file)):
+        exact = sorted((p for p in found + notebooks if p.name == name), key=lambda p: (len(p.parts), str(p)))
+        if exact:
+            return exact[0], ""
     if len(found) == 1:
         return found[0], ""
+    if not found and len(notebooks) == 1:
+        return notebooks[0], ""
     if not found:
-        return None, f"no {submission_file} (and no other .py file) in the submission"
+        return None, f"no {submission_file} (and no other .py file or notebook) in the submission"
     names = ", ".join(sorted(str(p.relative_to(folder)) for p in found)[:8])
     return None, f"no {submission_file}, and several .py files to choose from: {names}"
 
@@ -202,8 +218,8 @@ def _unwrap(root: Path, submission_file: str) -> Path:
         if len(entries) != 1 or not entries[0].is_dir():
             break
         inner = [p for p in entries[0].iterdir() if _visible(p)]
-        one_student = (entries[0] / submission_file).is_file() or (
-            sum(p.suffix == ".py" for p in inner) == 1 and not any(p.is_dir() for p in inner))
+        one_student = any((entries[0] / name).is_file() for name in (submission_file, notebook_name(submission_file))) \
+            or (sum(p.suffix == ".py" for p in inner) == 1 and not any(p.is_dir() for p in inner))
         if one_student:
             break
         root = entries[0]
@@ -228,7 +244,7 @@ def discover_submissions(source: Path, submission_file: str, scratch: Path) -> l
         if not _visible(entry) or entry.name == GRADESCOPE_METADATA:
             continue
         path: Path | None
-        if entry.is_file() and entry.suffix == ".py":
+        if entry.is_file() and (entry.suffix == ".py" or is_notebook(entry)):
             raw_id, path, problem = entry.stem, entry, ""
         elif entry.is_dir():
             raw_id = entry.name
@@ -502,6 +518,7 @@ class BatchOptions:
     ray_address: str | None = None
     gpus_per_task: float | None = None  # Ray, CUDA only; default 1 / executors.GRADES_PER_GPU
     grade_timeout_s: float | None = None
+    canvas_column: str | None = None  # canvas.csv's assignment column, e.g. "Fused layers (12345)"
 
 
 @dataclass
@@ -653,7 +670,8 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
                 _grade(options, manifest, todo, out, scratch, stream, summary, interrupts)
             except KeyboardInterrupt:
                 summary.interrupted = True
-            summary.files, summary.counts = _write_class_files(out, submissions, options.assignment, manifest)
+            summary.files, summary.counts = _write_class_files(out, submissions, options.assignment, manifest,
+                                                               options.canvas_column)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     summary.interrupted = summary.interrupted or interrupts.received
@@ -800,10 +818,10 @@ def build_gradebook(out: Path, submissions: Sequence[Submission], assignment: As
 
 
 def _write_class_files(out: Path, submissions: Sequence[Submission], assignment: Assignment,
-                       manifest: Manifest) -> tuple[list[Path], dict[str, int]]:
+                       manifest: Manifest, canvas_column: str | None = None) -> tuple[list[Path], dict[str, int]]:
     book, results = build_gradebook(out, submissions, assignment, manifest)
     _interrupt_point("gradebook")
-    return write_gradebook(out, book, class_stats(book, results, assignment)), book.counts()
+    return write_gradebook(out, book, class_stats(book, results, assignment), canvas_column), book.counts()
 
 
 def format_summary(summary: BatchSummary, out: Path) -> str:

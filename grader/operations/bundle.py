@@ -110,6 +110,8 @@ def bundle_files(options: BundleOptions) -> dict[str, tuple[bytes, int]]:
     assignment = options.assignment
     files: dict[str, tuple[bytes, int]] = {}
     for path in _tree(package_root()):
+        if path.relative_to(package_root()).parts[0] == "examples":  # an installed package's examples
+            continue
         name = f"{PROJECT_DIR}/grader/{path.relative_to(package_root()).as_posix()}"
         files[name] = (path.read_bytes(), 0o644)
     assignment_files = [p for p in _tree(assignment.root)

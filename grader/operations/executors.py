@@ -105,6 +105,14 @@ class ExecutorSettings:
 # ------------------------------------------------------------------------------------------- one child
 
 
+def graded_name(job: GradeJob) -> str:
+    """The name the child grades the submission under: the assignment's submission_file, or for a notebook
+    `<its stem>.ipynb` (grading converts it to submission_file, see grader.operations.notebook)."""
+    if job.submission.suffix.lower() == ".ipynb":
+        return Path(job.submission_file).stem + ".ipynb"
+    return job.submission_file
+
+
 def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: bool) -> list[str]:
     command = [
         sys.executable, "-m", "grader.operations.executors",
@@ -147,7 +155,7 @@ class _Attempt:
         self.job = job
         self.scratch = scratch
         self.device = device
-        submission = scratch / "submission" / job.submission_file
+        submission = scratch / "submission" / graded_name(job)
         submission.parent.mkdir(parents=True)
         shutil.copyfile(job.submission, submission)
         self.out_dir = scratch / "out"
@@ -299,7 +307,7 @@ def _ray_grade(job: GradeJob, source: bytes) -> JobOutcome:
     same grader installation and assignments folder)."""
     scratch_root = Path(tempfile.mkdtemp(prefix="grader-ray-"))
     try:
-        local = scratch_root / "input" / job.submission_file
+        local = scratch_root / "input" / graded_name(job)
         local.parent.mkdir(parents=True)
         local.write_bytes(source)
         return run_job(replace(job, submission=local), scratch_root)

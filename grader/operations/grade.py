@@ -24,6 +24,7 @@ from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_ke
 from grader.judging.false_hints import false_hint_checks
 from grader.judging.performance import by_id
 from grader.operations.environment import backend_label, versions
+from grader.operations.notebook import is_notebook, materialise
 from grader.publishing.results import CaseResult, GradeResult, PerfResult
 from grader.running.aot import aot_check
 from grader.running.sanitizer import sanitizer_command
@@ -43,10 +44,23 @@ class GradeRequest:
     hidden: tuple[str, ...] = ()  # extra folders the worker must not see (the output folder, say)
     performance: bool = True  # run the spec's [[performance]] cases (timed on CUDA, skipped elsewhere)
     sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
+    targets: tuple[str, ...] = ()  # only these targets' cases (and compile checks); empty: every target
 
 
 def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
-    """Grade; return the result and the raw pytest-json-report document."""
+    """Grade; return the result and the raw pytest-json-report document. A notebook (`.ipynb`) is graded
+    as its code cells (grader.operations.notebook), written under the assignment's submission_file name
+    in a temporary folder; the result keeps the notebook's name and notes the lines that were dropped."""
+    if not is_notebook(request.submission):
+        return _grade_file(request)
+    with tempfile.TemporaryDirectory(prefix="grader-notebook-") as tmp:
+        path, source = materialise(request.submission, request.assignment.submission_file, Path(tmp))
+        result, report = _grade_file(replace(request, submission=path))
+    note = source.note(request.submission.name)
+    return replace(result, submission=request.submission.name, notes=((note,) if note else ()) + result.notes), report
+
+
+def _grade_file(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
     started = time.monotonic()
     seed = request.seed if request.seed is not None else fresh_seed()
     report = run_pytest(request, seed)
@@ -58,7 +72,7 @@ def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
         aot_cases, aot_notes = aot_check(request.assignment, request.submission, request.hidden)
         phases["compile"] = round(phases.get("compile", 0.0) + time.monotonic() - compiling, 4)
         cases, limit_notes = weigh_interpreter_limits(cases, aot_cases, request.assignment)
-        cases = cases + aot_cases
+        cases = cases + [c for c in aot_cases if not request.targets or c.target in request.targets]
         notes.extend(aot_notes + limit_notes)
     cases = cases + false_hint_checks(cases, request.assignment)  # warnings: zero points each
     result = GradeResult(
@@ -84,7 +98,8 @@ def performance_from_report(report: dict[str, Any], request: GradeRequest) -> tu
         data = test.get("metadata", {}).get("performance")
         if data is not None:
             found[str(data["perf_id"])] = PerfResult.from_dict(data)
-    return tuple(by_id(found, request.assignment.performance))
+    wanted = [p for p in request.assignment.performance if not request.targets or p.target in request.targets]
+    return tuple(by_id(found, wanted))
 
 
 def sanitizer_notes(request: GradeRequest) -> tuple[str, ...]:
@@ -122,6 +137,7 @@ def run_pytest(request: GradeRequest, seed: int) -> dict[str, Any]:
         args.extend(f"--grader-hide={path}" for path in request.hidden)
         if not request.performance:
             args.append("--grader-no-performance")
+        args.extend(f"--grader-target={target}" for target in request.targets)
         log = io.StringIO()
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             exit_code = pytest.main(args)
@@ -140,6 +156,8 @@ def cases_from_report(report: dict[str, Any], request: GradeRequest) -> list[Cas
         by_case[case_id] = test
     cases = []
     for case in request.assignment.cases_for(request.backend, public_only=request.public_only):
+        if request.targets and case.target not in request.targets:
+            continue
         test = by_case.get(case.id)
         grade_data = (test or {}).get("metadata", {}).get("grade")
         if grade_data is not None:

@@ -29,6 +29,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="CUDA: run kernel cases once more under compute-sanitizer memcheck")
     group.addoption("--grader-no-performance", action="store_true",
                     help="leave out the spec's performance cases (e.g. in the selftest)")
+    group.addoption("--grader-target", action="append", default=[],
+                    help="run only this target's cases (repeatable; default: every target)")
     group.addoption("--grader-hide", action="append", default=[],
                     help="a folder the worker must not see (repeatable), e.g. the output folder")
 
@@ -53,6 +55,7 @@ class GradingSession:
         self.seed = seed if seed is not None else fresh_seed()
         self.public_only = bool(config.getoption("--grader-public-only"))
         self.hidden = tuple(config.getoption("--grader-hide"))
+        self.targets = frozenset(config.getoption("--grader-target"))
         self.performance = not config.getoption("--grader-no-performance")
         sanitize = bool(config.getoption("--grader-sanitize")) and self.backend == "cuda"
         self.sanitizer = sanitizer_command() if sanitize else None
@@ -119,8 +122,11 @@ class AssignmentFile(pytest.File):
         assignment = load_assignment(self.path)
         state = self.session_state
         for case in assignment.cases_for(state.backend, public_only=state.public_only):
-            yield CaseItem.from_parent(self, name=case.id, case=case, assignment=assignment)
+            if not state.targets or case.target in state.targets:
+                yield CaseItem.from_parent(self, name=case.id, case=case, assignment=assignment)
         for perf in assignment.performance if state.performance else ():  # after the cases: they gate it
+            if state.targets and perf.target not in state.targets:
+                continue
             yield PerfItem.from_parent(self, name=perf.id, perf=perf, assignment=assignment)
 
 

@@ -14,14 +14,17 @@ from grader.authoring.spec import Assignment
 from grader.publishing import report
 from grader.publishing.atomic import write_json, write_text
 from grader.publishing.gradescope import MAX_TOP_OUTPUT_CHARS, results_json
+from grader.publishing.prairielearn import prairielearn_json
 from grader.publishing.results import GradeResult
 
 MAX_REPORT_CHARS = 900_000  # report.md and report.html: under 1 MB even in UTF-8 (mostly ASCII)
 
 
 def write_outputs(
-    out_dir: Path, result: GradeResult, assignment: Assignment, pytest_report: dict[str, Any]
+    out_dir: Path, result: GradeResult, assignment: Assignment, pytest_report: dict[str, Any],
+    prairielearn: bool = False,
 ) -> None:
+    """The files below; with `prairielearn`, also prairielearn.json (PrairieLearn's external-grader results)."""
     out_dir = Path(out_dir)
     student_markdown = report.markdown(
         result, assignment, show_hidden_details=False, max_chars=MAX_TOP_OUTPUT_CHARS
@@ -30,4 +33,6 @@ def write_outputs(
     write_json(out_dir / "pytest-report.json", pytest_report)
     write_text(out_dir / "report.md", report.markdown(result, assignment, max_chars=MAX_REPORT_CHARS))
     write_text(out_dir / "report.html", report.html(result, assignment, max_chars=MAX_REPORT_CHARS))
+    if prairielearn:
+        write_json(out_dir / "prairielearn.json", prairielearn_json(result, student_markdown))
     write_json(out_dir / "results.json", results_json(result, assignment, student_markdown))

@@ -202,13 +202,41 @@ def _csv_cell(column: str, value: Any) -> str:
     return text
 
 
-def write_gradebook(out_dir: Path, book: Gradebook, stats: ClassStats) -> list[Path]:
-    """gradebook.json, gradebook.csv and class_report.html in `out_dir`, each atomically."""
+CANVAS_ID_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+CANVAS_POINTS_ROW = "Points Possible"
+
+
+def canvas_csv(book: Gradebook, column: str | None = None) -> str:
+    """Canvas's gradebook-import CSV: the identifying columns `Student`, `ID`, `SIS User ID`, `SIS Login ID`,
+    `Section`, then one assignment column; the second line is the "Points Possible" row. (Canvas: "How do I
+    import grades in the Gradebook?", https://community.canvaslms.com/t5/Instructor-Guide/How-do-I-import-grades-
+    in-the-Gradebook/ta-p/807, and the CSV that Gradebook > Export writes.)
+
+    `column` names the assignment as Canvas does, `Name (canvas assignment id)`, e.g. `Fused layers (12345)`:
+    with the id Canvas updates that assignment, without it Canvas offers to create a new one (default: the
+    assignment's title). Canvas matches students on `ID`, `SIS User ID` or `SIS Login ID`: the batch knows no
+    Canvas user ids, so `SIS User ID` is the Gradescope student id when known, else the batch's student id
+    (name folders by SIS user id), and `SIS Login ID` the email when known. Unscored rows leave the score
+    empty (Canvas leaves empty cells alone); text cells a spreadsheet would run as a formula get a `'`."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([*CANVAS_ID_COLUMNS, column or book.title])
+    writer.writerow([CANVAS_POINTS_ROW, "", "", "", "", _csv_cell("score", book.max_score)])
+    for row in book.rows:
+        writer.writerow([_csv_cell("name", row.name or row.student), "", _csv_cell("sid", row.sid or row.student),
+                         _csv_cell("email", row.email), "", _csv_cell("score", row.score)])
+    return buffer.getvalue()
+
+
+def write_gradebook(out_dir: Path, book: Gradebook, stats: ClassStats, canvas_column: str | None = None) -> list[Path]:
+    """gradebook.json, gradebook.csv, canvas.csv and class_report.html in `out_dir`, each atomically."""
     out_dir = Path(out_dir)
-    paths = [out_dir / "gradebook.json", out_dir / "gradebook.csv", out_dir / "class_report.html"]
+    paths = [out_dir / "gradebook.json", out_dir / "gradebook.csv", out_dir / "canvas.csv",
+             out_dir / "class_report.html"]
     write_json(paths[0], gradebook_json(book))
     write_text(paths[1], gradebook_csv(book))
-    write_text(paths[2], class_report_html(stats))
+    write_text(paths[2], canvas_csv(book, canvas_column))
+    write_text(paths[3], class_report_html(stats))
     return paths
 
 

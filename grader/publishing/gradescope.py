@@ -13,7 +13,7 @@ MAX_TEST_OUTPUT_CHARS = 6000
 MAX_TOP_OUTPUT_CHARS = 20000
 
 
-def _clip(text: str, limit: int) -> str:
+def clip(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[: limit - 60] + f"\n... [{len(text) - limit + 60} more characters cut]"
@@ -32,7 +32,7 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
             "score": case.score,
             "max_score": case.max_score,
             "status": "passed" if case.passed else "failed",
-            "output": _clip(case.message, MAX_TEST_OUTPUT_CHARS),
+            "output": clip(case.message, MAX_TEST_OUTPUT_CHARS),
             "tags": list(case.traps),
             "visibility": test_visibility(case.visibility, assignment),
             "extra_data": {"traps": list(case.traps), "case_id": case.case_id, "target": case.target,
@@ -47,7 +47,7 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
             "score": perf.score,
             "max_score": perf.max_score,
             "status": "passed" if perf.timed else "failed",
-            "output": _clip(perf_line(perf), MAX_TEST_OUTPUT_CHARS),
+            "output": clip(perf_line(perf), MAX_TEST_OUTPUT_CHARS),
             "tags": ["performance"],
             "visibility": "visible",
             "extra_data": {"case_id": perf.perf_id, "target": perf.target, "traps": [],
@@ -56,7 +56,7 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
     out: dict[str, Any] = {
         "score": result.score,
         "execution_time": round(result.execution_time_s, 3),
-        "output": _clip(summary, MAX_TOP_OUTPUT_CHARS),
+        "output": clip(summary, MAX_TOP_OUTPUT_CHARS),
         "output_format": "md",
         "test_output_format": "text",
         "visibility": "visible",

@@ -33,7 +33,7 @@ from grader.running import arguments, guards
 from grader.running.arguments import buffer_key
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
 from grader.running.gpu_slot import GpuSlot, gpu_name
-from grader.running.observation import Finding, Observation, classify_error, error_message
+from grader.running.observation import Finding, Observation, classify_error, error_message, failure_message
 from grader.running.phases import PhaseClock
 from grader.running.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
 from grader.running.worker.protocol import POINTERS_LINE
@@ -191,6 +191,12 @@ class Battery:
         info = self.load_reply["symbols"].get(target, {"kind": "missing"})
         return check_symbol(target, info, self.assignment, self.submission.name)
 
+    def _replace_worker(self) -> None:
+        """The case wrote out of bounds, raised or crashed: whatever it did to the worker's memory or state
+        must not reach the next case, which starts a fresh worker (about 1-3 s; only after such cases)."""
+        self.worker.stop()
+        self.load_reply = None
+
     def stop_workers(self) -> None:
         """Stop every process running the submission (restarted on demand): nothing of the student's
         may run while something is timed."""
@@ -251,6 +257,8 @@ class Battery:
             observation = self._probe_guard_reads(case, problem, inputs, expected, observation)
             observation = self._verify_by_replay(case, inputs, expected, observation)
             observation = self._sanitize(case, problem, inputs, observation)
+            if needs_fresh_worker(observation):
+                self._replace_worker()
         tolerance = self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
         return judge_case(
             case=case,
@@ -268,11 +276,15 @@ class Battery:
         return spec.problem
 
     def _place(self, case: Case, refs: list[Any], inputs: Mapping[str, Any],
-               param_keys: Mapping[str, str] | None = None, finite_guard: float | None = None) -> _Placed:
+               param_keys: Mapping[str, str] | None = None, finite_guard: float | None = None,
+               grid: tuple[int, ...] | None = None) -> _Placed:
         """Put every In/Out referenced by a case into guarded storage (gaps for row-gap layouts).
-        An Out with `like=param` shares the row gap of the buffer bound to that parameter."""
+        An Out with `like=param` shares the row gap of the buffer bound to that parameter. The guard
+        bands cover the launch's reach (guards.reach): from `grid` and the case's block sizes for the
+        grader's own launch of a kernel, from the case's sizes alone for a wrapper (grid None)."""
         plans: dict[str, guards.BufferPlan] = {}
-        storages: list[torch.Tensor] = []
+        values: dict[str, torch.Tensor | None] = {}
+        dtypes: dict[str, torch.dtype] = {}
         keys: list[str] = []
         gap_of: dict[str, int] = {}
         for ref in refs:
@@ -284,7 +296,7 @@ class Battery:
                 shape = tuple(value.T.shape) if ref.transpose else tuple(value.shape)
                 gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else 0
                 plan = guards.plan_buffer(ref.name, "input", shape, gap, transpose=ref.transpose)
-                storage = guards.build_storage(plan, value.dtype, value.T if ref.transpose else value, finite_guard)
+                values[key], dtypes[key] = (value.T if ref.transpose else value), value.dtype
             else:
                 shared = gap_of.get((param_keys or {}).get(ref.like or "", ""), None)
                 if shared is not None:
@@ -295,11 +307,19 @@ class Battery:
                     # silent (and, on a GPU, racy) overwrite of the next row's first elements.
                     gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else OUTPUT_ROW_GAP
                 plan = guards.plan_buffer(ref.name, "output", ref.shape, gap)
-                storage = guards.build_storage(plan, ref.dtype, None)
+                values[key], dtypes[key] = None, ref.dtype
             gap_of[key] = plan.row_stride - plan.cols
             plans[key] = plan
-            storages.append(storage)
             keys.append(key)
+        sizes = [*case.dims.values(), *(n for p in plans.values() for n in (p.rows, p.cols))]
+        reach = guards.reach(sizes, [p.row_stride for p in plans.values()], grid,
+                             [v for v in case.meta.values() if isinstance(v, int)])
+        storages = []
+        for key in keys:
+            plan = plans[key] = dataclasses.replace(
+                plans[key], guard=guards.guard_elements(reach, plans[key].rows * plans[key].row_stride))
+            storages.append(guards.build_storage(plan, dtypes[key], values[key],
+                                                 finite_guard if plan.role == "input" else None))
         return _Placed(plans, storages, keys)
 
     def _request(self, message: dict[str, Any], what: str) -> dict[str, Any] | Observation:
@@ -333,7 +353,7 @@ class Battery:
             self.load_reply = None
         error = reply.get("error", {})
         failure = classify_error(error, self.hint_calls())
-        message = f"{what} raised " + error_message(error, self.submission.name)
+        message = failure_message(error, what, self.submission.name)
         if failure == trap_ids.FALSE_HINT:
             message += "\n" + gpu_fault_note(self.hint_calls(), self.submission.name)
         return Observation(failure=failure, message=message, output_tail=self.worker.output_tail(),
@@ -397,35 +417,38 @@ class Battery:
         if plan.trap:
             finding = Finding(plan.trap, plan.problem)
         else:
-            reply = self._replay(plan)
-            if isinstance(reply, str):
-                finding = Finding(trap_ids.TAMPERING, f"the recorded launches of {case.target} could not be "
-                                        f"replayed in a fresh worker: {reply}")
+            reply = self._replay(plan, case.target)
+            if isinstance(reply, Finding):
+                finding = reply
             else:
                 tol = self._tol(case)
                 finding = check_outputs(observation.outputs, observation.result_views, plan, reply, tol.atol, tol.rtol)
         return dataclasses.replace(observation, replay_finding=finding) if finding else observation
 
-    def _replay(self, plan: ReplayPlan) -> dict[int, torch.Tensor] | str:
-        """Run the planned launches in the replay worker: its buffers after the last, or what went wrong."""
+    def _replay(self, plan: ReplayPlan, target: str) -> dict[int, torch.Tensor] | Finding:
+        """Run the planned launches in the replay worker: its buffers after the last, or what went wrong,
+        named for what it was (replay_failure). A failed replay also replaces the replay worker."""
         self._await_replayer()
         try:
             if not self.replayer.alive:
                 with self.clock.phase("start-up"):
                     loaded = self.replayer.start()
                 if not loaded.get("ok"):
-                    return "importing the submission failed: " + error_message(loaded.get("error", {}),
-                                                                               self.submission.name)
+                    self.replayer.stop()
+                    return Finding("import-fails", f"replaying the recorded launches of {target}: importing "
+                                   f"{self.submission.name} in a fresh worker failed: "
+                                   + error_message(loaded.get("error", {}), self.submission.name))
             with self.clock.phase("replay"), self.shared_gpu():
                 reply = self.replayer.request({"op": "replay", "launches": list(plan.launches)},
                                               self.assignment.call_timeout_s, "replaying the recorded launches")
             self.note_compile("replayer", reply)
         except WorkerFailure as failure:
-            return f"{failure.kind}: {failure.detail}"
-        if not reply.get("ok"):
-            return error_message(reply.get("error", {}), self.submission.name)
+            return replay_failure(target, failure=failure)
         buffers = reply.get("buffers")
-        return buffers if isinstance(buffers, dict) else "malformed reply"
+        if not reply.get("ok") or not isinstance(buffers, dict):
+            self.replayer.stop()
+            return replay_failure(target, reply=reply, submission=self.submission.name)
+        return buffers
 
     def _tol(self, case: Case):
         return self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
@@ -435,7 +458,8 @@ class Battery:
         """The grader's own launch of a kernel case: guarded buffers, the request, and its description."""
         binding = arguments.kernel_binding(problem, inputs)
         by_param = {p: buffer_key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
-        placed = self._place(case, arguments.kernel_buffers(binding), inputs, by_param, finite_guard)
+        placed = self._place(case, arguments.kernel_buffers(binding), inputs, by_param, finite_guard,
+                             grid=launch_grid(spec, binding, case))
         args = arguments.kernel_arguments(spec, binding, placed)
         what = f"{spec.name}[grid]({', '.join(f'{k}={v}' for k, v in case.meta.items())})"
         message = {"op": "launch", "kernel": spec.name, "storages": placed.storages, "views": placed.views(),
@@ -501,12 +525,14 @@ class Battery:
                                torch_ops=dict(reply.get("torch_ops", {})), false_hint=reply.get("false_hint"))
         observation = self._observe(placed, reply, launches=tuple(reply.get("launches", ())), case=case)
         unwritten, findings = poisoned_outputs(returned)
+        result_views = tuple(reply.get("result_views") or ())
+        own = allocation_findings(reply.get("allocation_findings"), result_views, spec)
         return Observation(
             outputs=returned,
             sent_storages=tuple(placed.storages),
-            result_views=tuple(reply.get("result_views") or ()),
+            result_views=result_views,
             unwritten=unwritten,
-            guard_findings=observation.guard_findings + findings,
+            guard_findings=observation.guard_findings + own + findings,
             launches=observation.launches,
             torch_ops=dict(reply.get("torch_ops", {})),
             output_tail=observation.output_tail,
@@ -543,6 +569,19 @@ class Battery:
         )
 
 
+def launch_grid(spec: KernelSpec, binding: Mapping[str, Any], case: Case) -> tuple[int, ...] | None:
+    """The grid of the grader's launch of a kernel case (the contract's expressions over the case's
+    scalar arguments and block sizes), or None where it cannot be evaluated here."""
+    scope: dict[str, Any] = {k: v for k, v in binding.items() if isinstance(v, int) and not isinstance(v, bool)}
+    scope.update(case.meta)
+    scope.update({"cdiv": lambda a, b: -(-a // b), "next_power_of_2": lambda n: 1 << max(0, n - 1).bit_length(),
+                  "max": max, "min": min})
+    try:
+        return tuple(int(eval(expr, {"__builtins__": {}}, scope)) for expr in spec.grid)  # noqa: S307
+    except Exception:  # an expression over names this case does not bind: size the guards as for a wrapper
+        return None
+
+
 def announced_pointers(text: str) -> list[int]:
     """The device addresses of a launch's buffers, as the worker printed them before launching."""
     for line in reversed(text.splitlines()):
@@ -562,6 +601,37 @@ def outputs_close(outputs: Mapping[str, torch.Tensor], expected: Mapping[str, to
         if not bool(close_mask(out, exp, tol.atol, tol.rtol).all()):
             return False
     return True
+
+
+# Failures after which a worker may hold memory the student's code corrupted, or state it left behind.
+RESTART_AFTER = frozenset({"runtime-error", "compile-error", "crash", "timeout", "oob-write", "oob-read",
+                           "out-of-memory"})
+
+
+def needs_fresh_worker(observation: Observation) -> bool:
+    """Did the case write out of bounds, raise or crash? Then the next case gets a fresh worker."""
+    return (observation.failure in RESTART_AFTER
+            or any(f.kind == "oob-write" for f in observation.guard_findings)
+            or any(f.trap == "oob-write" for f in observation.sanitizer_findings))
+
+
+def replay_failure(target: str, failure: WorkerFailure | None = None, reply: Mapping[str, Any] | None = None,
+                   submission: str = "") -> Finding:
+    """Name what went wrong when replaying a wrapper's recorded launches: the student's kernel crashing,
+    timing out, running out of bounds or raising is that trap; only a record the replay worker could
+    not even decode (or a malformed reply) is `tampering`."""
+    head = f"replaying the recorded launches of {target} in a fresh worker"
+    if failure is not None:
+        verb = "did not finish" if failure.kind == "timeout" else "crashed the worker"
+        return Finding(failure.kind, f"{head} {verb}: {failure.detail}." + _tail(failure.output_tail))
+    error = (reply or {}).get("error")
+    if not isinstance(error, Mapping) or (reply or {}).get("ok"):
+        return Finding("tampering", f"{head} gave a malformed reply")
+    if (reply or {}).get("stage") == "record":
+        return Finding("tampering", f"{head} failed: the launch record could not be decoded "
+                       f"({error_message(error, submission)}): the worker's account of what the wrapper ran "
+                       "was altered")
+    return Finding(classify_error(error), failure_message(error, head, submission))
 
 
 def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, ...]:
@@ -650,6 +720,30 @@ def unpack_returns(
             return {}, f"`{name}` on device {device}; it must stay on the input's device ({expected_device})"
         out[name] = tensor
     return out, ""
+
+
+def allocation_findings(
+    found: Any, result_views: tuple[Any, ...], spec: FunctionSpec
+) -> tuple[guards.GuardFinding, ...]:
+    """Stores past the buffers a wrapper allocated itself (the worker guards them, harness._guarded):
+    `oob-write`, named after the output the buffer was returned as, else by its shape."""
+    if not isinstance(found, list):
+        return ()
+    names = {view["sid"]: name for name, view in zip(spec.returns, result_views, strict=False)
+             if isinstance(view, Mapping) and isinstance(view.get("sid"), int)}
+    findings = []
+    for item in found:
+        if not isinstance(item, Mapping):
+            continue
+        shape = item.get("shape")
+        shape_text = tuple(shape) if isinstance(shape, list) else "?"
+        sid = item.get("sid")
+        name = ((names.get(sid) if isinstance(sid, int) else None)
+                or f"a buffer {spec.name} allocated (shape {shape_text})")
+        finding = guards.allocation_guard_finding(dict(item), name)
+        if finding is not None:
+            findings.append(finding)
+    return tuple(findings)
 
 
 def poisoned_outputs(

@@ -29,13 +29,18 @@ WORKER_OUTPUT_LIMIT_BYTES = 64 << 20
 WORKER_START_TIMEOUT_S = 120.0
 
 
-@dataclass(frozen=True)
 class WorkerFailure(Exception):
-    """The worker did not answer: `kind` is trap_ids.TIMEOUT or trap_ids.CRASH."""
+    """The worker did not answer: `kind` is trap_ids.TIMEOUT or trap_ids.CRASH.
 
-    kind: str
-    detail: str
-    output_tail: str = ""
+    A plain exception, not a frozen dataclass: Python 3.12's contextlib assigns `__traceback__` to an
+    exception leaving a `@contextmanager` block, which a frozen dataclass refuses (on the H200 a crash at
+    import became "grader internal error: FrozenInstanceError")."""
+
+    def __init__(self, kind: str, detail: str, output_tail: str = "") -> None:
+        super().__init__(kind, detail, output_tail)
+        self.kind = kind
+        self.detail = detail
+        self.output_tail = output_tail
 
     def __str__(self) -> str:
         return self.detail

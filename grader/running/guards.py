@@ -9,10 +9,23 @@ into its output (out-of-bounds read, also into the *neighbouring row*, which a p
 alone misses), and one that writes them changes their bits (out-of-bounds write). Output interiors
 are poisoned with another NaN payload before the call, so elements the kernel never wrote are found
 bit-exactly. All checks compare bits through an integer view: a NaN written over a NaN is still seen.
+
+How wide the guard bands are (`reach`, `guard_elements`): wide enough that the stray addresses a launch
+can form from its own numbers land in them, not in whatever memory lies beyond (the worker's heap in
+the interpreter, other allocations on a GPU). A wrong index is still built from the launch's
+quantities: program ids (< the grid), lanes (< a block size), loop counters (< a size such as N) and
+strides; `row + j * stride` instead of `row * stride + j` reaches N * stride, not M * stride. So the
+band is sized from those numbers, per launch, instead of one large arena for every tensor: the grader
+sends each storage to the worker and back, and a wrapper's launch records copy whole storages, so the
+bytes moved grow with the band. Bands are capped at GUARD_CAP elements; beyond that the interpreter
+worker's fence (grader/running/worker/fence.py) stops any access outside the launch's storages, and
+on a GPU such an access faults or is lost with the worker, which the battery replaces after any case
+that wrote out of bounds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +53,46 @@ def nan_pattern(dtype: torch.dtype, payload: int) -> int:
 
 def bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(_INT_VIEW[t.element_size()])
+
+
+# Guard band widths, in elements: never narrower than GUARD_MIN, never wider than GUARD_CAP (4 MiB of
+# float32 on each side of a tensor: what the worker's pipe and a launch record's snapshot can carry).
+GUARD_MIN = 256
+GUARD_CAP = 1 << 20
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def reach(sizes: Sequence[int], strides: Sequence[int], grid: Sequence[int] | None = None,
+          blocks: Sequence[int] = ()) -> int:
+    """The farthest element offset, either side of a tensor's start, that a launch's index arithmetic
+    can form from these numbers, right or wrong.
+
+    One index along an axis is at most `pid * BLOCK + lane` (pid below the largest grid size, lane below
+    the largest block) or a loop counter over a size plus one block (`start + lane`):
+    index = max(max(grid) * max(blocks), max(sizes)) + max(blocks). An address adds two such indices,
+    each times a stride at most (right: `row * stride + col`; wrong: `row + col * stride`, or both times
+    a stride): reach = 2 * index * max(strides).
+
+    `grid=None`: the launch is a wrapper's own, its grid and blocks unknown to the grader. A wrapper
+    sizes its grid to cover the tensor (pid * BLOCK stays within a size plus a block) with blocks up to
+    next_power_of_2 of the largest size: index = max(sizes) + next_power_of_2(max(sizes)).
+    """
+    largest = max((int(s) for s in sizes), default=1)
+    if grid is None:
+        index = largest + _next_power_of_2(largest)
+    else:
+        block = max((int(b) for b in blocks), default=1)
+        index = max(max((int(g) for g in grid), default=1) * block, largest) + block
+    return 2 * index * max(1, max((abs(int(s)) for s in strides), default=1))
+
+
+def guard_elements(reach_elements: int, body: int = 0) -> int:
+    """The guard band for a tensor whose storage body spans `body` elements: at least its own length
+    (the original rule) and the launch's reach, between GUARD_MIN and GUARD_CAP."""
+    return min(GUARD_CAP, max(GUARD_MIN, body, reach_elements))
 
 
 @dataclass(frozen=True)
@@ -98,10 +151,10 @@ class BufferPlan:
 
 
 def plan_buffer(
-    name: str, role: str, shape: tuple[int, ...], gap: int, transpose: bool = False
+    name: str, role: str, shape: tuple[int, ...], gap: int, transpose: bool = False, reach_elements: int = 0
 ) -> BufferPlan:
     """Plan storage for a tensor of logical `shape` (the view's shape) with `gap` spare elements
-    after each stored row."""
+    after each stored row, and guard bands covering `reach_elements` (see `reach`)."""
     if len(shape) == 1:
         rows, cols, ndim = 1, shape[0], 1
         gap = 0
@@ -111,7 +164,7 @@ def plan_buffer(
     else:
         raise ValueError(f"{name}: guarded buffers support 1-D and 2-D tensors, got shape {shape}")
     row_stride = cols + gap
-    guard = max(256, rows * row_stride)
+    guard = guard_elements(reach_elements, rows * row_stride)
     return BufferPlan(name, role, rows, cols, row_stride, guard, ndim, transpose)
 
 
@@ -191,3 +244,51 @@ def unwritten_mask(plan: BufferPlan, storage: torch.Tensor) -> torch.Tensor:
     """Boolean mask in the view's shape: True where the output still holds the poison."""
     poison = nan_pattern(storage.dtype, PAYLOAD_OUTPUT_POISON)
     return bits(view_of(storage, plan)) == poison
+
+
+# --------------------------------------------------------------------------- a wrapper's own allocations
+
+
+@dataclass(frozen=True)
+class AllocationGuard:
+    """A tensor a wrapper allocated itself, placed by the worker in the middle of a larger storage
+    poisoned throughout (guards and body alike: a fresh buffer is still one repeated value)."""
+
+    storage: torch.Tensor  # the whole storage, guards included, 1-D in the allocation's dtype
+    guard: int
+    size: int  # elements of the allocation's own storage, between the two guard bands
+    shape: tuple[int, ...]
+
+    def finding(self) -> dict[str, object] | None:
+        """Plain data on the guard elements that changed since allocation, or None."""
+        pattern = nan_pattern(self.storage.dtype, PAYLOAD_OUTPUT_POISON)
+        flat = bits(self.storage)
+        changed = torch.cat([flat[: self.guard], flat[self.guard + self.size :]]) != pattern
+        if not bool(changed.any()):
+            return None
+        first = int(torch.nonzero(changed)[0])
+        return {"guard": self.guard, "size": self.size, "count": int(changed.sum()),
+                "first": first if first < self.guard else first + self.size, "shape": list(self.shape)}
+
+
+def guard_allocation(tensor: torch.Tensor) -> tuple[torch.Tensor, AllocationGuard]:
+    """The same tensor (shape, strides, dtype, device; its storage offset shifted by the guard) inside a
+    poisoned storage with guard bands sized from its own shape and strides (a wrapper's launch: `reach`
+    with grid=None). The caller copies in the values of an initialised allocation (zeros, full)."""
+    size = tensor.untyped_storage().nbytes() // tensor.element_size()
+    guard = guard_elements(reach(tuple(tensor.shape), tuple(tensor.stride())), size)
+    storage = torch.empty(2 * guard + size, dtype=tensor.dtype, device=tensor.device)
+    bits(storage).fill_(nan_pattern(tensor.dtype, PAYLOAD_OUTPUT_POISON))
+    view = torch.as_strided(storage, tensor.shape, tensor.stride(), guard + tensor.storage_offset())
+    return view, AllocationGuard(storage, guard, size, tuple(tensor.shape))
+
+
+def allocation_guard_finding(found: dict[str, object], name: str) -> GuardFinding | None:
+    """The grader's reading of one `AllocationGuard.finding` sent back by the worker (None if malformed)."""
+    numbers = [v for v in (found.get(k) for k in ("guard", "size", "count", "first"))
+               if isinstance(v, int) and not isinstance(v, bool) and v >= 0]
+    if len(numbers) != 4:
+        return None
+    guard, size, count, first = numbers
+    plan = BufferPlan(name, "output", 1, size, size, guard, 1)
+    return GuardFinding("oob-write", name, count, plan.describe_index(first))

@@ -59,22 +59,49 @@ def error_message(error: Mapping[str, Any], submission_name: str) -> str:
     if root and root != kind:
         root_message = str(error.get("root_message", "")).strip()
         message = f"{message}\ncaused by {root}: {root_message}" if message else f"{root}: {root_message}"
-    frames = error.get("frames") or []
-    where = ""
-    if frames:
-        last = frames[-1]
-        code = str(last.get("code", "")).strip()
-        where = f" ({submission_name}, line {last.get('line')}, in {last.get('function')}: {code})"
+    where = _where(error, submission_name)
     return f"{kind}{where}: {message}" if message else f"{kind}{where}"
 
 
+def _where(error: Mapping[str, Any], submission_name: str) -> str:
+    frames = error.get("frames") or []
+    if not frames:
+        return ""
+    last = frames[-1]
+    code = str(last.get("code", "")).strip()
+    return f" ({submission_name}, line {last.get('line')}, in {last.get('function')}: {code})"
+
+
+def failure_message(error: Mapping[str, Any], what: str, submission_name: str) -> str:
+    """`what raised <error>`; for an access the fence stopped, what it stopped and where, in one sentence."""
+    trap = classify_error(error)
+    if trap in ("oob-write", "oob-read"):
+        access = "store" if trap == "oob-write" else "load"
+        return (f"{what} was stopped at an out-of-bounds {access}{_where(error, submission_name)}: "
+                f"{str(error.get('root_message', '')).strip()}")
+    return f"{what} raised " + error_message(error, submission_name)
+
+
+# Raised by the interpreter worker's fence (grader/running/worker/fence.py) when a kernel addresses
+# memory outside every tensor of its launch.
+STRAY_ACCESS_TRAPS = {
+    "grader.running.worker.fence.StrayWrite": "oob-write",
+    "grader.running.worker.fence.StrayRead": "oob-read",
+}
+
+
 def classify_error(error: Mapping[str, Any], hint_calls: Sequence[HintCall] = ()) -> str:
-    """compile-error for Triton compilation problems; false-hint for a GPU `misaligned address` in a
-    submission that makes tl.multiple_of / tl.max_contiguous promises (`hint_calls`, from its source);
-    interpreter-unsupported where the worker found the cause in a limit of Triton's CPU interpreter
-    (`interpreter_limit`, see grader/running/worker/interpreter_compat.py; grading takes the name back
-    where the kernel fails the GPU compile too); runtime-error for the rest."""
-    chain = " ".join(error.get("chain", ())) + " " + str(error.get("type", ""))
+    """oob-write / oob-read when the worker's fence stopped a stray access; compile-error for Triton
+    compilation problems; false-hint for a GPU `misaligned address` in a submission that makes
+    tl.multiple_of / tl.max_contiguous promises (`hint_calls`, from its source); interpreter-unsupported
+    where the worker found the cause in a limit of Triton's CPU interpreter (`interpreter_limit`, see
+    grader/running/worker/interpreter_compat.py; grading takes the name back where the kernel fails the
+    GPU compile too); runtime-error for the rest."""
+    links = [str(link) for link in error.get("chain", ())]
+    for link in links:
+        if link in STRAY_ACCESS_TRAPS:
+            return STRAY_ACCESS_TRAPS[link]
+    chain = " ".join(links) + " " + str(error.get("type", ""))
     if "CompilationError" in chain or "UnsupportedLanguageConstruct" in chain or "CompileTimeAssertion" in chain:
         return trap_ids.COMPILE_ERROR
     if names_false_hint(f"{error.get('message', '')} {error.get('root_message', '')}", hint_calls):

@@ -267,9 +267,17 @@ class PerfRunner:
                 self._adopt_timer(timer, reduced, timer_reply.result())
                 if reference is not None and reference_reply is not None:
                     self._adopt_reference(reference, reference_reply.result())
+        checked = []
+        for prepared in ready:  # the outputs at the timed size, checked while the GPU is shared
+            with clock.phase("timing/check"), battery.shared_gpu():
+                wrong = self._check(prepared, battery)
+            if wrong is not None:
+                results[prepared.perf.id] = wrong
+            else:
+                checked.append(prepared)
         slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
-        with slot.exclusive() if slot else contextlib.nullcontext():
-            for prepared in ready:
+        with slot.exclusive() if slot else contextlib.nullcontext():  # only the timed replays in here
+            for prepared in checked:
                 results[prepared.perf.id] = self._measure(prepared, battery)
         return results
 
@@ -337,6 +345,27 @@ class PerfRunner:
 
     # ------------------------------------------------------------------ 3: time
 
+    def _check(self, prepared: _Prepared, battery: Battery) -> PerfResult | None:
+        """Run the launches once in the timer (kept there for timing) and check their outputs against
+        torch eager: None when right, else the case's result."""
+        perf, baseline = prepared.perf, prepared.problem.baseline
+        assert baseline is not None
+        timer = self._timer_for(battery)
+        if isinstance(timer, str):
+            return errored(perf, timer)
+        run = self._time_plan(timer, prepared, f"running {perf.target}'s launches at {perf.shape}", keep=perf.id)
+        if isinstance(run, str):
+            self._drop_timer()
+            return _failed(perf, run)
+        expected = self._eager_outputs(baseline, prepared.inputs, perf)
+        tol = self.assignment.tolerances[perf.tolerance].lookup("cuda", perf.dtype)
+        named = dict(zip(prepared.call.output_names, run[0], strict=False))
+        wrong = compare_outputs(named, expected, tol.atol, tol.rtol)
+        if wrong:
+            return errored(perf, f"at {perf.shape} the output of your kernel launches differs from "
+                                 f"{baseline.label}: {wrong}")
+        return None
+
     def _measure(self, prepared: _Prepared, battery: Battery) -> PerfResult:
         perf, baseline = prepared.perf, prepared.problem.baseline
         assert baseline is not None
@@ -349,18 +378,10 @@ class PerfRunner:
         if isinstance(timer, str):
             return errored(perf, timer, device)
         with battery.clock.phase("timing/student"):
-            student = self._time_plan(timer, prepared, f"timing {perf.target} at {perf.shape}")
-        if isinstance(student, str):
+            student_medians = self._time_kept(timer, perf, f"timing {perf.target} at {perf.shape}")
+        if isinstance(student_medians, str):
             self._drop_timer()
-            return _failed(perf, student, device)
-        outputs, student_medians = student
-        expected = self._eager_outputs(baseline, prepared.inputs, perf)
-        tol = self.assignment.tolerances[perf.tolerance].lookup("cuda", perf.dtype)
-        named = dict(zip(prepared.call.output_names, outputs, strict=False))
-        wrong = compare_outputs(named, expected, tol.atol, tol.rtol)
-        if wrong:
-            return errored(perf, f"at {perf.shape} the output of your kernel launches differs from "
-                                 f"{baseline.label}: {wrong}", device)
+            return _failed(perf, student_medians, device)
         if not student_medians:
             return errored(perf, "the timer sent no timing", device)
         nbytes = baseline.bytes_moved(dict(perf.dims)) if baseline.bytes_moved else None
@@ -432,13 +453,17 @@ class PerfRunner:
             self._timer.close()
             self._timer = None
 
-    def _time_plan(self, worker: Worker, prepared: _Prepared,
-                   what: str) -> tuple[list[torch.Tensor], list[float]] | str:
-        """Run and time the planned launches in `worker`: their outputs (first run) and medians."""
+    def _time_plan(self, worker: Worker, prepared: _Prepared, what: str,
+                   keep: str = "") -> tuple[list[torch.Tensor], list[float]] | str:
+        """Run the planned launches in `worker`: their outputs (first run) and, unless kept there for
+        `_time_kept` (`keep`), their medians."""
         perf = prepared.perf
         request = prepared.timed.request(list(prepared.call.inputs), sets=perf.input_sets, repeats=perf.repeats,
-                                         time=self.device == "cuda")
-        request["spin_up_ms"] = self._spin_up_ms()
+                                         time=self.device == "cuda" and not keep)
+        if keep:
+            request["keep"] = keep
+        else:
+            request["spin_up_ms"] = self._spin_up_ms()
         try:
             reply = worker.request(request, perf.timeout_s, what)
         except WorkerFailure as failure:
@@ -449,6 +474,17 @@ class PerfRunner:
         if not isinstance(outputs, list) or any(type(t) is not torch.Tensor for t in outputs):
             return f"{what}: the timer sent a malformed reply"
         return outputs, list(reply.get("timing", {}).get("medians_ms", []))
+
+    def _time_kept(self, worker: Worker, perf: PerfCase, what: str) -> list[float] | str:
+        """Time the launches `_time_plan(keep=perf.id)` left in `worker`: CUDA-graph replays only."""
+        request = {"op": "time_kept", "key": perf.id, "repeats": perf.repeats, "spin_up_ms": self._spin_up_ms()}
+        try:
+            reply = worker.request(request, perf.timeout_s, what)
+        except WorkerFailure as failure:
+            return f"{failure.kind}: {what}: {failure.detail}"
+        if not reply.get("ok"):
+            return f"{what} raised " + error_message(reply.get("error", {}), worker.submission.name)
+        return list(reply.get("timing", {}).get("medians_ms", []))
 
     def _eager_outputs(self, baseline: Baseline, inputs: Mapping[str, Any], perf: PerfCase) -> dict[str, torch.Tensor]:
         on_device = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}

@@ -37,7 +37,7 @@ def main() -> int:
             reply = harness.time(request)
         elif op == "replay":
             reply = harness.replay(request)
-        elif op == "time_launches":
+        elif op in ("time_launches", "time_kept"):
             reply = harness.time_launches(request)
         else:
             reply = {"ok": False, "error": {"type": "ProtocolError", "message": f"unknown op {op!r}",

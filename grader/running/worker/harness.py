@@ -20,7 +20,7 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.running import guards
-from grader.running.worker import interpreter_compat, timing
+from grader.running.worker import fence, interpreter_compat, timing
 from grader.running.worker.hint_check import HintLog
 from grader.running.worker.launch_record import (
     LaunchRecord,
@@ -30,7 +30,7 @@ from grader.running.worker.launch_record import (
     storage_id,
 )
 from grader.running.worker.protocol import POINTERS_LINE
-from grader.running.worker.timed_run import note_freshness, storage_describer, time_launches
+from grader.running.worker.timed_run import note_freshness, storage_describer, time_kept, time_launches
 
 try:
     from triton.runtime.autotuner import Autotuner, Heuristics
@@ -169,6 +169,9 @@ class _Recorder:
         self.current: LaunchRecord | None = None
         self.keep: list[torch.Tensor] = []  # every tensor a launch saw, alive until the call returns
         self.fresh: set[int] = set()  # storages allocated uninitialised and not written by torch since
+        # Correctness calls: the wrapper's own float allocations, each placed inside guard bands
+        # (grader.running.guards.guard_allocation) and checked when the call returns. None: not guarded.
+        self.allocations: list[guards.AllocationGuard] | None = None
 
 
 def _patch_kernel_runs() -> None:
@@ -187,36 +190,46 @@ def _patch_kernel_runs() -> None:
             continue
 
         def run(self, *args, __original=original, **kwargs):
-            rec = _Recorder.active
-            if rec is None or kwargs.get("warmup"):
-                return __original(self, *args, **kwargs)
-            top = rec.depth == 0
-            rec.depth += 1  # from here on, torch operators the recording itself runs are not counted
-            try:
-                if top:
-                    grid = kwargs.get("grid")
-                    rec.launches.append({"kernel": getattr(kernel_function(self), "__name__", "?"),
-                                         "grid": repr(grid)[:80]})
-                    rec.current = LaunchRecord(args, kwargs, rec.keep, rec.describe) if rec.replayable else None
-                if rec.current is not None and not isinstance(self, _TUNERS):
-                    kwargs = rec.current.innermost_call(self, args, kwargs)
-                return __original(self, *args, **kwargs)
-            finally:
-                rec.depth -= 1
-                if top and rec.current is not None:
-                    rec.launches[-1]["replay"] = rec.current.encode()
-                    rec.current = None
+            with fence.launch(self, args, kwargs):  # interpreter: only these tensors' storages are reachable
+                return _recorded_run(self, __original, args, kwargs)
 
         run._grader_wrapped = True  # type: ignore[attr-defined]
         cls.run = run  # type: ignore[method-assign]
 
 
+def _recorded_run(self: Any, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """One launch through a wrapped `run`: recorded (top level only) while a wrapper call is recorded."""
+    rec = _Recorder.active
+    if rec is None or kwargs.get("warmup"):
+        return original(self, *args, **kwargs)
+    top = rec.depth == 0
+    rec.depth += 1  # from here on, torch operators the recording itself runs are not counted
+    try:
+        if top:
+            grid = kwargs.get("grid")
+            rec.launches.append({"kernel": getattr(kernel_function(self), "__name__", "?"),
+                                 "grid": repr(grid)[:80]})
+            rec.current = LaunchRecord(args, kwargs, rec.keep, rec.describe) if rec.replayable else None
+        if rec.current is not None and not isinstance(self, _TUNERS):
+            kwargs = rec.current.innermost_call(self, args, kwargs)
+        return original(self, *args, **kwargs)
+    finally:
+        rec.depth -= 1
+        if top and rec.current is not None:
+            rec.launches[-1]["replay"] = rec.current.encode()
+            rec.current = None
+
+
 _ALLOCATIONS = {"aten.empty", "aten.empty_like", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided"}
+# Allocations that start with values: guarded like the others (their values copied into the view).
+_FILLED_ALLOCATIONS = {f"aten.{name}" for name in ("zeros", "zeros_like", "new_zeros", "ones", "ones_like", "new_ones",
+                                                   "full", "full_like", "new_full")}
 
 
 class _TorchOps(TorchDispatchMode):
     """Records torch operators a wrapper runs, and poisons fresh uninitialised allocations so the
-    grader can tell output elements the kernel never wrote (torch.empty would hide them)."""
+    grader can tell output elements the kernel never wrote (torch.empty would hide them). During a
+    correctness call it also puts each float allocation inside guard bands (`_guarded`)."""
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         rec = _Recorder.active
@@ -224,6 +237,8 @@ class _TorchOps(TorchDispatchMode):
         if rec is not None and rec.depth == 0:
             rec.torch_ops[name] = rec.torch_ops.get(name, 0) + 1
         out = func(*args, **(kwargs or {}))
+        if rec is not None and rec.allocations is not None and name in _ALLOCATIONS | _FILLED_ALLOCATIONS:
+            out = _guarded(out, rec.allocations, filled=name in _FILLED_ALLOCATIONS)
         if rec is not None:
             note_freshness(rec.fresh, name, args, kwargs, out)
         if name in _ALLOCATIONS and isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
@@ -231,6 +246,20 @@ class _TorchOps(TorchDispatchMode):
                 whole = torch.empty(0, dtype=out.dtype, device=out.device).set_(out.untyped_storage())
                 guards.bits(whole).fill_(guards.nan_pattern(out.dtype, guards.PAYLOAD_OUTPUT_POISON))
         return out
+
+
+def _guarded(out: Any, allocations: list[guards.AllocationGuard], filled: bool) -> Any:
+    """A wrapper's float allocation moved into the middle of a poisoned storage with guard bands: a
+    store past it lands in a band the worker checks after the call, not in the worker's heap."""
+    if (type(out) is not torch.Tensor or not out.dtype.is_floating_point or out.layout != torch.strided
+            or out.requires_grad or out.is_nested or out.device.type == "meta"):
+        return out
+    with torch.no_grad():
+        view, allocation = guards.guard_allocation(out)
+        if filled:
+            view.copy_(out)
+    allocations.append(allocation)
+    return view
 
 
 def _patch_autotune_for_interpreter() -> None:
@@ -321,6 +350,7 @@ class Harness:
         if backend == "interpreter":
             _patch_autotune_for_interpreter()
             interpreter_compat.install(self.hints)  # before the submission is imported: it may alias what this patches
+            fence.install()
 
     def load(self, path: str, names: list[str]) -> dict[str, Any]:
         self.path = path
@@ -405,17 +435,22 @@ class Harness:
         """Run recorded launches again, in order, on the storages the grader vouched for; no wrapper
         code runs. Storages a launch does not reload keep what earlier launches wrote."""
         buffers: dict[int, torch.Tensor] = {}
-        try:
-            for launch in request["launches"]:
+        for launch in request["launches"]:
+            try:  # a record that cannot be decoded was altered: `stage` tells the grader it was not the kernel
                 for sid, data in launch["load"].items():
                     buffers[sid] = data.to(self.device).clone()
                 jit = replayable_kernel(self.module, launch["kernel"])
                 args = [decode_value(a, buffers) for a in launch["args"]]
                 kwargs = {k: decode_value(v, buffers) for k, v in launch["kwargs"].items()}
-                jit[tuple(launch["grid"])](*args, **kwargs)
-            self._sync()
-        except BaseException as exc:
-            return {"ok": False, "error": describe_exception(exc, self.path), "fatal": is_fatal_device_error(exc)}
+                grid = tuple(launch["grid"])
+            except BaseException as exc:
+                return {"ok": False, "stage": "record", "error": describe_exception(exc, self.path), "fatal": False}
+            try:
+                jit[grid](*args, **kwargs)
+                self._sync()
+            except BaseException as exc:
+                return {"ok": False, "stage": "kernel", "error": describe_exception(exc, self.path),
+                        "fatal": is_fatal_device_error(exc)}
         return {"ok": True, "buffers": {sid: b.detach().to("cpu").clone() for sid, b in buffers.items()}}
 
     def call(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -424,6 +459,7 @@ class Harness:
         args = [self._resolve(a, tensors) for a in request["args"]]
         kwargs = {k: self._resolve(v, tensors) for k, v in request["kwargs"].items()}
         recorder = _Recorder()
+        recorder.allocations = []
         _Recorder.active = recorder
         self.hints.reset()
         try:
@@ -443,6 +479,7 @@ class Harness:
             "torch_ops": recorder.torch_ops,
             "storages": self._storages_back(),
             "result_views": result_views(result),
+            "allocation_findings": allocation_findings(recorder.allocations),
         })
 
     # ------------------------------------------------------------------ performance: the "time" op
@@ -465,8 +502,10 @@ class Harness:
         return {"launches": [launch.get("replay") for launch in recorder.launches], "outputs": views}
 
     def time_launches(self, request: dict[str, Any]) -> dict[str, Any]:
-        """The timer's op: run and time recorded launches on rebuilt buffers (see timed_run)."""
+        """The timer's ops: run (and time, or keep for `time_kept`) recorded launches on rebuilt buffers."""
         try:
+            if request.get("op") == "time_kept":
+                return time_kept(request, self.device)
             return time_launches(lambda name: replayable_kernel(self.module, name), request, self.device)
         except BaseException as exc:
             return {"ok": False, "error": describe_exception(exc, self.path), "fatal": is_fatal_device_error(exc)}
@@ -517,6 +556,17 @@ class Harness:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         return reply
+
+
+def allocation_findings(allocations: list[guards.AllocationGuard]) -> list[dict[str, Any]]:
+    """The wrapper's own allocations whose guard bands changed: stores past them (with the storage id
+    that result_views gives a returned tensor, so the grader can name it)."""
+    found = []
+    for allocation in allocations:
+        finding = allocation.finding()
+        if finding is not None:
+            found.append(dict(finding, sid=int(allocation.storage.untyped_storage().data_ptr())))
+    return found
 
 
 def replayable_kernel(module: Any, name: str) -> Any:

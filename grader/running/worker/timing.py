@@ -29,7 +29,7 @@ DEFAULT_REP_MS = 100.0
 DEFAULT_SPIN_UP_MS = 500.0
 FOLLOW_UP_SPIN_UP_MS = 30.0  # timings right after another one in the same slot: the clocks are up
 DEFAULT_REPEATS = 7
-SAMPLE_MS = 40.0  # one graph-replay sample lasts about this long
+SAMPLE_MS = 25.0  # one graph-replay sample lasts about this long
 
 
 @dataclass(frozen=True)

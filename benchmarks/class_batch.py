@@ -1,0 +1,102 @@
+"""Benchmark: grade a class through `grader batch` and check it is fast, fair and one verdict per seed.
+
+    python benchmarks/class_batch.py [--assignment fused_layers] [--backend cuda] [--workers 6] [--seed 3]
+                                     [--copies 2] [--identical 3] [--out DIR]
+
+The class: every mutant and variant of the assignment's corpus written out as its own student,
+`--copies` times (byte-identical files under different names), plus `--identical` copies of the
+reference. Prints the batch's wall time, the grading time per student (median, max), whether every
+copy of a file got the same score and traps (one verdict per seed, across concurrent grades), and for
+the identical references their speedups over the reference on every timed case with the largest
+difference between them (the fairness bar: within +-3%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write_class(assignment: str, folder: Path, copies: int, identical: int) -> dict[str, str]:
+    """folder/<student>.py for the whole class; returns student -> the file it is a copy of."""
+    corpus = folder.parent / "corpus"
+    subprocess.run([sys.executable, "-m", "grader", "mutant", "--all", "--assignment", assignment,
+                    "--write", str(corpus)], check=True, stdout=subprocess.DEVNULL)
+    folder.mkdir(parents=True)
+    origin = {}
+    for path in sorted(corpus.glob("*.py")):
+        for copy in range(copies):
+            student = f"{path.stem}__{copy + 1}"
+            shutil.copyfile(path, folder / f"{student}.py")
+            origin[student] = path.stem
+    reference = ROOT / "assignments" / assignment / "reference.py"
+    for copy in range(identical):
+        student = f"reference__{copy + 1}"
+        shutil.copyfile(reference, folder / f"{student}.py")
+        origin[student] = "reference"
+    return origin
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--assignment", default="fused_layers")
+    parser.add_argument("--backend", default="cuda")
+    parser.add_argument("--workers", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--copies", type=int, default=2)
+    parser.add_argument("--identical", type=int, default=3)
+    parser.add_argument("--executor", default="local")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="class-batch-"))
+    out = args.out or work / "out"
+    origin = write_class(args.assignment, work / "class", args.copies, args.identical)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "grader", "batch", str(work / "class"), "--assignment",
+                           args.assignment, "--out", str(out), "--backend", args.backend, "--workers",
+                           str(args.workers), "--seed", str(args.seed), "--executor", args.executor],
+                          capture_output=True, text=True)
+    wall = time.monotonic() - started
+    print(done.stdout[-3000:], done.stderr[-2000:], sep="\n")
+    grades = {s: json.loads((out / s / "grade.json").read_text()) for s in origin if (out / s / "grade.json").is_file()}
+    seconds = [g["execution_time_s"] for g in grades.values()]
+    timing = f"median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s" if seconds else "none"
+    print(f"class of {len(origin)} ({args.copies} copies of each corpus file, {args.identical} identical references): "
+          f"{len(grades)} graded in {wall:.1f} s wall with {args.workers} workers ({args.executor}); grading time per "
+          f"student {timing}")
+    by_origin = defaultdict(list)
+    for student, grade in grades.items():
+        by_origin[origin[student]].append((student, grade["score"], tuple(sorted(grade["traps"]))))
+    differing = {o: rows for o, rows in by_origin.items() if len({(s, t) for _, s, t in rows}) > 1}
+    print(f"copies with different verdicts: {len(differing)} of {len(by_origin)}" +
+          "".join(f"\n  {o}: {rows}" for o, rows in differing.items()))
+    references = sorted(s for s in grades if origin[s] == "reference")
+    worst = 0.0
+    for perf_id in [p["perf_id"] for p in grades[references[0]]["performance"]] if references else []:
+        speedups = []
+        for student in references:
+            (case,) = [p for p in grades[student]["performance"] if p["perf_id"] == perf_id]
+            speedups.append(case.get("speedup_vs_reference"))
+        shown = "  ".join(f"{s:.3f}" if s else "not timed" for s in speedups)
+        known = [s for s in speedups if s]
+        spread = 100 * (max(known) - min(known)) / 2 / statistics.median(known) if len(known) > 1 else 0.0
+        worst = max(worst, spread)
+        calibrations = {next(p for p in grades[s]["performance"] if p["perf_id"] == perf_id).get("calibration", "")
+                        for s in references}
+        print(f"  {perf_id:22} speedup vs reference: {shown}   +-{spread:.2f}%   calibrations: {len(calibrations)}")
+    print(f"identical references: largest difference +-{worst:.2f}%")
+    return 0 if done.returncode == 0 and not differing else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""`grader check` as a function, for a notebook cell: `from grader import check; check("fused_layers.ipynb")`.
+
+Runs the public cases of the submission (a `.py` file or a notebook, see grader.operations.notebook), shows
+the report (the HTML report inline when running under IPython/Jupyter/Colab, else the terminal report)
+and returns the GradeResult. The CLI's `grader check` uses the same two steps.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from grader.authoring.discovery import assignment_for_submission, assignments_root, find_assignment, list_assignment_ids
+from grader.authoring.spec import Assignment
+from grader.operations.environment import detect_backend
+from grader.operations.grade import GradeRequest, grade
+from grader.publishing import report
+from grader.publishing.results import GradeResult
+
+
+class CheckError(Exception):
+    """A mistake in what was asked of `check`; the message is for the student."""
+
+
+def resolve_assignment(assignment_id: str | None, path: Path, root: Path) -> Assignment:
+    if assignment_id:
+        return find_assignment(assignment_id, root)
+    found = assignment_for_submission(path, root)
+    if found is None:
+        raise CheckError(f"cannot tell the assignment from the file name {path.name}; pass --assignment "
+                         f"(known: {', '.join(list_assignment_ids(root))})")
+    return found
+
+
+def run_check(path: Path, assignment: Assignment, backend: str, seed: int | None = None,
+              targets: tuple[str, ...] = ()) -> tuple[GradeResult, dict[str, Any]]:
+    """The public cases of `path` (only `targets`' when given) on `backend` ("interpreter" or "cuda")."""
+    unknown = [t for t in targets if t not in assignment.targets]
+    if unknown:
+        raise CheckError(f"no target {unknown[0]!r} in {assignment.id} (known: {', '.join(assignment.targets)})")
+    return grade(GradeRequest(assignment, path, backend, seed=seed, public_only=True, targets=targets))
+
+
+def check(submission: str | os.PathLike[str], assignment: str | None = None, *, target: str | None = None,
+          backend: str = "auto", seed: int | None = None, assignments: str | os.PathLike[str] | None = None,
+          show: bool = True) -> GradeResult:
+    """Run the public cases on `submission` (.py or .ipynb) and show the report; return the result.
+
+    `assignment` defaults to the one whose submission file has this name (`fused_layers.py` or
+    `fused_layers.ipynb`); `target` keeps one kernel's or function's cases. Under IPython (Jupyter, Colab)
+    the HTML report is displayed inline, elsewhere the terminal report is printed; `show=False` shows nothing.
+    A notebook that calls `check` on itself is read as last saved: save it first.
+    """
+    path = Path(submission).resolve()
+    if not path.is_file():
+        raise CheckError(f"submission {path} is not a file")
+    spec = resolve_assignment(assignment, path, assignments_root(assignments))
+    result, _ = run_check(path, spec, detect_backend(backend), seed, (target,) if target else ())
+    if show:
+        show_report(result, spec)
+    return result
+
+
+def show_report(result: GradeResult, assignment: Assignment) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(HTML(report.html(result, assignment)))
+    else:
+        print(report.terminal(result, assignment))

@@ -1,0 +1,56 @@
+"""Serialise a GradeResult to PrairieLearn's external-grader results file.
+
+PrairieLearn reads `/grade/results/results.json` from the external grader's container when the job
+ends ("Grading results", https://prairielearn.readthedocs.io/en/latest/externalGrading/):
+
+    {"gradable": true, "score": 0.75, "message": "...", "output": "...",
+     "tests": [{"name": "...", "description": "...", "points": 1, "max_points": 2,
+                "message": "...", "output": "..."}]}
+
+`score` is a fraction in [0, 1] (PrairieLearn scales it by the question's points), `gradable: false`
+means the submission could not be graded at all (no points, no attempt used up). Each case is one
+test; hidden cases are shown by name and points only (their messages would reveal the hidden inputs),
+and performance cases worth points are tests too. `grader grade ... --prairielearn` writes this as
+`DIR/prairielearn.json`; the course's grader script copies it to `/grade/results/results.json`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grader.publishing.gradescope import MAX_TEST_OUTPUT_CHARS, MAX_TOP_OUTPUT_CHARS, clip
+from grader.publishing.report import perf_line
+from grader.publishing.results import GradeResult
+
+HIDDEN_MESSAGE = "A hidden case: its inputs and details are not shown."
+
+
+def prairielearn_json(result: GradeResult, summary: str) -> dict[str, Any]:
+    """The results document; `summary` is the student-view Markdown report (shown as `output`)."""
+    tests: list[dict[str, Any]] = []
+    for case in result.cases:
+        public = case.visibility == "public"
+        tests.append({
+            "name": case.title,
+            "description": f"{'public' if public else 'hidden'} case {case.case_id}",
+            "points": case.score,
+            "max_points": case.max_score,
+            "message": ("passed" if case.passed else "failed") + (f": {', '.join(case.traps)}" if
+                                                                   public and case.traps else ""),
+            "output": clip(case.message, MAX_TEST_OUTPUT_CHARS) if public else HIDDEN_MESSAGE,
+        })
+    for perf in result.performance:
+        if perf.max_score <= 0:
+            continue
+        tests.append({"name": f"performance {perf.title}", "description": f"performance case {perf.perf_id}",
+                      "points": perf.score, "max_points": perf.max_score, "message": perf.status,
+                      "output": clip(perf_line(perf), MAX_TEST_OUTPUT_CHARS)})
+    fraction = result.score / result.max_score if result.max_score > 0 else 0.0
+    traps = ", ".join(result.traps) or "none"
+    return {
+        "gradable": bool(result.cases),
+        "score": round(min(1.0, max(0.0, fraction)), 6),
+        "message": f"{result.score:g} / {result.max_score:g} points; traps: {traps}",
+        "output": clip(summary, MAX_TOP_OUTPUT_CHARS),
+        "tests": tests,
+    }

@@ -1,0 +1,289 @@
+"""Stray writes stay inside the grader's guard bands, the worker's fence or a fresh worker; verdicts of
+code that writes out of bounds are the same on every run.
+
+Fast part: the guard sizing (`guards.reach`), guard bands around a wrapper's own allocations, the
+interpreter fence (in a subprocess: the interpreter is chosen when @triton.jit runs), replay failures
+named for what happened, and when a worker is replaced. Slow part: two realistic held-out mistakes
+made from the softmax reference by string replacement, each graded twice with the same seed through
+`grader.cli.main`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from grader.cli import main
+from grader.judging.replay import grounded
+from grader.running import guards
+from grader.running.battery import needs_fresh_worker, replay_failure
+from grader.running.client import WorkerFailure
+from grader.running.observation import Finding, Observation, classify_error
+from grader.running.worker.harness import _Recorder, _TorchOps, allocation_findings
+from grader.running.worker.launch_record import describe_tensor, storage_bytes
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "assignments" / "softmax" / "reference.py"
+SEED = 1  # the seed the issue's measurements used
+
+# ------------------------------------------------------------------------------------ guard sizing
+
+
+def test_reach_covers_a_kernel_walking_the_wrong_axis() -> None:
+    # softmax_kernel, one program per row: `x + row + j * stride` instead of `x + row * stride + j`
+    for m, n, block, stride in ((6, 37, 64, 37), (4, 100, 32, 107), (3, 5000, 8192, 5000), (9, 9, 4, 9)):
+        farthest = (m - 1) + (n - 1) * stride
+        assert guards.reach((m, n), (stride, 1), grid=(m,), blocks=(block,)) >= farthest
+        assert guards.reach((m, n), (stride, 1)) >= farthest  # a wrapper's launch: grid and blocks unknown
+    # a 1-D tutorial index under a per-row grid, times a stride: (pid * BLOCK + lane) * stride
+    assert guards.reach((6, 37), (40,), grid=(6,), blocks=(64,)) >= (6 * 64 + 63) * 40
+    # a matmul indexing A's K axis with the row stride: offs_k * stride_am + offs_m, grid (cdiv(M,16), cdiv(N,16))
+    assert guards.reach((37, 19, 23), (23, 19, 20), grid=(3, 2), blocks=(16, 16, 16)) >= 47 * 23 + 47
+
+
+def test_guard_width_is_the_reach_between_the_floor_and_the_cap() -> None:
+    assert guards.guard_elements(0) == guards.GUARD_MIN
+    assert guards.guard_elements(10, body=900) == 900  # never narrower than the tensor itself
+    assert guards.guard_elements(12_345) == 12_345
+    assert guards.guard_elements(10**12) == guards.GUARD_CAP
+    plan = guards.plan_buffer("x", "input", (6, 37), gap=0)
+    assert plan.guard == guards.GUARD_MIN  # without a reach: the original width
+
+
+def test_a_wrong_axis_write_lands_in_a_band_sized_by_reach() -> None:
+    m, n, block = 6, 37, 64
+    plan = guards.plan_buffer("out", "output", (m, n), gap=1,
+                              reach_elements=guards.reach((m, n), (n + 1,), grid=(m,), blocks=(block,)))
+    storage = guards.build_storage(plan, torch.float32, None)
+    after = storage.clone()
+    for row in range(m):  # every store of `out + row + j * stride_om`
+        for j in range(n):
+            after[plan.offset + row + j * plan.row_stride] = 0.5
+    assert plan.offset + (m - 1) + (n - 1) * plan.row_stride < plan.storage_size
+    kinds = {f.kind: f for f in guards.check_storage(plan, storage, after)}
+    assert "oob-write" in kinds and "past the end of out's storage" in kinds["oob-write"].first
+
+
+# ------------------------------------------------------------------------------------ a wrapper's own buffers
+
+
+@contextlib.contextmanager
+def recorded_call() -> Any:
+    """What Harness.call sets up around a wrapper: a recorder with guarded allocations, the torch mode."""
+    recorder = _Recorder()
+    recorder.allocations = []
+    _Recorder.active = recorder
+    try:
+        with _TorchOps():
+            yield recorder
+    finally:
+        _Recorder.active = None
+
+
+def test_a_wrappers_allocation_sits_inside_poisoned_guards() -> None:
+    with recorded_call() as recorder:
+        out = torch.empty((3, 5), dtype=torch.float32)
+        ones = torch.ones(4)
+        ints = torch.empty(4, dtype=torch.int64)  # not a float: left as it is
+    assert out.shape == (3, 5) and out.stride() == (5, 1) and torch.equal(ones, torch.ones(4))
+    assert ints.storage_offset() == 0
+    (alloc_out, alloc_ones) = recorder.allocations
+    assert out.storage_offset() == alloc_out.guard >= guards.GUARD_MIN
+    poison = guards.nan_pattern(torch.float32, guards.PAYLOAD_OUTPUT_POISON)
+    assert bool((guards.bits(alloc_out.storage) == poison).all())  # guards and body: one repeated value
+    assert allocation_findings(recorder.allocations) == []
+
+
+def test_a_store_one_past_a_wrappers_own_output_is_found_and_named() -> None:
+    with recorded_call() as recorder:
+        out = torch.empty((3, 5), dtype=torch.float32)
+    out.fill_(1.0)
+    out.view(-1).as_strided((1,), (1,), out.storage_offset() + 15).fill_(0.0)  # out[3, 0]: past the end
+    (found,) = allocation_findings(recorder.allocations)
+    assert found["sid"] == describe_tensor(out)["sid"] and found["count"] == 1
+    finding = guards.allocation_guard_finding(found, "out")
+    assert finding is not None and finding.kind == "oob-write"
+    assert finding.message() == "1 out-of-bounds write(s) in out; first at 1 element(s) past the end of out's storage"
+    assert guards.allocation_guard_finding(dict(found, first=-1), "out") is None  # malformed: ignored
+
+
+def test_guarded_allocations_stay_grounded_for_the_replay() -> None:
+    x = torch.randn(4, 6)
+    inputs = {"x": x}
+    with recorded_call():
+        fresh = torch.empty(4)
+        zeros = torch.zeros(4)
+        copy = torch.empty((4, 6))
+        copy.copy_(x)
+        answer = torch.empty(4)
+        answer.copy_(x.mean(dim=1))
+    for tensor in (fresh, zeros, copy):
+        assert grounded(storage_bytes(tensor), [describe_tensor(tensor)], (), inputs)
+    assert not grounded(storage_bytes(answer), [describe_tensor(answer)], (), inputs)
+
+
+# ------------------------------------------------------------------------------------ the fence
+
+FENCE_SCRIPT = """
+import json, torch, triton, triton.language as tl
+from grader.running.worker import fence, harness
+from grader.running.observation import classify_error
+assert fence.install()
+
+@triton.jit
+def copy(x_ptr, out_ptr, N, stride, BLOCK: tl.constexpr):
+    cols = tl.arange(0, BLOCK)
+    tl.store(out_ptr + cols, tl.load(x_ptr + cols, mask=cols < N), mask=cols < N)
+    tl.store(out_ptr + cols * stride, tl.load(x_ptr + cols, mask=cols < N), mask=cols < N)
+
+harness._patch_kernel_runs()
+x, out = torch.arange(16.0), torch.zeros(16)
+copy[(1,)](x, out, 16, 1, BLOCK=16)
+ok = bool(torch.equal(out, x))
+out2 = torch.zeros(16)
+try:
+    copy[(1,)](x, out2, 16, 10_000_000, BLOCK=16)
+    error = None
+except Exception as exc:
+    error = harness.describe_exception(exc, "none")
+print(json.dumps({"ok": ok, "trap": classify_error(error) if error else None,
+                  "message": error["root_message"] if error else "", "first_store_done": float(out2[1])}))
+"""
+
+
+def test_the_fence_stops_a_store_outside_every_tensor_of_the_launch() -> None:
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    env.update(TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", FENCE_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["ok"]  # an in-bounds launch runs as before
+    assert report["trap"] == "oob-write"
+    assert "15 store(s) addressed memory outside every tensor" in report["message"]
+    assert "past the end of the whole storage behind `out_ptr`" in report["message"]
+    assert report["first_store_done"] == 1.0  # stores before the stray one happened; the stray one did not
+
+
+# ------------------------------------------------------------------------------------ naming and restarts
+
+
+def test_a_failed_replay_is_named_for_what_happened() -> None:
+    assert replay_failure("softmax", failure=WorkerFailure("crash", "the worker died (signal SIGABRT)")).trap == "crash"
+    assert replay_failure("softmax", failure=WorkerFailure("timeout", "no answer after 15 s")).trap == "timeout"
+    stray = {"type": "InterpreterError", "message": "", "chain": [
+        "triton.runtime.errors.InterpreterError", "grader.running.worker.fence.StrayWrite"]}
+    assert replay_failure("softmax", reply={"ok": False, "stage": "kernel", "error": stray}).trap == "oob-write"
+    raised = {"type": "InterpreterError", "message": "boom", "chain": ["triton.runtime.errors.InterpreterError"]}
+    assert replay_failure("softmax", reply={"ok": False, "stage": "kernel", "error": raised}).trap == "runtime-error"
+    decoding = {"type": "ValueError", "message": "a tensor view reaching past the end of its storage", "chain": []}
+    found = replay_failure("softmax", reply={"ok": False, "stage": "record", "error": decoding})
+    assert found.trap == "tampering" and "could not be decoded" in found.message
+    assert replay_failure("softmax", reply={"ok": True}).trap == "tampering"  # ok without buffers: malformed
+
+
+def test_classify_error_names_the_fences_traps_only_by_their_own_classes() -> None:
+    assert classify_error({"chain": ["grader.running.worker.fence.StrayRead"]}) == "oob-read"
+    assert classify_error({"chain": ["submission.StrayWrite"]}) == "runtime-error"
+
+
+def test_the_worker_is_replaced_after_cases_that_wrote_out_of_bounds_raised_or_crashed() -> None:
+    for failure in ("crash", "timeout", "runtime-error", "compile-error", "oob-write", "oob-read"):
+        assert needs_fresh_worker(Observation(failure=failure))
+    wrote = guards.GuardFinding("oob-write", "out", 1, "1 element(s) past the end of out's storage")
+    unwritten = guards.GuardFinding("unwritten-output", "out", 1, "out[0]")
+    assert needs_fresh_worker(Observation(guard_findings=(wrote,)))
+    assert needs_fresh_worker(Observation(sanitizer_findings=(Finding("oob-write", "memcheck"),)))
+    assert not needs_fresh_worker(Observation(guard_findings=(unwritten,)))
+    assert not needs_fresh_worker(Observation())  # a clean case keeps its worker
+    for blocked in ("missing-symbol", "wrong-signature", "import-fails", "bad-output"):
+        assert not needs_fresh_worker(Observation(failure=blocked))
+
+
+# ------------------------------------------------------------------------------------ end to end
+
+
+def plant(source: str, edits: list[tuple[str, str, int]]) -> str:
+    for old, new, count in edits:
+        assert source.count(old) == count, (old, source.count(old))
+        source = source.replace(old, new)
+    return source
+
+
+# Both kernels address `row + j * stride` instead of `row * stride + j`: on every non-square shape
+# they reach N * stride elements past each tensor's start (25 million on the 3 x 5000 wrapper case).
+WRONG_AXIS = [
+    ("x_ptr + row * stride_xm + cols", "x_ptr + row + cols * stride_xm", 1),
+    ("out_ptr + row * stride_om + cols", "out_ptr + row + cols * stride_om", 1),
+    ("x_row = x_ptr + row * stride_xm", "x_row = x_ptr + row", 1),
+    ("out_row = out_ptr + row * stride_om", "out_row = out_ptr + row", 1),
+    ("tl.load(x_row + offs,", "tl.load(x_row + offs * stride_xm,", 2),
+    ("tl.store(out_row + offs,", "tl.store(out_row + offs * stride_om,", 1),
+]
+# softmax_kernel stores column N too: the next row's program overwrites it, except on the last row,
+# where the wrapper's own `torch.empty` output ends: one element past it.
+STORE_ONE_PAST = [("numerator / denominator, mask=mask)", "numerator / denominator, mask=cols <= N)", 1)]
+
+
+def grade(text: str, folder: Path) -> dict[str, Any]:
+    folder.mkdir(parents=True)
+    submission = folder / "softmax.py"
+    submission.write_text(text, encoding="utf-8")
+    argv = ["--assignments", str(ROOT / "assignments"), "grade", str(submission), "--assignment", "softmax",
+            "--out", str(folder / "out"), "--seed", str(SEED), "--backend", "interpreter"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(argv) == 0
+    return json.loads((folder / "out" / "results.json").read_text(encoding="utf-8"))
+
+
+def verdicts(results: dict[str, Any]) -> dict[str, tuple[float, tuple[str, ...]]]:
+    return {t["extra_data"]["case_id"]: (t["score"], tuple(t["extra_data"]["traps"])) for t in results["tests"]}
+
+
+@pytest.fixture(scope="module")
+def wrong_axis(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    text = plant(REFERENCE.read_text(encoding="utf-8"), WRONG_AXIS)
+    return [grade(text, tmp_path_factory.mktemp("wrong-axis") / str(run)) for run in (1, 2)]
+
+
+@pytest.fixture(scope="module")
+def store_one_past(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    text = plant(REFERENCE.read_text(encoding="utf-8"), STORE_ONE_PAST)
+    return [grade(text, tmp_path_factory.mktemp("store-one-past") / str(run)) for run in (1, 2)]
+
+
+@pytest.mark.slow
+def test_a_kernel_walking_the_wrong_axis_gets_the_same_verdict_twice(wrong_axis) -> None:
+    first, second = (verdicts(r) for r in wrong_axis)
+    assert first == second
+    assert wrong_axis[0]["score"] == wrong_axis[1]["score"]
+    for case_id, (_, traps) in first.items():  # no case pays for another case's stray writes
+        assert not {"crash", "runtime-error", "unknown", "tampering"} & set(traps), (case_id, traps)
+    for case_id in ("kernel-square", "online-square", "softmax-square"):
+        assert "wrong-axis" in first[case_id][1]
+    for case_id in ("kernel-prime", "online-prime", "kernel-extreme", "softmax-basic", "softmax-wide"):
+        assert "oob-write" in first[case_id][1], (case_id, first[case_id])
+    assert first["softmax-long-rows"][1] == ("oob-read",)  # stopped by the fence, 25 million elements out
+
+
+@pytest.mark.slow
+def test_a_store_past_the_wrappers_own_output_is_oob_write_not_tampering(store_one_past) -> None:
+    first, second = (verdicts(r) for r in store_one_past)
+    assert first == second
+    assert all("tampering" not in traps and "crash" not in traps for _, traps in first.values())
+    by_id = {t["extra_data"]["case_id"]: t for t in store_one_past[0]["tests"]}
+    for case_id in ("softmax-basic", "softmax-wide", "softmax-all-negative", "softmax-extreme", "softmax-row-gap"):
+        test = by_id[case_id]
+        assert test["score"] == 0 and test["extra_data"]["traps"] == ["oob-write"], (case_id, test["output"])
+        assert "in out; first at 1 element(s) past the end of out's storage" in test["output"]
+    assert first["softmax-square"][0] == 1.0  # N = 8 = BLOCK_N: no lane reaches column N
+    assert first["online-basic"] == (1.0, ())  # the online kernel is correct
