@@ -36,6 +36,8 @@ TRAP_MUTANTS = {
     "no_max_subtraction": ("no-max-subtraction", {"softmax_kernel", "online_softmax_kernel", "softmax"}),
     "padding_zero": ("padding-zero-not-neg-inf", {"softmax_kernel", "online_softmax_kernel", "softmax"}),
     "padding_zero_masked_max": ("padding-zero-not-neg-inf", {"softmax_kernel", "softmax"}),
+    # the wrapper launches BLOCK_N = 256 whatever N: named through the launch record's block size
+    "fixed_block_padding_zero": ("padding-zero-not-neg-inf", {"online_softmax_kernel", "softmax"}),
     "online_rescale_missing": ("online-rescale-missing", {"online_softmax_kernel"}),
     "wrong_axis": ("wrong-axis", {"softmax_kernel", "online_softmax_kernel", "softmax"}),
 }
@@ -58,7 +60,11 @@ def problem(spec):
 
 
 def inputs_for(case, problem, seed: int) -> dict[str, Any]:
-    return problem.make_inputs(case, InputMaker(case_seed(seed, case.id)))
+    """A case's inputs as trap functions see them: a kernel case with the grader's own launch in
+    `_launches` (grader/judging/judge.py trap_inputs); a wrapper case without a launch record."""
+    inputs = problem.make_inputs(case, InputMaker(case_seed(seed, case.id)))
+    launches = ({"kernel": case.target, "grid": None, "meta": dict(case.meta)},) if case.meta else ()
+    return {**inputs, "_launches": launches}
 
 
 # ------------------------------------------------------------------------------------ the spec

@@ -25,6 +25,9 @@ LOG_F32_MAX = math.log(F32_MAX)  # 88.7228...: exp overflows float32 above this
 INF = float("inf")
 
 
+MAX_BLOCK = 1 << 20  # a launched BLOCK_N beyond this is no block a kernel could hold
+
+
 def _next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
@@ -61,9 +64,7 @@ def softmax_inputs(case: Case, maker: InputMaker) -> dict[str, Any]:
     m, n = case.dims["M"], case.dims["N"]
     if case.kind not in ROW_KINDS:
         raise ValueError(f"case {case.id}: unknown kind {case.kind!r} (known: {', '.join(ROW_KINDS)})")
-    # `meta` (the block size the grader launches the kernel with; empty for wrapper cases) lets a trap
-    # predict where the padded lanes and the chunk boundaries fall.
-    return {"x": ROW_KINDS[case.kind](maker, m, n), "meta": dict(case.meta)}
+    return {"x": ROW_KINDS[case.kind](maker, m, n)}
 
 
 def softmax_expected(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -125,13 +126,20 @@ def trap_no_max_subtraction(inputs: dict[str, Any]) -> Signature:
     return _signature(out, rows[:, None] | denormal)
 
 
-def _padding_counts(n: int, meta: dict[str, int]) -> list[int]:
+def _launched_blocks(inputs: dict[str, Any]) -> list[int] | None:
+    """The BLOCK_N the outputs were computed with, from `inputs["_launches"]`: the grader's own launch in a
+    kernel case (the case's `meta`), every launch a wrapper made in a wrapper case (its launch record).
+    None where no launch says (a wrapper that launched a kernel of its own with other names, or none)."""
+    blocks = {launch["meta"]["BLOCK_N"] for launch in inputs.get("_launches", ())
+              if type(launch.get("meta", {}).get("BLOCK_N")) is int and 0 < launch["meta"]["BLOCK_N"] <= MAX_BLOCK}
+    return sorted(blocks) or None
+
+
+def _padding_counts(n: int, blocks: list[int] | None) -> list[int]:
     """How many padded lanes a kernel loads past the row's end: up to the next multiple of BLOCK_N (for
-    the one-block kernel, BLOCK_N >= N, that is BLOCK_N - N). For a wrapper, whose block is its own
-    choice, every count a power-of-two block could give."""
-    if "BLOCK_N" in meta:
-        blocks = [meta["BLOCK_N"]]
-    else:
+    the one-block kernel, BLOCK_N >= N, that is BLOCK_N - N). Where the block is not known, every count
+    a power-of-two block up to 2 * next_power_of_2(N) could give."""
+    if blocks is None:
         blocks = [1 << k for k in range(0, (2 * _next_pow2(n)).bit_length())]
     return sorted({c for c in (-(-n // b) * b - n for b in blocks) if c > 0})
 
@@ -142,7 +150,7 @@ def trap_padding_zero(inputs: dict[str, Any]) -> list[Signature]:
     pad * exp(-max) to the denominator, a large leak when every logit is negative."""
     x = inputs["x"].double()
     sigs = []
-    for pad in _padding_counts(x.shape[-1], inputs["meta"]):
+    for pad in _padding_counts(x.shape[-1], _launched_blocks(inputs)):
         for zero_in_max in (True, False):
             m = x.max(dim=-1).values
             if zero_in_max:
@@ -155,11 +163,11 @@ def trap_padding_zero(inputs: dict[str, Any]) -> list[Signature]:
     return sigs
 
 
-def _chunk_blocks(n: int, meta: dict[str, int]) -> list[int]:
-    """The chunk widths an online kernel may have used: the case's BLOCK_N when it is below N (never
-    for the one-block kernel), or for a wrapper every power of two below N."""
-    if "BLOCK_N" in meta:
-        return [meta["BLOCK_N"]] if meta["BLOCK_N"] < n else []
+def _chunk_blocks(n: int, blocks: list[int] | None) -> list[int]:
+    """The chunk widths an online kernel may have used: the launched BLOCK_N below N (a block of N or more
+    is one chunk), or where the block is not known every power of two below N."""
+    if blocks is not None:
+        return [b for b in blocks if b < n]
     return [1 << k for k in range(0, max(n - 1, 1).bit_length())]
 
 
@@ -180,7 +188,7 @@ def _no_rescale(x: torch.Tensor, block: int) -> torch.Tensor:
 def trap_online_rescale_missing(inputs: dict[str, Any]) -> list[Signature]:
     """The running sum not rescaled when a chunk raises the max; one prediction per possible chunk."""
     x = inputs["x"].double()
-    return [Signature({"out": _no_rescale(x, b)}) for b in _chunk_blocks(x.shape[-1], inputs["meta"])]
+    return [Signature({"out": _no_rescale(x, b)}) for b in _chunk_blocks(x.shape[-1], _launched_blocks(inputs))]
 
 
 def trap_wrong_axis(inputs: dict[str, Any]) -> Signature | None:
@@ -206,9 +214,10 @@ SOFTMAX_BASELINE = Baseline(
 
 # --------------------------------------------------------------------------- registration
 
-# One problem for all three targets: the trap functions read the launch's BLOCK_N from `meta` (absent
-# for the wrapper, whose block sizes are its own), so the one-block kernel, the online kernel and the
-# wrapper share their signatures, and the grader relates wrapper cases to the kernels' cases.
+# One problem for all three targets: the trap functions read the launched BLOCK_N from
+# `inputs["_launches"]` (the case's `meta` for a kernel case, the wrapper's launch record for a wrapper
+# case), so the one-block kernel, the online kernel and the wrapper share their signatures, and the
+# grader relates wrapper cases to the kernels' cases.
 PROBLEMS = {
     "softmax": Problem(
         name="softmax",

@@ -187,20 +187,25 @@ def _is_integer_block(handle: Any) -> bool:
     return np.issubdtype(np.asarray(handle.data).dtype, np.integer)
 
 
-_OWN_FILES = {str(Path(__file__).resolve()), str(Path(__file__).with_name("interpreter_compat.py").resolve())}
+@functools.lru_cache(maxsize=1)
+def _not_the_code() -> tuple[str, frozenset[str]]:
+    """Triton's folder and the grader's shim files: frames there are not where a hint was written."""
+    import triton
+
+    here = Path(__file__).resolve()
+    shims = frozenset({str(here), str(here.with_name("interpreter_compat.py"))})
+    return str(Path(triton.__file__).resolve().parent), shims
 
 
 def _call_site(frame: Any) -> dict[str, Any]:
     """Where the hint was written (the innermost frame outside Triton and the grader) and the kernel the
     interpreter is running (its GridExecutor's function)."""
-    import triton
-
-    triton_dir = str(Path(triton.__file__).resolve().parent)
+    triton_dir, own_files = _not_the_code()
     site: dict[str, Any] = {}
     kernel = ""
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not site and not filename.startswith(triton_dir) and filename not in _OWN_FILES:
+        if not site and not filename.startswith(triton_dir) and filename not in own_files:
             line = frame.f_lineno or 0
             site = {"file": Path(filename).name, "line": int(line), "function": frame.f_code.co_name,
                     "code": linecache.getline(filename, line).strip()[:200]}
