@@ -48,15 +48,22 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 
 def note_freshness(fresh: set[int], name: str, args: Any, kwargs: Any, out: Any) -> None:
-    """Keep `fresh` = storages allocated uninitialised and not touched by a torch operator since."""
+    """Keep `fresh` = storages allocated uninitialised and not touched by a torch operator since.
+    Tensors without a plain storage (sparse, nested, meta) are no buffer a launch can be given."""
     if name in VIEW_OPS:
         return
     if name in ALLOCATIONS:
         for tensor in _tensors(out):
-            fresh.add(storage_id(tensor))
+            if _has_storage(tensor):
+                fresh.add(storage_id(tensor))
         return
     for tensor in _tensors(args) + _tensors(kwargs) + _tensors(out):
-        fresh.discard(storage_id(tensor))
+        if _has_storage(tensor):
+            fresh.discard(storage_id(tensor))
+
+
+def _has_storage(tensor: torch.Tensor) -> bool:
+    return tensor.layout == torch.strided and not tensor.is_nested and tensor.device.type != "meta"
 
 
 def storage_describer(inputs: list[torch.Tensor], fresh: set[int]) -> Callable[[torch.Tensor], dict[str, Any]]:
