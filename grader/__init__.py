@@ -11,7 +11,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from grader.publishing.results import GradeResult
+    from grader.results import GradeResult
 
 __all__ = ["check"]
 

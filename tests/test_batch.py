@@ -42,7 +42,7 @@ from grader.publishing.gradebook import (
     target_points,
     ungraded_row,
 )
-from grader.publishing.results import CaseResult, GradeResult
+from grader.results import CaseResult, GradeResult
 
 SUBMISSION_FILE = "fused_layers.py"
 

@@ -22,7 +22,7 @@ from triton.runtime.interpreter import InterpretedFunction
 from grader import trap_ids
 from grader.authoring.spec import load_assignment
 from grader.judging.false_hints import describe, evidence, false_hint_checks, gpu_fault_note, hint_calls
-from grader.publishing.results import CaseResult
+from grader.results import CaseResult
 from grader.running.observation import classify_error
 from grader.running.worker import interpreter_compat
 from grader.running.worker.harness import is_fatal_device_error

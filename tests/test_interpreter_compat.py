@@ -30,7 +30,7 @@ from grader.cli import main
 from grader.judging.compare import compare
 from grader.judging.diagnosis import refute_interpreter_limits
 from grader.operations.grade import weigh_interpreter_limits
-from grader.publishing.results import CaseResult
+from grader.results import CaseResult
 from grader.running.observation import classify_error
 from grader.running.worker import interpreter_compat
 from grader.running.worker.interpreter_compat import LIBDEVICE, InterpreterUnsupported, is_interpreter_limit

@@ -16,7 +16,7 @@ from grader.authoring.spec import load_assignment
 from grader.cli import main
 from grader.publishing.gradebook import Gradebook, Student, canvas_csv, graded_row, ungraded_row
 from grader.publishing.prairielearn import HIDDEN_MESSAGE, prairielearn_json
-from grader.publishing.results import CaseResult, GradeResult, PerfResult
+from grader.results import CaseResult, GradeResult, PerfResult
 from tests.conftest import ASSIGNMENT, SEED
 
 

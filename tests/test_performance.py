@@ -32,7 +32,7 @@ from grader.judging.performance import (
 )
 from grader.publishing import report
 from grader.publishing.gradescope import results_json
-from grader.publishing.results import CaseResult, DeviceInfo, GradeResult, PerfResult
+from grader.results import CaseResult, DeviceInfo, GradeResult, PerfResult
 from grader.running.battery import Battery
 from grader.running.perf_runner import (
     baseline_outputs,

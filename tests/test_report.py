@@ -22,7 +22,7 @@ import torch
 from grader.authoring.spec import Assignment, load_assignment
 from grader.judging.error_maps import CODES, MAX_CELLS, error_map, error_maps, launch_tile
 from grader.publishing import report
-from grader.publishing.results import CaseResult, GradeResult
+from grader.results import CaseResult, GradeResult
 
 ATOL = RTOL = 1e-5
 SCRIPT = "<script>alert(1)</script>"

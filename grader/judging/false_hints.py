@@ -23,7 +23,7 @@ from typing import Any
 
 from grader import trap_ids
 from grader.authoring.spec import Assignment
-from grader.publishing.results import CaseResult
+from grader.results import CaseResult
 
 HINTS = ("multiple_of", "max_contiguous", "max_constancy")
 MISALIGNED = "misaligned address"

@@ -16,7 +16,7 @@ from grader.judging.diagnosis import classify_unmatched, locate, match_traps
 from grader.judging.error_maps import error_maps
 from grader.judging.false_hints import evidence as false_hint_evidence
 from grader.judging.replay import launch_meta
-from grader.publishing.results import CaseResult
+from grader.results import CaseResult
 from grader.running.guards import INPUT_MODIFIED
 from grader.running.observation import Observation
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from grader.authoring.spec import PerfCase
-from grader.publishing.results import CaseResult, DeviceInfo, Measurement, PerfResult
+from grader.results import CaseResult, DeviceInfo, Measurement, PerfResult
 
 NEEDS_CUDA = "needs a CUDA GPU (performance is only measured on the cuda backend)"
 

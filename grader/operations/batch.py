@@ -55,7 +55,7 @@ from grader.publishing.gradebook import (
     ungraded_row,
     write_gradebook,
 )
-from grader.publishing.results import GradeResult
+from grader.results import GradeResult
 from grader.seeds import fresh_seed
 from grader.trap_ids import OUT_OF_MEMORY, TIMEOUT
 

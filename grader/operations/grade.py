@@ -1,20 +1,20 @@
-"""Grade one submission: run the battery under pytest (+ pytest-json-report), build a GradeResult.
+"""Grade one submission: a `GradingRun` (grader.operations.grading_run) runs the battery under pytest and
+keeps the typed results; this module adds the submission-wide judgements (traps explained away or
+inherited, interpreter limits, the GPU compile check, false hints) and returns the `GradeResult`.
 
-The report pytest-json-report writes is the record of what ran; results are rebuilt from it. A case
-whose item broke inside the grader (never expected, but possible) still becomes a failed case with a
-message, so the result always has every case of the battery.
+pytest-json-report writes the raw record of what ran (pytest-report.json); it is handed back as text for
+the output folder and never parsed. A case whose item broke inside the grader (never expected, but
+possible) still becomes a failed case with a message, so the result always has every case of the battery.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import json
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,10 +22,11 @@ from grader import trap_ids
 from grader.authoring.spec import Assignment
 from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
 from grader.judging.false_hints import false_hint_checks
-from grader.judging.performance import by_id
+from grader.judging.performance import by_id, errored
 from grader.operations.environment import backend_label, versions
+from grader.operations.grading_run import GradingRun
 from grader.operations.notebook import is_notebook, materialise
-from grader.publishing.results import CaseResult, GradeResult, PerfResult
+from grader.results import CaseResult, GradeResult, PerfResult
 from grader.running.aot import aot_check
 from grader.running.sanitizer import sanitizer_command
 from grader.seeds import fresh_seed
@@ -47,10 +48,11 @@ class GradeRequest:
     targets: tuple[str, ...] = ()  # only these targets' cases (and compile checks); empty: every target
 
 
-def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
-    """Grade; return the result and the raw pytest-json-report document. A notebook (`.ipynb`) is graded
-    as its code cells (grader.operations.notebook), written under the assignment's submission_file name
-    in a temporary folder; the result keeps the notebook's name and notes the lines that were dropped."""
+def grade(request: GradeRequest) -> tuple[GradeResult, str]:
+    """Grade; return the result and pytest-json-report's record (JSON text, the pytest-report.json artifact).
+    A notebook (`.ipynb`) is graded as its code cells (grader.operations.notebook), written under the
+    assignment's submission_file name in a temporary folder; the result keeps the notebook's name and notes
+    the lines that were dropped."""
     if not is_notebook(request.submission):
         return _grade_file(request)
     with tempfile.TemporaryDirectory(prefix="grader-notebook-") as tmp:
@@ -60,13 +62,19 @@ def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
     return replace(result, submission=request.submission.name, notes=((note,) if note else ()) + result.notes), report
 
 
-def _grade_file(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
+def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
     started = time.monotonic()
     seed = request.seed if request.seed is not None else fresh_seed()
-    report = run_pytest(request, seed)
-    cases = consolidate_traps(cases_from_report(report, request), request.assignment)
+    run = GradingRun(request.assignment, request.submission, request.backend, seed,
+                     public_only=request.public_only, hidden=request.hidden, targets=request.targets,
+                     performance=request.performance, sanitize=request.sanitize)
+    try:
+        report = run_pytest(run)
+        phases = run.phases()
+    finally:
+        run.close()
+    cases = consolidate_traps(every_case(run), request.assignment)
     notes: list[str] = list(sanitizer_notes(request))
-    phases = dict(report.get("grader", {}).get("phases") or {})
     if request.backend == "interpreter" and request.gpu_compile_check:
         compiling = time.monotonic()
         aot_cases, aot_notes = aot_check(request.assignment, request.submission, request.hidden)
@@ -85,21 +93,32 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
         execution_time_s=round(time.monotonic() - started, 3),
         notes=tuple(notes),
         public_only=request.public_only,
-        performance=performance_from_report(report, request) if request.performance else (),
+        performance=every_performance(run),
         phases=phases,
     )
     return result, report
 
 
-def performance_from_report(report: dict[str, Any], request: GradeRequest) -> tuple[PerfResult, ...]:
-    """One PerfResult per performance case of the spec, in spec order, from the report's metadata."""
-    found: dict[str, PerfResult] = {}
-    for test in report.get("tests", []):
-        data = test.get("metadata", {}).get("performance")
-        if data is not None:
-            found[str(data["perf_id"])] = PerfResult.from_dict(data)
-    wanted = [p for p in request.assignment.performance if not request.targets or p.target in request.targets]
-    return tuple(by_id(found, wanted))
+def every_case(run: GradingRun) -> list[CaseResult]:
+    """One CaseResult per case of the run, in spec order; a case pytest did not get to run (a grader
+    problem, never expected) is a failed case that says so."""
+    graded = {c.case_id: c for c in run.cases}
+    out = []
+    for case in run.correctness_cases():
+        found = graded.get(case.id)
+        out.append(found if found is not None else CaseResult(
+            case_id=case.id, target=case.target, title=f"{case.target}: {case.description or case.id}",
+            visibility=case.visibility, max_score=case.points, score=0.0, passed=False,
+            message="The grader could not run this case (a grader problem, not yours): its test item did not run.",
+            traps=(trap_ids.UNKNOWN,)))
+    return out
+
+
+def every_performance(run: GradingRun) -> tuple[PerfResult, ...]:
+    """One PerfResult per performance case of the run, in spec order."""
+    wanted = run.performance_cases()
+    found = {p.id: run.performance.get(p.id) or errored(p, "the case was not run") for p in wanted}
+    return tuple(by_id(found, list(wanted)))
 
 
 def sanitizer_notes(request: GradeRequest) -> tuple[str, ...]:
@@ -114,73 +133,26 @@ def sanitizer_notes(request: GradeRequest) -> tuple[str, ...]:
             "PYTORCH_NO_CUDA_MEMORY_CACHING=1; its invalid global accesses are reported as oob-read / oob-write.",)
 
 
-def run_pytest(request: GradeRequest, seed: int) -> dict[str, Any]:
+def run_pytest(run: GradingRun) -> str:
+    """Run the battery under pytest with `run` as its plugin; pytest-json-report's record as JSON text."""
     with tempfile.TemporaryDirectory(prefix="grader-pytest-") as tmp:
         tmpdir = Path(tmp)
         ini = tmpdir / "pytest.ini"
         ini.write_text("[pytest]\n", encoding="utf-8")
         report_path = tmpdir / "report.json"
         args = [
-            str(request.assignment.spec_path),
+            str(run.assignment.spec_path),
             "-c", str(ini), "--rootdir", str(tmpdir),
-            "-p", "grader.operations.pytest_plugin", "-p", "no:cacheprovider", "-p", "no:randomly",
+            "-p", "no:cacheprovider", "-p", "no:randomly",
             "-q", "--tb=short", "-o", "console_output_style=classic",
             "--json-report", f"--json-report-file={report_path}", "--json-report-omit", "collectors", "log",
-            f"--grader-submission={request.submission}",
-            f"--grader-backend={request.backend}",
-            f"--grader-seed={seed}",
         ]
-        if request.public_only:
-            args.append("--grader-public-only")
-        if request.sanitize:
-            args.append("--grader-sanitize")
-        args.extend(f"--grader-hide={path}" for path in request.hidden)
-        if not request.performance:
-            args.append("--grader-no-performance")
-        args.extend(f"--grader-target={target}" for target in request.targets)
         log = io.StringIO()
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-            exit_code = pytest.main(args)
+            exit_code = pytest.main(args, plugins=[run])
         if not report_path.exists():
             raise RuntimeError(f"pytest did not produce a report (exit code {exit_code}):\n{log.getvalue()[-3000:]}")
-        report = json.loads(report_path.read_text(encoding="utf-8"))
-    report["grader_pytest_exit_code"] = int(exit_code)
-    return report
-
-
-def cases_from_report(report: dict[str, Any], request: GradeRequest) -> list[CaseResult]:
-    """One CaseResult per case of the battery, in spec order, from the report's test metadata."""
-    by_case: dict[str, dict[str, Any]] = {}
-    for test in report.get("tests", []):
-        case_id = test["nodeid"].rsplit("::", 1)[-1]
-        by_case[case_id] = test
-    cases = []
-    for case in request.assignment.cases_for(request.backend, public_only=request.public_only):
-        if request.targets and case.target not in request.targets:
-            continue
-        test = by_case.get(case.id)
-        grade_data = (test or {}).get("metadata", {}).get("grade")
-        if grade_data is not None:
-            cases.append(CaseResult.from_dict(grade_data))
-            continue
-        detail = _longrepr(test) if test else "the case was not run"
-        cases.append(
-            CaseResult(
-                case_id=case.id, target=case.target, title=f"{case.target}: {case.description or case.id}",
-                visibility=case.visibility, max_score=case.points, score=0.0, passed=False,
-                message=f"The grader could not run this case (a grader problem, not yours): {detail}",
-                traps=(trap_ids.UNKNOWN,),
-            )
-        )
-    return cases
-
-
-def _longrepr(test: dict[str, Any]) -> str:
-    for stage in ("setup", "call", "teardown"):
-        text = (test.get(stage) or {}).get("longrepr")
-        if text:
-            return str(text)[-1500:]
-    return f"outcome {test.get('outcome')}"
+        return report_path.read_text(encoding="utf-8")
 
 
 def _problem(case: CaseResult, assignment: Assignment) -> str:

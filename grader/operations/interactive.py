@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from grader.authoring.discovery import assignment_for_submission, assignments_root, find_assignment, list_assignment_ids
 from grader.authoring.spec import Assignment
 from grader.operations.environment import detect_backend
 from grader.operations.grade import GradeRequest, grade
 from grader.publishing import report
-from grader.publishing.results import GradeResult
+from grader.results import GradeResult
 
 
 class CheckError(Exception):
@@ -34,7 +33,7 @@ def resolve_assignment(assignment_id: str | None, path: Path, root: Path) -> Ass
 
 
 def run_check(path: Path, assignment: Assignment, backend: str, seed: int | None = None,
-              targets: tuple[str, ...] = ()) -> tuple[GradeResult, dict[str, Any]]:
+              targets: tuple[str, ...] = ()) -> tuple[GradeResult, str]:
     """The public cases of `path` (only `targets`' when given) on `backend` ("interpreter" or "cuda")."""
     unknown = [t for t in targets if t not in assignment.targets]
     if unknown:

@@ -8,20 +8,19 @@ under a size budget (grader.publishing.report steps down to less detail), so non
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from grader.authoring.spec import Assignment
 from grader.publishing import report
 from grader.publishing.atomic import write_json, write_text
 from grader.publishing.gradescope import MAX_TOP_OUTPUT_CHARS, results_json
 from grader.publishing.prairielearn import prairielearn_json
-from grader.publishing.results import GradeResult
+from grader.results import GradeResult
 
 MAX_REPORT_CHARS = 900_000  # report.md and report.html: under 1 MB even in UTF-8 (mostly ASCII)
 
 
 def write_outputs(
-    out_dir: Path, result: GradeResult, assignment: Assignment, pytest_report: dict[str, Any],
+    out_dir: Path, result: GradeResult, assignment: Assignment, pytest_report: str,
     prairielearn: bool = False,
 ) -> None:
     """The files below; with `prairielearn`, also prairielearn.json (PrairieLearn's external-grader results)."""
@@ -30,7 +29,7 @@ def write_outputs(
         result, assignment, show_hidden_details=False, max_chars=MAX_TOP_OUTPUT_CHARS
     )
     write_json(out_dir / "grade.json", result.to_dict())
-    write_json(out_dir / "pytest-report.json", pytest_report)
+    write_text(out_dir / "pytest-report.json", pytest_report)  # pytest-json-report's own record, as written
     write_text(out_dir / "report.md", report.markdown(result, assignment, max_chars=MAX_REPORT_CHARS))
     write_text(out_dir / "report.html", report.html(result, assignment, max_chars=MAX_REPORT_CHARS))
     if prairielearn:

@@ -24,7 +24,7 @@ from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment
 from grader.publishing.atomic import write_json, write_text
 from grader.publishing.report import template_environment
-from grader.publishing.results import GradeResult
+from grader.results import GradeResult
 
 GRADEBOOK_FORMAT_VERSION = 1
 STATUSES = ("graded", "outdated", "error", "pending", "no-submission")

@@ -7,7 +7,7 @@ from typing import Any
 from grader.authoring.spec import Assignment
 from grader.judging.performance import leaderboard, summary_dict
 from grader.publishing.report import perf_line
-from grader.publishing.results import GradeResult
+from grader.results import GradeResult
 
 MAX_TEST_OUTPUT_CHARS = 6000
 MAX_TOP_OUTPUT_CHARS = 20000

@@ -20,7 +20,7 @@ from typing import Any
 
 from grader.publishing.gradescope import MAX_TEST_OUTPUT_CHARS, MAX_TOP_OUTPUT_CHARS, clip
 from grader.publishing.report import perf_line
-from grader.publishing.results import GradeResult
+from grader.results import GradeResult
 
 HIDDEN_MESSAGE = "A hidden case: its inputs and details are not shown."
 

@@ -27,7 +27,7 @@ from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import describe_kind
 from grader.authoring.spec import LAYOUTS, Assignment, TrapText
 from grader.judging.error_maps import CODES, LEGEND
-from grader.publishing.results import CaseResult, GradeResult, Measurement, PerfResult
+from grader.results import CaseResult, GradeResult, Measurement, PerfResult
 
 MAX_MESSAGE_CHARS = 3000
 MAX_EXAMPLES = 3  # cases listed under a trap

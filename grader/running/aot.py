@@ -11,7 +11,7 @@ from pathlib import Path
 
 from grader import trap_ids
 from grader.authoring.spec import Assignment, KernelSpec
-from grader.publishing.results import CaseResult
+from grader.results import CaseResult
 from grader.running.battery import check_symbol, hidden_from_worker
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
 from grader.running.observation import error_message

@@ -28,7 +28,7 @@ from grader.judging.diagnosis import nan_leaks
 from grader.judging.false_hints import HintCall, gpu_fault_note, hint_calls, names_false_hint
 from grader.judging.judge import judge_case
 from grader.judging.replay import ReplayPlan, check_outputs, plan_replay
-from grader.publishing.results import CaseResult
+from grader.results import CaseResult
 from grader.running import arguments, guards
 from grader.running.arguments import buffer_key
 from grader.running.client import Worker, WorkerFailure, WorkerOptions

@@ -38,7 +38,7 @@ from grader.judging.compare import close_mask
 from grader.judging.judge import fusion_problems
 from grader.judging.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
 from grader.operations.environment import versions
-from grader.publishing.results import CaseResult, DeviceInfo, Measurement, PerfResult
+from grader.results import CaseResult, DeviceInfo, Measurement, PerfResult
 from grader.running import arguments, calibration
 from grader.running.battery import Battery, unpack_returns
 from grader.running.calibration import Calibration, calibration_key

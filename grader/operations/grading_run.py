@@ -1,0 +1,176 @@
+"""One submission's grade as a pytest run: the plugin instance that owns the workers and keeps the results.
+
+`grader.operations.grade.grade` makes a `GradingRun` and hands it to `pytest.main(..., plugins=[run])`.
+pytest is the battery runner: the run collects one item per correctness case and one per performance
+case from the validated `Assignment` it was given (never re-read), each item asks the run to grade its
+case, and the run keeps the typed results (`CaseResult`, `PerfResult`, phase seconds). pytest-json-report
+writes its record of what ran as an artifact (pytest-report.json); nothing is read back from it.
+
+The run owns every worker of the grade: the battery's (the submission's worker, the replayer, the
+sanitizer) and the performance runner's (the timer, the reference), all stopped when pytest finishes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.authoring.spec import Assignment, Case, PerfCase
+from grader.results import CaseResult, PerfResult
+from grader.running.battery import Battery
+from grader.running.sanitizer import sanitizer_command
+
+
+class GradingRun:
+    """The grade of one submission: its settings, its workers, its results so far."""
+
+    def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int, *,
+                 public_only: bool = False, hidden: tuple[str, ...] = (), targets: tuple[str, ...] = (),
+                 performance: bool = True, sanitize: bool = False) -> None:
+        self.assignment = assignment
+        self.submission = Path(submission).resolve()
+        self.backend = backend
+        self.seed = seed
+        self.public_only = public_only
+        self.hidden = hidden
+        self.targets = frozenset(targets)
+        self.run_performance = performance
+        self.sanitizer = sanitizer_command() if sanitize and backend == "cuda" else None
+        self.cases: list[CaseResult] = []  # correctness results in run order: they gate performance
+        self.performance: dict[str, PerfResult] = {}
+        self._battery: Battery | None = None
+        self._perf_runner: Any = None  # grader.running.perf_runner.PerfRunner, made at the first timed case
+
+    # ------------------------------------------------------------------ what the run grades
+
+    def correctness_cases(self) -> tuple[Case, ...]:
+        return tuple(c for c in self.assignment.cases_for(self.backend, public_only=self.public_only)
+                     if not self.targets or c.target in self.targets)
+
+    def performance_cases(self) -> tuple[PerfCase, ...]:
+        if not self.run_performance:
+            return ()
+        return tuple(p for p in self.assignment.performance if not self.targets or p.target in self.targets)
+
+    @property
+    def battery(self) -> Battery:
+        if self._battery is None:
+            self._battery = Battery(self.assignment, self.submission, self.backend, self.seed, hidden=self.hidden,
+                                    sanitizer=self.sanitizer)
+        return self._battery
+
+    def grade_case(self, case: Case) -> CaseResult:
+        result = self.battery.run_case(case)
+        self.cases.append(result)
+        return result
+
+    def time_case(self, perf: PerfCase) -> PerfResult:
+        from grader.judging import performance
+        from grader.running.perf_runner import PerfRunner
+
+        if self.backend != "cuda":  # nothing to start: the interpreter cannot time anything
+            result = performance.skipped(perf)
+        else:
+            if self._perf_runner is None:
+                self._perf_runner = PerfRunner(self.assignment, self.seed, perfs=self.performance_cases())
+            with self.battery.clock.phase("timing"):
+                result = self._perf_runner.run(perf, self.battery, self.cases)
+        self.performance[perf.id] = result
+        return result
+
+    def phases(self) -> dict[str, float]:
+        return self.battery.phases() if self._battery is not None else {}
+
+    def close(self) -> None:
+        if self._perf_runner is not None:
+            self._perf_runner.close()
+            self._perf_runner = None
+        if self._battery is not None:
+            self._battery.close()
+
+    # ------------------------------------------------------------------ pytest hooks
+
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+        if file_path == self.assignment.spec_path:
+            return AssignmentFile.from_parent(parent, path=file_path, run=self)
+        return None
+
+    def pytest_sessionfinish(self) -> None:
+        self.close()
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_json_runtest_metadata(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> dict[str, Any]:
+        """The artifact's record of each item's result (pytest-report.json; the grader never reads it)."""
+        if call.when != "call":
+            return {}
+        if isinstance(item, CaseItem) and item.result is not None:
+            return {"grade": item.result.to_dict()}
+        if isinstance(item, PerfItem) and item.result is not None:
+            return {"performance": item.result.to_dict()}
+        return {}
+
+
+class CaseFailed(Exception):
+    def __init__(self, result: CaseResult) -> None:
+        super().__init__(result.message)
+        self.result = result
+
+
+class AssignmentFile(pytest.File):
+    def __init__(self, *, run: GradingRun, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.run = run
+
+    def collect(self) -> Iterator[pytest.Item]:
+        for case in self.run.correctness_cases():
+            yield CaseItem.from_parent(self, name=case.id, case=case)
+        for perf in self.run.performance_cases():  # after the cases: they gate it
+            yield PerfItem.from_parent(self, name=perf.id, perf=perf)
+
+
+class CaseItem(pytest.Item):
+    def __init__(self, *, case: Case, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.result: CaseResult | None = None
+
+    def runtest(self) -> None:
+        parent = self.parent
+        assert isinstance(parent, AssignmentFile)
+        self.result = parent.run.grade_case(self.case)
+        if not self.result.passed:
+            raise CaseFailed(self.result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, CaseFailed):
+            return excinfo.value.result.message
+        return f"grader internal error: {excinfo.exconly()}"
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"{self.case.target}: {self.case.id}"
+
+
+class PerfItem(pytest.Item):
+    """A performance case: timed on CUDA once its target's correctness cases passed; otherwise skipped
+    with the reason (a performance case never fails the test run)."""
+
+    def __init__(self, *, perf: PerfCase, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.perf = perf
+        self.result: PerfResult | None = None
+
+    def runtest(self) -> None:
+        parent = self.parent
+        assert isinstance(parent, AssignmentFile)
+        self.result = parent.run.time_case(self.perf)
+        if not self.result.timed:
+            pytest.skip(f"{self.result.status}: {self.result.reason}")
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        return f"grader internal error: {excinfo.exconly()}"
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, 0, f"performance {self.perf.target}: {self.perf.id}"
