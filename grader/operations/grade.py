@@ -27,7 +27,6 @@ from grader.operations.environment import backend_label, versions
 from grader.operations.grading_run import GradingRun
 from grader.operations.notebook import is_notebook, materialise
 from grader.results import CaseResult, GradeResult, PerfResult
-from grader.running.aot import aot_check
 from grader.running.sanitizer import sanitizer_command
 from grader.seeds import fresh_seed
 
@@ -68,20 +67,20 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
     run = GradingRun(request.assignment, request.submission, request.backend, seed,
                      public_only=request.public_only, hidden=request.hidden, targets=request.targets,
                      performance=request.performance, sanitize=request.sanitize)
+    notes: list[str] = list(sanitizer_notes(request))
     try:
         report = run_pytest(run)
+        cases = consolidate_traps(every_case(run), request.assignment)
         phases = run.phases()
+        if request.backend == "interpreter" and request.gpu_compile_check:
+            compiling = time.monotonic()
+            aot_cases, aot_notes = run.compile_check()
+            phases["compile"] = round(phases.get("compile", 0.0) + time.monotonic() - compiling, 4)
+            cases, limit_notes = weigh_interpreter_limits(cases, aot_cases, request.assignment)
+            cases = cases + [c for c in aot_cases if not request.targets or c.target in request.targets]
+            notes.extend(aot_notes + limit_notes)
     finally:
         run.close()
-    cases = consolidate_traps(every_case(run), request.assignment)
-    notes: list[str] = list(sanitizer_notes(request))
-    if request.backend == "interpreter" and request.gpu_compile_check:
-        compiling = time.monotonic()
-        aot_cases, aot_notes = aot_check(request.assignment, request.submission, request.hidden)
-        phases["compile"] = round(phases.get("compile", 0.0) + time.monotonic() - compiling, 4)
-        cases, limit_notes = weigh_interpreter_limits(cases, aot_cases, request.assignment)
-        cases = cases + [c for c in aot_cases if not request.targets or c.target in request.targets]
-        notes.extend(aot_notes + limit_notes)
     cases = cases + false_hint_checks(cases, request.assignment)  # warnings: zero points each
     result = GradeResult(
         assignment=request.assignment.id,

@@ -20,7 +20,8 @@ import pytest
 
 from grader.authoring.spec import Assignment, Case, PerfCase
 from grader.results import CaseResult, PerfResult
-from grader.running.battery import Battery
+from grader.running.battery import Battery, sandbox_options
+from grader.running.sandbox import Sandbox
 from grader.running.sanitizer import sanitizer_command
 
 
@@ -43,6 +44,10 @@ class GradingRun:
         self.performance: dict[str, PerfResult] = {}
         self._battery: Battery | None = None
         self._perf_runner: Any = None  # grader.running.perf_runner.PerfRunner, made at the first timed case
+        # The submission's sandbox for this grade: its zygote starts importing torch and triton now, while
+        # pytest starts, and forks every worker of the grade (the battery's, the timer, the compile check).
+        self.sandbox = Sandbox(sandbox_options(assignment, self.submission, backend, hidden))
+        self.sandbox.start()
 
     # ------------------------------------------------------------------ what the run grades
 
@@ -59,7 +64,7 @@ class GradingRun:
     def battery(self) -> Battery:
         if self._battery is None:
             self._battery = Battery(self.assignment, self.submission, self.backend, self.seed, hidden=self.hidden,
-                                    sanitizer=self.sanitizer)
+                                    sanitizer=self.sanitizer, sandbox=self.sandbox)
         return self._battery
 
     def grade_case(self, case: Case) -> CaseResult:
@@ -84,12 +89,22 @@ class GradingRun:
     def phases(self) -> dict[str, float]:
         return self.battery.phases() if self._battery is not None else {}
 
+    def compile_check(self) -> tuple[list[CaseResult], list[str]]:
+        """The interpreter's companion check: every kernel compiled for sm_90 (grader.running.aot), in a
+        sandbox of its own (Triton must be imported without the interpreter for it)."""
+        from grader.running.aot import aot_check
+
+        return aot_check(self.assignment, self.submission, self.hidden)
+
     def close(self) -> None:
+        """Stop every worker of the grade and the sandbox (nothing of the submission outlives it)."""
         if self._perf_runner is not None:
             self._perf_runner.close()
             self._perf_runner = None
         if self._battery is not None:
             self._battery.close()
+            self._battery = None
+        self.sandbox.close()
 
     # ------------------------------------------------------------------ pytest hooks
 
@@ -99,7 +114,10 @@ class GradingRun:
         return None
 
     def pytest_sessionfinish(self) -> None:
-        self.close()
+        """The timer and the reference are done once every item ran; the sandbox stays for the compile check."""
+        if self._perf_runner is not None:
+            self._perf_runner.close()
+            self._perf_runner = None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_json_runtest_metadata(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> dict[str, Any]:

@@ -13,8 +13,9 @@ from grader import trap_ids
 from grader.authoring.spec import Assignment, KernelSpec
 from grader.results import CaseResult
 from grader.running.battery import check_symbol, hidden_from_worker
-from grader.running.client import Worker, WorkerFailure, WorkerOptions
+from grader.running.client import Worker, WorkerFailure
 from grader.running.observation import error_message
+from grader.running.sandbox import Sandbox, WorkerOptions
 
 GPU_ARCH = 90
 COMPILE_TIMEOUT_S = 120.0
@@ -43,11 +44,13 @@ def gpu_meta(assignment: Assignment, kernel: str) -> dict[str, int] | None:
     return None
 
 
-def aot_check(assignment: Assignment, submission: Path,
-              hidden: tuple[str, ...] = ()) -> tuple[list[CaseResult], list[str]]:
-    worker = Worker(submission, list(assignment.required_symbols),
-                    WorkerOptions(backend="aot", import_timeout_s=assignment.import_timeout_s,
-                                  hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden)))
+def aot_check(assignment: Assignment, submission: Path, hidden: tuple[str, ...] = (),
+              sandbox: Sandbox | None = None) -> tuple[list[CaseResult], list[str]]:
+    """Compile each kernel for sm_90 in a worker without the interpreter (forked from `sandbox`'s zygote,
+    the grade's, when given)."""
+    options = WorkerOptions(backend="aot", import_timeout_s=assignment.import_timeout_s,
+                            hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden))
+    worker = Worker(submission, list(assignment.required_symbols), options, sandbox=sandbox)
     results: list[CaseResult] = []
     notes: list[str] = []
     try:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -31,10 +29,11 @@ from grader.judging.replay import ReplayPlan, check_outputs, plan_replay
 from grader.results import CaseResult
 from grader.running import arguments, guards
 from grader.running.arguments import buffer_key
-from grader.running.client import Worker, WorkerFailure, WorkerOptions
+from grader.running.client import Worker, WorkerFailure
 from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.observation import Finding, Observation, classify_error, error_message, failure_message
 from grader.running.phases import PhaseClock
+from grader.running.sandbox import Sandbox, WorkerOptions
 from grader.running.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
 from grader.running.worker.protocol import POINTERS_LINE
 from grader.seeds import case_seed
@@ -89,27 +88,28 @@ class Battery:
 
     def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int,
                  hidden: tuple[str, ...] = (),
-                 sanitizer: tuple[str, ...] | None = None) -> None:
+                 sanitizer: tuple[str, ...] | None = None, sandbox: Sandbox | None = None) -> None:
+        """`sandbox`: the grade's sandbox for this submission (its zygote forks every worker here, and its
+        Triton cache holds the submission's kernels compiled once per grade); by default one of its own."""
         self.assignment = assignment
         self.problems: Mapping[str, Problem] = load_problems(assignment)
         self.submission = Path(submission)
         self.backend = backend
         self.seed = seed
-        options = WorkerOptions(
-            backend=backend, import_timeout_s=assignment.import_timeout_s,
-            hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden),
-        )
-        # One Triton cache for this submission's workers: its kernels compile once per grade, and no
-        # other submission's worker ever sees it.
-        self.triton_cache = Path(tempfile.mkdtemp(prefix="grader-triton-cache-"))
+        self.own_sandbox = sandbox is None
+        self.sandbox = sandbox if sandbox is not None else Sandbox(sandbox_options(assignment, submission, backend,
+                                                                                    hidden))
+        self.sandbox.start()
+        options = self.sandbox.options
+        self.triton_cache = self.sandbox.triton_cache
         names = list(assignment.required_symbols)
-        self.worker = Worker(self.submission, names, options, self.triton_cache)
+        self.worker = Worker(self.submission, names, options, sandbox=self.sandbox)
         # Replays wrapper launches; it never runs wrapper code, so nothing a wrapper did can touch it.
-        self.replayer = Worker(self.submission, names, options, self.triton_cache)
-        # `--sanitize` on CUDA: kernel cases run once more under this memcheck command.
+        self.replayer = Worker(self.submission, names, options, sandbox=self.sandbox)
+        # `--sanitize` on CUDA: kernel cases run once more under this memcheck command (a fresh process).
         self.sanitizer = Worker(self.submission, names, dataclasses.replace(
             options, tool=sanitizer, tool_environment=tuple(SANITIZER_ENV.items())),
-            self.triton_cache) if sanitizer else None
+            sandbox=self.sandbox) if sanitizer else None
         self.load_reply: dict[str, Any] | None = None
         self.load_problem: SymbolProblem | None = None
         self.clock = PhaseClock()
@@ -235,7 +235,8 @@ class Battery:
         self.replayer.close()
         if self.sanitizer is not None:
             self.sanitizer.close()
-        shutil.rmtree(self.triton_cache, ignore_errors=True)
+        if self.own_sandbox:
+            self.sandbox.close()
 
     # ------------------------------------------------------------------ running cases
 
@@ -632,6 +633,13 @@ def replay_failure(target: str, failure: WorkerFailure | None = None, reply: Map
                        f"({error_message(error, submission)}): the worker's account of what the wrapper ran "
                        "was altered")
     return Finding(classify_error(error), failure_message(error, head, submission))
+
+
+def sandbox_options(assignment: Assignment, submission: Path, backend: str,
+                    hidden: tuple[str, ...] = ()) -> WorkerOptions:
+    """How a submission's sandbox confines its workers on `backend`."""
+    return WorkerOptions(backend=backend, import_timeout_s=assignment.import_timeout_s,
+                         hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden))
 
 
 def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, ...]:

@@ -423,9 +423,7 @@ class PerfRunner:
         reduced = kernels_only(battery.submission.read_text(encoding="utf-8", errors="replace"))
         path = self._folder / battery.submission.name
         path.write_text(reduced.text, encoding="utf-8")
-        worker = Worker(path, list(reduced.kernels), WorkerOptions(
-            backend="cuda" if self.device == "cuda" else "interpreter",
-            import_timeout_s=self.assignment.import_timeout_s), battery.triton_cache)
+        worker = Worker(path, list(reduced.kernels), battery.sandbox.options, sandbox=battery.sandbox)
         return worker, reduced
 
     def _adopt_timer(self, worker: Worker, reduced: KernelSource, reply: dict[str, Any]) -> None:

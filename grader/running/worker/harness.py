@@ -20,7 +20,7 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.running import guards
-from grader.running.worker import fence, interpreter_compat, timing
+from grader.running.worker import fence, interpreter_compat, progress, timing
 from grader.running.worker.hint_check import HintLog
 from grader.running.worker.launch_record import (
     LaunchRecord,
@@ -190,6 +190,8 @@ def _patch_kernel_runs() -> None:
             continue
 
         def run(self, *args, __original=original, **kwargs):
+            if not kwargs.get("warmup"):
+                progress.mark(progress.LAUNCH)
             with fence.launch(self, args, kwargs):  # interpreter: only these tensors' storages are reachable
                 return _recorded_run(self, __original, args, kwargs)
 
@@ -325,9 +327,11 @@ def _time_jit_compiles() -> None:
 
     def _do_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
         started = time.monotonic()
+        progress.mark(progress.COMPILE_START)
         try:
             return original(self, *args, **kwargs)
         finally:
+            progress.mark(progress.COMPILE_END)
             _COMPILE_SECONDS[0] += time.monotonic() - started
 
     _do_compile._grader_wrapped = True  # type: ignore[attr-defined]
@@ -408,6 +412,42 @@ class Harness:
             return self._with_hints({"ok": False, "error": describe_exception(exc, self.path),
                                      "fatal": is_fatal_device_error(exc), "device_ptrs": self._device_ptrs()})
         return self._with_hints({"ok": True, "storages": self._storages_back(), "device_ptrs": self._device_ptrs()})
+
+    def warmup(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Compile the kernel specialisations of the given launches (each as `launch` takes it) in parallel
+        before any runs: Triton's AsyncCompileMode with a thread pool; nothing is launched. Errors are left
+        for the real launch to report. The interpreter compiles nothing."""
+        launches = request.get("launches") or []
+        if self.backend != "cuda" or not launches:
+            return {"ok": True, "compiled": 0}
+        from concurrent.futures import ThreadPoolExecutor
+
+        from triton.runtime._async_compile import AsyncCompileMode
+
+        started = time.monotonic()
+        count = 0
+        progress.mark(progress.COMPILE_START)
+        try:
+            with ThreadPoolExecutor(max_workers=int(request.get("threads", 8))) as pool, \
+                    AsyncCompileMode(pool, ignore_errors=True):
+                for launch in launches:
+                    kernel = getattr(self.module, launch["kernel"], None)
+                    if not isinstance(kernel, triton.runtime.KernelInterface) or not hasattr(kernel, "warmup"):
+                        continue
+                    tensors = self._tensors(launch["storages"], launch["views"])
+                    args = [self._resolve(a, tensors) for a in launch["args"]]
+                    tuned = set(tuned_meta(kernel))
+                    meta = {k: v for k, v in launch["meta"].items() if k not in tuned}
+                    try:
+                        kernel.warmup(*args, grid=make_grid(launch["grid"]), **meta)
+                        count += 1
+                    except Exception:  # the real launch reports it, with the student's line
+                        continue
+        except Exception:
+            pass
+        progress.mark(progress.COMPILE_END)
+        _COMPILE_SECONDS[0] += time.monotonic() - started
+        return {"ok": True, "compiled": count}
 
     def _with_hints(self, reply: dict[str, Any]) -> dict[str, Any]:
         """The reply, with the first false hint the request's kernels made (interpreter only)."""

@@ -1,0 +1,263 @@
+"""The sandbox's zygote: `python -m grader.running.worker.zygote CONTROL_FD`.
+
+The grader starts one zygote per submission and grade, inside the sandbox it built for that submission
+(grader.running.sandbox: own process group, resource limits, and as root its own PID, mount and network
+namespaces with the course's secrets hidden, as user `nobody`). The zygote imports what every worker
+needs (torch, triton, numpy, torch._dynamo, the harness: ~4-6 s that each fresh worker used to spend),
+never initialises CUDA and never imports student code. For each request of the grader it forks a worker:
+the child leads a process group of its own, takes the channel fds the grader passed (SCM_RIGHTS), its
+environment, folder and log, and serves requests (grader.running.worker.serve). Forking takes
+milliseconds, so the submission's worker, the replayer and the timer start warm, and a worker replaced
+after a bad case costs a fork instead of a Python start.
+
+The zygote holds no deadline and no lock: the grader kills workers itself (their process groups) and
+kills the whole sandbox when the zygote stops answering. The zygote is the reaper of its workers'
+orphans (PID 1 of its namespace, or a child subreaper): `strays` kills every process it did not fork.
+
+Control messages are length-prefixed JSON (no torch on this channel):
+    {"op": "fork", "backend", "env", "cwd", "log", "address_limit"} + fds [read, write, progress?] -> {"ok", "pid"}
+    {"op": "status", "pid"} -> {"ok", "exited", "status"}  (status as subprocess: -signal or exit code)
+    {"op": "strays"} -> {"ok", "killed"}
+"""
+
+from __future__ import annotations
+
+import array
+import importlib
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+_HEADER = struct.Struct("<I")
+MAX_CONTROL_BYTES = 1 << 20
+MAX_FDS = 8
+_PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
+PRELOAD = ("torch", "triton", "triton.language", "numpy", "torch._dynamo", "torch.utils._python_dispatch",
+           "triton.compiler", "grader.running.worker.harness", "grader.running.worker.serve")
+
+
+# --------------------------------------------------------------------------- the control channel (both sides)
+
+
+def send_control(sock: socket.socket, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+    data = json.dumps(message).encode()
+    frame = _HEADER.pack(len(data)) + data
+    if fds:
+        sent = sock.sendmsg([frame[:1]], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+        frame = frame[sent:]
+    sock.sendall(frame)
+
+
+def receive_control(sock: socket.socket, timeout: float | None = None) -> tuple[dict[str, Any], list[int]]:
+    """One message and the fds that came with it; raises EOFError when the peer closed, TimeoutError."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    fds: list[int] = []
+    data = b""
+    try:
+        while len(data) < _HEADER.size or len(data) < _HEADER.size + _HEADER.unpack(data[:_HEADER.size])[0]:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([sock], [], [], left)[0]:
+                    raise TimeoutError("no answer from the zygote")
+            want = _HEADER.size if len(data) < _HEADER.size else _HEADER.size + _HEADER.unpack(data[:4])[0]
+            if want - _HEADER.size > MAX_CONTROL_BYTES:
+                raise EOFError("oversized control message")
+            chunk, ancillary, _flags, _addr = sock.recvmsg(want - len(data), socket.CMSG_SPACE(MAX_FDS * 4))
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    received = array.array("i")
+                    received.frombytes(payload[: len(payload) - len(payload) % received.itemsize])
+                    fds.extend(received)
+            if not chunk:
+                raise EOFError("the control channel closed")
+            data += chunk
+        message = json.loads(data[_HEADER.size:])
+        if not isinstance(message, dict):
+            raise EOFError("malformed control message")
+        return message, fds
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+
+
+# --------------------------------------------------------------------------- the zygote
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+class Zygote:
+    def __init__(self, control: socket.socket) -> None:
+        self.control = control
+        self.pid = os.getpid()
+        self.forked: dict[int, int | None] = {}  # pid -> exit status (None while running)
+
+    def preload(self) -> list[str]:
+        loaded = []
+        for name in PRELOAD:
+            try:
+                importlib.import_module(name)
+                loaded.append(name)
+            except Exception:  # a worker imports it again and reports what is wrong
+                pass
+        return loaded
+
+    def serve(self) -> int:
+        libc = _libc()
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of workers come back here (strays)
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # workers (same user) cannot ptrace it or read its memory
+        loaded = self.preload()
+        import torch
+
+        send_control(self.control, {"ok": True, "ready": True, "pid": self.pid, "preloaded": loaded,
+                                    "cuda_initialized": bool(torch.cuda.is_initialized())})
+        while True:
+            self.reap()
+            ready = select.select([self.control], [], [], 0.5)[0]
+            if not ready:
+                continue
+            try:
+                message, fds = receive_control(self.control)
+            except (EOFError, OSError, ValueError):
+                self.kill_all()
+                return 0
+            try:
+                reply = self.handle(message, fds)
+            finally:
+                for fd in fds:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            send_control(self.control, reply)
+
+    def handle(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
+        op = message.get("op")
+        if op == "fork":
+            if len(fds) not in (2, 3):
+                return {"ok": False, "error": "fork needs the channel's two fds and maybe a progress fd"}
+            return {"ok": True, "pid": self.fork(message, fds)}
+        if op == "status":
+            self.reap()
+            pid = int(message.get("pid", 0))
+            status = self.forked.get(pid)
+            return {"ok": True, "exited": pid in self.forked and status is not None, "status": status}
+        if op == "strays":
+            return {"ok": True, "killed": self.kill_strays()}
+        return {"ok": False, "error": f"unknown op {op!r}"}
+
+    def fork(self, message: dict[str, Any], fds: list[int]) -> int:
+        read_fd, write_fd, progress_fd = (*fds, -1)[:3]
+        pid = os.fork()
+        if pid == 0:  # the worker
+            try:
+                code = self._become_worker(message, read_fd, write_fd, progress_fd)
+            except BaseException:  # into the worker's log when it got that far, else the zygote's
+                import traceback
+
+                traceback.print_exc()
+                code = 71
+            os._exit(code)
+        self.forked[pid] = None
+        return pid
+
+    def _become_worker(self, message: dict[str, Any], read_fd: int, write_fd: int, progress_fd: int) -> int:
+        os.setsid()  # a process group of its own: the grader kills exactly this worker
+        libc = _libc()
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
+        if os.getppid() != self.pid:
+            return 1
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        self.control.close()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        log = os.open(str(message["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.chdir(str(message["cwd"]))
+        environment = {str(k): str(v) for k, v in dict(message.get("env") or {}).items()}
+        for name in list(os.environ):
+            if name not in environment:
+                del os.environ[name]
+        os.environ.update(environment)
+        limit = message.get("address_limit")
+        if isinstance(limit, int) and limit > 0:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        from grader.running.worker.serve import serve
+
+        return serve(str(message["backend"]), read_fd, write_fd, progress_fd, warm=True)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid in self.forked:
+                self.forked[pid] = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+
+    def kill_strays(self) -> int:
+        """Kill every process that is not the zygote or one of its live workers (escaped daemons that were
+        re-parented here): their process groups too."""
+        live = {pid for pid, status in self.forked.items() if status is None}
+        killed = 0
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            if pid == self.pid or pid in live:
+                continue
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[-1].split()
+                parent, group = int(fields[1]), int(fields[2])
+            except (OSError, ValueError, IndexError):
+                continue
+            if parent != self.pid or group in live:
+                continue  # not ours, or a live worker's own child (it dies with that worker's group)
+            for target in (group, pid):
+                try:
+                    os.killpg(target, signal.SIGKILL) if target == group else os.kill(target, signal.SIGKILL)
+                except OSError:
+                    pass
+            killed += 1
+        time.sleep(0.01)
+        self.reap()
+        return killed
+
+    def kill_all(self) -> None:
+        for pid, status in self.forked.items():
+            if status is None:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        self.kill_strays()
+
+
+def main() -> int:
+    control = socket.socket(fileno=int(sys.argv[1]))
+    return Zygote(control).serve()
+
+
+if __name__ == "__main__":
+    os._exit(main())
