@@ -27,6 +27,7 @@ from grader.operations.environment import backend_label, versions
 from grader.operations.notebook import is_notebook, materialise
 from grader.publishing.results import CaseResult, GradeResult, PerfResult
 from grader.running.aot import aot_check
+from grader.running.calibration import CalibrationStore
 from grader.running.sanitizer import sanitizer_command
 from grader.seeds import fresh_seed
 
@@ -45,6 +46,7 @@ class GradeRequest:
     performance: bool = True  # run the spec's [[performance]] cases (timed on CUDA, skipped elsewhere)
     sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
     targets: tuple[str, ...] = ()  # only these targets' cases (and compile checks); empty: every target
+    calibration: CalibrationStore | None = None  # where performance bars are cached; None: measured for this grade
 
 
 def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
@@ -62,6 +64,7 @@ def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
 
 def _grade_file(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
     started = time.monotonic()
+    request = guard_calibration(request)
     seed = request.seed if request.seed is not None else fresh_seed()
     report = run_pytest(request, seed)
     cases = consolidate_traps(cases_from_report(report, request), request.assignment)
@@ -102,6 +105,20 @@ def performance_from_report(report: dict[str, Any], request: GradeRequest) -> tu
     return tuple(by_id(found, wanted))
 
 
+def guard_calibration(request: GradeRequest) -> GradeRequest:
+    """Student code must not touch the bars that other grades read: the cache folder is made now (an
+    absent one could be planted) and hidden from the worker like the output folder. Without a GPU
+    nothing is timed, so nothing is made; where the folder cannot be made, the bars are this grade's."""
+    store = request.calibration
+    if store is None or request.backend != "cuda" or not request.performance:
+        return request
+    try:
+        store.folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return replace(request, calibration=None)
+    return replace(request, hidden=(*request.hidden, str(store.folder.resolve())))
+
+
 def sanitizer_notes(request: GradeRequest) -> tuple[str, ...]:
     if not request.sanitize:
         return ()
@@ -138,6 +155,8 @@ def run_pytest(request: GradeRequest, seed: int) -> dict[str, Any]:
         if not request.performance:
             args.append("--grader-no-performance")
         args.extend(f"--grader-target={target}" for target in request.targets)
+        if request.calibration is not None:
+            args.extend(request.calibration.to_args("--grader-"))
         log = io.StringIO()
         with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
             exit_code = pytest.main(args)

@@ -15,6 +15,7 @@ import pytest
 from grader.authoring.spec import Assignment, Case, PerfCase, load_assignment
 from grader.publishing.results import CaseResult, PerfResult
 from grader.running.battery import Battery
+from grader.running.calibration import CalibrationStore
 from grader.running.sanitizer import sanitizer_command
 from grader.seeds import fresh_seed
 
@@ -33,6 +34,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run only this target's cases (repeatable; default: every target)")
     group.addoption("--grader-hide", action="append", default=[],
                     help="a folder the worker must not see (repeatable), e.g. the output folder")
+    group.addoption("--grader-calibration-dir", default=None,
+                    help="where performance cases' bars are cached (default: measured for this run alone)")
+    group.addoption("--grader-calibration-max-age-s", type=float, default=None,
+                    help="cached bars older than this are measured again")
+    group.addoption("--grader-calibrated-after", type=float, default=None,
+                    help="cached bars measured before this time (epoch seconds) are measured again")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -59,6 +66,9 @@ class GradingSession:
         self.performance = not config.getoption("--grader-no-performance")
         sanitize = bool(config.getoption("--grader-sanitize")) and self.backend == "cuda"
         self.sanitizer = sanitizer_command() if sanitize else None
+        self.calibration = CalibrationStore.from_args(config.getoption("--grader-calibration-dir"),
+                                                      config.getoption("--grader-calibration-max-age-s"),
+                                                      config.getoption("--grader-calibrated-after"))
         self.battery: Battery | None = None
         self.perf_runner: Any = None  # grader.running.perf_runner.PerfRunner, made when a performance case runs
         self.case_results: list[CaseResult] = []  # correctness results so far: they gate performance
@@ -81,7 +91,7 @@ class GradingSession:
         if self.backend != "cuda":  # nothing to start: the interpreter cannot time anything
             return performance.skipped(perf)
         if self.perf_runner is None:
-            self.perf_runner = benchmark.PerfRunner(assignment, self.seed)
+            self.perf_runner = benchmark.PerfRunner(assignment, self.seed, calibration=self.calibration)
         battery = self.battery_for(assignment)
         with battery.clock.phase("timing"):
             return self.perf_runner.run(perf, battery, self.case_results)
