@@ -354,3 +354,49 @@ def test_the_store_travels_on_a_command_line(tmp_path: Path) -> None:
     assert again == store and again is not None and again.not_before == store.not_before
     assert CalibrationStore.from_args(None, None, None) is None
     assert CalibrationStore.from_args(tmp_path, None, None) == CalibrationStore(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------- a grade
+
+
+def test_a_cuda_grade_makes_and_hides_the_cache_folder(tmp_path: Path, assignment: Assignment) -> None:
+    """Student code must not plant bars: the folder exists before the worker starts and is hidden from it."""
+    from grader.operations.grade import GradeRequest, guard_calibration
+
+    store = CalibrationStore(tmp_path / "cache" / "calibration")
+    request = GradeRequest(assignment, tmp_path / "fused_layers.py", "cuda", hidden=("/out",), calibration=store)
+    guarded = guard_calibration(request)
+    assert store.folder.is_dir() and guarded.hidden == ("/out", str(store.folder.resolve()))
+    assert guarded.calibration == store
+    on_cpu = dataclasses.replace(request, backend="interpreter", calibration=CalibrationStore(tmp_path / "cpu"))
+    assert guard_calibration(on_cpu) == on_cpu and not (tmp_path / "cpu").exists()  # nothing is timed there
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    unwritable = dataclasses.replace(request, calibration=CalibrationStore(tmp_path / "file" / "cache"))
+    assert guard_calibration(unwritable).calibration is None  # the grade measures its own bars
+
+
+def test_the_grade_hands_the_store_to_its_pytest_session(tmp_path: Path, assignment: Assignment) -> None:
+    """GradeRequest.calibration -> run_pytest's options -> the plugin's session -> its PerfRunner."""
+    from grader.operations.grade import GradeRequest, run_pytest
+
+    store = CalibrationStore(tmp_path / "bars", max_age_s=600.0, not_before=1234.5)
+    submission = tmp_path / "fused_layers.py"
+    submission.write_text("", encoding="utf-8")
+    seen: list[CalibrationStore | None] = []
+
+    class Probe:
+        @pytest.hookimpl(tryfirst=True)
+        def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
+            seen.append(session.config.pluginmanager.get_plugin("grader-session").calibration)
+            items.clear()  # nothing runs: the session is all this test wants
+
+    original = pytest.main
+
+    def main_with_probe(args: list[str]) -> int:
+        return original(args, plugins=[Probe()])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pytest, "main", main_with_probe)
+        run_pytest(GradeRequest(assignment, submission, "cuda", calibration=store), seed=1)
+        run_pytest(GradeRequest(assignment, submission, "cuda"), seed=1)
+    assert seen == [store, None]
