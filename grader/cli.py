@@ -18,10 +18,10 @@ from grader.operations.notebook import NotebookError
 from grader.publishing import report
 from grader.publishing.classroom import DEFAULT_GRADER_REPO
 from grader.publishing.files import write_outputs
-from grader.running.calibration import CalibrationStore, default_folder
+from grader.running.calibration import DEFAULT_MAX_AGE_S, CalibrationStore, default_folder
 from grader.seeds import fresh_seed
 
-DEFAULT_MAX_AGE_H = 24.0
+DEFAULT_MAX_AGE_H = DEFAULT_MAX_AGE_S / 3600
 ASSIGNMENTS_HELP = ("folder of assignments (default: $GRADER_ASSIGNMENTS, else the checkout's assignments/, "
                     "else the examples shipped with the package)")
 
