@@ -18,8 +18,10 @@ from grader.operations.notebook import NotebookError
 from grader.publishing import report
 from grader.publishing.classroom import DEFAULT_GRADER_REPO
 from grader.publishing.files import write_outputs
+from grader.running.calibration import DEFAULT_MAX_AGE_S, CalibrationStore, default_folder
 from grader.seeds import fresh_seed
 
+DEFAULT_MAX_AGE_H = DEFAULT_MAX_AGE_S / 3600
 ASSIGNMENTS_HELP = ("folder of assignments (default: $GRADER_ASSIGNMENTS, else the checkout's assignments/, "
                     "else the examples shipped with the package)")
 
@@ -44,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write prairielearn.json, PrairieLearn's external-grader results "
                         "(copy it to /grade/results/results.json)")
     _common(g)
+    _calibration(g)
 
     c = sub.add_parser("check", help="run the public cases on your submission and explain every failure")
     c.add_argument("submission", type=Path)
@@ -52,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--target", action="append", default=[],
                    help="only this kernel's or function's cases (repeatable); exit 0 iff they all pass")
     _common(c)
+    _calibration(c)
 
     s = sub.add_parser("selftest", help="grade the reference and mutant corpus; fail on any misdiagnosis")
     s.add_argument("--assignment", required=True)
@@ -80,6 +84,26 @@ def build_parser() -> argparse.ArgumentParser:
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=("auto", "interpreter", "cuda"), default="auto")
     p.add_argument("--seed", type=int, help="input seed (default: fresh; it is recorded in the results)")
+
+
+def _calibration(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--calibration-dir", type=Path, metavar="DIR",
+                   help="where performance cases' bars (reference and torch eager timings) are cached across "
+                        "runs (default: $GRADER_CACHE_DIR/calibration, else $XDG_CACHE_HOME/kernel-grader/"
+                        "calibration, else ~/.cache/kernel-grader/calibration)")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="measure the bars again instead of using cached ones (later grades of this run reuse them)")
+    p.add_argument("--calibration-max-age", type=float, metavar="HOURS", default=DEFAULT_MAX_AGE_H,
+                   help=f"cached bars older than this are measured again (default {DEFAULT_MAX_AGE_H:g})")
+
+
+def calibration_store(args: argparse.Namespace) -> CalibrationStore:
+    """The bars' cache the calibration options name (made once per command: --recalibrate starts now)."""
+    if args.calibration_max_age < 0:
+        raise UsageError("--calibration-max-age must not be negative")
+    folder = (args.calibration_dir or default_folder()).resolve()  # children grade in folders of their own
+    store = CalibrationStore(folder, args.calibration_max_age * 3600)
+    return store.recalibrated() if args.recalibrate else store
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,11 +153,13 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
     stems = [p.stem for p in submissions]
     if len(set(stems)) != len(stems):
         raise UsageError("two submissions share a file name; grade them separately")
+    calibration = calibration_store(args)
     for path in submissions:
         out = args.out if len(submissions) == 1 else args.out / path.stem
         out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
         result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed,
-                                                   hidden=(str(out.resolve()),), sanitize=args.sanitize))
+                                                   hidden=(str(out.resolve()),), sanitize=args.sanitize,
+                                                   calibration=calibration))
         write_outputs(out, result, assignment, pytest_report, prairielearn=args.prairielearn)
         traps = ", ".join(result.traps) or "none"
         print(f"{path.name}: {result.score:g} / {result.max_score:g}  traps: {traps}  "
@@ -145,7 +171,8 @@ def cmd_check(args: argparse.Namespace, root: Path) -> int:
     path = _submission(args.submission)
     assignment = resolve_assignment(args.assignment, path, root)
     backend = detect_backend(args.backend)
-    result, pytest_report = run_check(path, assignment, backend, args.seed, tuple(args.target))
+    result, pytest_report = run_check(path, assignment, backend, args.seed, tuple(args.target),
+                                      calibration_store(args))
     print(report.terminal(result, assignment))
     if args.out:
         write_outputs(args.out, result, assignment, pytest_report)
@@ -261,6 +288,7 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
                    help="canvas.csv's assignment column, Canvas's 'Name (assignment id)', e.g. "
                         "'Fused layers (12345)' (default: the assignment's title)")
     _common(b)
+    _calibration(b)
 
     z = sub.add_parser("gradescope-bundle", help="write a Gradescope autograder zip for an assignment")
     z.add_argument("--assignment", required=True)
@@ -296,7 +324,7 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
         submissions=args.submissions, assignment=assignment, assignments_root=root, out=args.out,
         backend=detect_backend(args.backend), seed=args.seed, workers=args.workers, force=args.force,
         executor=args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task,
-        grade_timeout_s=args.grade_timeout, canvas_column=args.canvas_column,
+        grade_timeout_s=args.grade_timeout, canvas_column=args.canvas_column, calibration=calibration_store(args),
     )
     try:
         summary = run_batch(options)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from grader.authoring.mutants import Mutant
 from grader.authoring.spec import load_assignment
 from grader.cli import main
 from grader.operations.selftest import corpus, reference_path
+from grader.running.calibration import CACHE_DIR_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "fused_layers"
@@ -121,3 +122,12 @@ def grade_text(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Graded
 def reference_graded(grade_text: Callable[..., Graded], reference_source: str) -> Graded:
     """The reference solution graded once per session (a copy in a temporary folder), seed SEED."""
     return grade_text(reference_source)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No test reads or writes the user's cache of performance bars (grader.running.calibration): the
+    default folder, for this process and the grading processes it starts, is a temporary one."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_DIR_VARIABLE, str(tmp_path_factory.mktemp("grader-cache")))
+        yield

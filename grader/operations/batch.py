@@ -56,6 +56,7 @@ from grader.publishing.gradebook import (
     write_gradebook,
 )
 from grader.results import GradeResult
+from grader.running.calibration import CalibrationStore
 from grader.seeds import fresh_seed
 from grader.trap_ids import OUT_OF_MEMORY, TIMEOUT
 
@@ -65,7 +66,6 @@ EVENT_LOG = "batch-log.jsonl"
 RECORD = "batch-record.json"
 ERROR = "error.json"
 SCRATCH = ".scratch"
-CALIBRATION_FOLDER = ".calibration"  # reference and torch timings measured once per batch and GPU
 LOCK = ".batch.lock"
 RESERVED = {MANIFEST, EVENT_LOG, "gradebook.json", "gradebook.csv", "canvas.csv", "class_report.html"}
 GRADESCOPE_METADATA = "submission_metadata.yml"
@@ -519,6 +519,7 @@ class BatchOptions:
     gpus_per_task: float | None = None  # Ray, CUDA only; default 1 / executors.GRADES_PER_GPU
     grade_timeout_s: float | None = None
     canvas_column: str | None = None  # canvas.csv's assignment column, e.g. "Fused layers (12345)"
+    calibration: CalibrationStore | None = None  # where the bars are cached; None: each grade measures its own
 
 
 @dataclass
@@ -704,7 +705,7 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
     timeout = options.grade_timeout_s or default_grade_timeout(options.assignment, options.backend)
     jobs = [GradeJob(s.id, s.path, options.assignment.submission_file, options.assignment.id,
                      Path(options.assignments_root), options.backend, manifest.seed, timeout,
-                     hidden_from_students(options.submissions, out), calibration_dir=out / CALIBRATION_FOLDER)
+                     hidden_from_students(options.submissions, out), calibration=options.calibration)
             for s in todo if s.path is not None]
     executor = make_executor(options, scratch / "jobs")
     log.write("run-start", executor=executor.describe(), to_grade=len(todo), seed=manifest.seed,

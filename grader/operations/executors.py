@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grader.operations.child import POLL_INTERVAL_S, Child, signal_group
-from grader.running.calibration import CALIBRATION_DIR_VARIABLE
+from grader.running.calibration import CalibrationStore
 
 LOG_TAIL_CHARS = 3000
 WORKER_MEMORY_BYTES = 2 << 30  # one grade: the grading process and its worker, each with torch loaded
@@ -62,7 +62,7 @@ class GradeJob:
     seed: int
     timeout_s: float  # wall-clock limit for the whole grade (the grader's own limits come first)
     hidden: tuple[str, ...] = ()  # folders the student's code must not see (other students' files)
-    calibration_dir: Path | None = None  # the batch's reference/torch timings, shared by its grades
+    calibration: CalibrationStore | None = None  # where the bars are cached, shared by the batch's grades
 
 
 OnStart = Callable[["GradeJob", str], None]  # called with the job and its GPU ("" if none) as it starts
@@ -126,6 +126,8 @@ def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: boo
     ]
     for path in job.hidden:
         command += ["--hide", path]
+    if job.calibration is not None:
+        command += job.calibration.to_args("--")
     if pdeathsig:
         command.append("--pdeathsig")
     return command
@@ -135,12 +137,10 @@ def _package_parent() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def child_environment(device: str | None, calibration_dir: Path | None = None) -> dict[str, str]:
-    """The child's environment: the caller's, with this grader importable (installed or not), maybe
-    one GPU made visible, and the batch's calibration folder (grader.running.calibration)."""
+def child_environment(device: str | None) -> dict[str, str]:
+    """The child's environment: the caller's, with this grader importable (installed or not) and maybe
+    one GPU made visible."""
     env = dict(os.environ)
-    if calibration_dir is not None:
-        env[CALIBRATION_DIR_VARIABLE] = str(calibration_dir)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_parent(), env.get("PYTHONPATH", "")) if p)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = device
@@ -160,7 +160,7 @@ class _Attempt:
         shutil.copyfile(job.submission, submission)
         self.out_dir = scratch / "out"
         self.child = Child(child_command(job, submission, self.out_dir, pdeathsig), scratch,
-                           child_environment(device, job.calibration_dir), scratch / "child.log", job.timeout_s)
+                           child_environment(device), scratch / "child.log", job.timeout_s)
 
     def outcome(self, timed_out: bool = False) -> JobOutcome:
         code = self.child.returncode
@@ -457,7 +457,8 @@ def _die_with_parent(parent: int, pdeathsig: bool) -> None:
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
-def child_main(argv: list[str] | None = None) -> int:
+def child_parser() -> argparse.ArgumentParser:
+    """The child's command line (`child_command` writes it)."""
     parser = argparse.ArgumentParser(prog="python -m grader.operations.executors",
                                      description="grade one submission for `grader batch` (internal)")
     parser.add_argument("--submission", required=True, type=Path)
@@ -469,7 +470,14 @@ def child_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parent", required=True, type=int)
     parser.add_argument("--pdeathsig", action="store_true")
     parser.add_argument("--hide", action="append", default=[], help="a folder the worker must not see")
-    args = parser.parse_args(argv)
+    parser.add_argument("--calibration-dir", type=Path, help="where the bars are cached (grader.running.calibration)")
+    parser.add_argument("--calibration-max-age-s", type=float)
+    parser.add_argument("--calibrated-after", type=float)
+    return parser
+
+
+def child_main(argv: list[str] | None = None) -> int:
+    args = child_parser().parse_args(argv)
     _die_with_parent(args.parent, args.pdeathsig)
 
     from grader.authoring.discovery import find_assignment
@@ -481,7 +489,9 @@ def child_main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
     hidden = (*args.hide, str(args.out.resolve()))
     backend = detect_backend(args.backend)
-    request = GradeRequest(assignment, args.submission.resolve(), backend, seed=args.seed, hidden=hidden)
+    calibration = CalibrationStore.from_args(args.calibration_dir, args.calibration_max_age_s, args.calibrated_after)
+    request = GradeRequest(assignment, args.submission.resolve(), backend, seed=args.seed, hidden=hidden,
+                           calibration=calibration)
     result, pytest_report = grade(request)
     write_outputs(args.out, result, assignment, pytest_report)
     return 0

@@ -27,6 +27,7 @@ from grader.operations.environment import backend_label, versions
 from grader.operations.grading_run import GradingRun
 from grader.operations.notebook import is_notebook, materialise
 from grader.results import CaseResult, GradeResult, PerfResult
+from grader.running.calibration import CalibrationStore
 from grader.running.sanitizer import sanitizer_command
 from grader.seeds import fresh_seed
 
@@ -45,6 +46,7 @@ class GradeRequest:
     performance: bool = True  # run the spec's [[performance]] cases (timed on CUDA, skipped elsewhere)
     sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
     targets: tuple[str, ...] = ()  # only these targets' cases (and compile checks); empty: every target
+    calibration: CalibrationStore | None = None  # where performance bars are cached; None: measured for this grade
 
 
 def grade(request: GradeRequest) -> tuple[GradeResult, str]:
@@ -63,10 +65,11 @@ def grade(request: GradeRequest) -> tuple[GradeResult, str]:
 
 def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
     started = time.monotonic()
+    request = guard_calibration(request)
     seed = request.seed if request.seed is not None else fresh_seed()
     run = GradingRun(request.assignment, request.submission, request.backend, seed,
                      public_only=request.public_only, hidden=request.hidden, targets=request.targets,
-                     performance=request.performance, sanitize=request.sanitize)
+                     performance=request.performance, sanitize=request.sanitize, calibration=request.calibration)
     notes: list[str] = list(sanitizer_notes(request))
     try:
         report = run_pytest(run)
@@ -118,6 +121,20 @@ def every_performance(run: GradingRun) -> tuple[PerfResult, ...]:
     wanted = run.performance_cases()
     found = {p.id: run.performance.get(p.id) or errored(p, "the case was not run") for p in wanted}
     return tuple(by_id(found, list(wanted)))
+
+
+def guard_calibration(request: GradeRequest) -> GradeRequest:
+    """Student code must not touch the bars that other grades read: the cache folder is made now (an
+    absent one could be planted) and hidden from the worker like the output folder. Without a GPU
+    nothing is timed, so nothing is made; where the folder cannot be made, the bars are this grade's."""
+    store = request.calibration
+    if store is None or request.backend != "cuda" or not request.performance:
+        return request
+    try:
+        store.folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return replace(request, calibration=None)
+    return replace(request, hidden=(*request.hidden, str(store.folder.resolve())))
 
 
 def sanitizer_notes(request: GradeRequest) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ import pytest
 from grader.authoring.spec import Assignment, Case, PerfCase
 from grader.results import CaseResult, PerfResult
 from grader.running.battery import Battery, sandbox_options
+from grader.running.calibration import CalibrationStore
 from grader.running.sandbox import Sandbox
 from grader.running.sanitizer import sanitizer_command
 
@@ -30,7 +31,9 @@ class GradingRun:
 
     def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int, *,
                  public_only: bool = False, hidden: tuple[str, ...] = (), targets: tuple[str, ...] = (),
-                 performance: bool = True, sanitize: bool = False) -> None:
+                 performance: bool = True, sanitize: bool = False,
+                 calibration: CalibrationStore | None = None) -> None:
+        """`calibration`: where performance bars are cached (None: measured for this grade alone)."""
         self.assignment = assignment
         self.submission = Path(submission).resolve()
         self.backend = backend
@@ -39,6 +42,7 @@ class GradingRun:
         self.hidden = hidden
         self.targets = frozenset(targets)
         self.run_performance = performance
+        self.calibration = calibration
         self.sanitizer = sanitizer_command() if sanitize and backend == "cuda" else None
         self.cases: list[CaseResult] = []  # correctness results in run order: they gate performance
         self.performance: dict[str, PerfResult] = {}
@@ -80,7 +84,8 @@ class GradingRun:
             result = performance.skipped(perf)
         else:
             if self._perf_runner is None:
-                self._perf_runner = PerfRunner(self.assignment, self.seed, perfs=self.performance_cases())
+                self._perf_runner = PerfRunner(self.assignment, self.seed, perfs=self.performance_cases(),
+                                               calibration=self.calibration)
             with self.battery.clock.phase("timing"):
                 result = self._perf_runner.run(perf, self.battery, self.cases)
         self.performance[perf.id] = result

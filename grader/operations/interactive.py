@@ -16,6 +16,7 @@ from grader.operations.environment import detect_backend
 from grader.operations.grade import GradeRequest, grade
 from grader.publishing import report
 from grader.results import GradeResult
+from grader.running.calibration import CalibrationStore, default_folder
 
 
 class CheckError(Exception):
@@ -33,12 +34,15 @@ def resolve_assignment(assignment_id: str | None, path: Path, root: Path) -> Ass
 
 
 def run_check(path: Path, assignment: Assignment, backend: str, seed: int | None = None,
-              targets: tuple[str, ...] = ()) -> tuple[GradeResult, str]:
-    """The public cases of `path` (only `targets`' when given) on `backend` ("interpreter" or "cuda")."""
+              targets: tuple[str, ...] = (), calibration: CalibrationStore | None = None,
+              ) -> tuple[GradeResult, str]:
+    """The public cases of `path` (only `targets`' when given) on `backend` ("interpreter" or "cuda");
+    performance bars cached in `calibration` (None: measured for this check alone)."""
     unknown = [t for t in targets if t not in assignment.targets]
     if unknown:
         raise CheckError(f"no target {unknown[0]!r} in {assignment.id} (known: {', '.join(assignment.targets)})")
-    return grade(GradeRequest(assignment, path, backend, seed=seed, public_only=True, targets=targets))
+    return grade(GradeRequest(assignment, path, backend, seed=seed, public_only=True, targets=targets,
+                              calibration=calibration))
 
 
 def check(submission: str | os.PathLike[str], assignment: str | None = None, *, target: str | None = None,
@@ -55,7 +59,8 @@ def check(submission: str | os.PathLike[str], assignment: str | None = None, *, 
     if not path.is_file():
         raise CheckError(f"submission {path} is not a file")
     spec = resolve_assignment(assignment, path, assignments_root(assignments))
-    result, _ = run_check(path, spec, detect_backend(backend), seed, (target,) if target else ())
+    result, _ = run_check(path, spec, detect_backend(backend), seed, (target,) if target else (),
+                          CalibrationStore(default_folder()))
     if show:
         show_report(result, spec)
     return result

@@ -8,7 +8,8 @@
    a timer worker that loaded only the submission's kernels (grader.running.kernel_source) runs the
    launches on fresh inputs, sends their outputs back (checked here against torch eager), and times
    CUDA-graph replays of them. The reference solution is timed the same way in a worker of its own,
-   torch eager here; both once per batch and GPU (grader.running.calibration).
+   torch eager here; both once per assignment, GPU and versions, cached on disk
+   (grader.running.calibration).
 
 The student's target is timed only after all of its correctness cases in this run passed. On any other
 backend a performance case is "skipped" (it needs a CUDA GPU), never passed and never failed.
@@ -39,9 +40,16 @@ from grader.judging.judge import fusion_problems
 from grader.judging.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
 from grader.operations.environment import versions
 from grader.results import CaseResult, DeviceInfo, Measurement, PerfResult
-from grader.running import arguments, calibration
+from grader.running import arguments
 from grader.running.battery import Battery, unpack_returns
-from grader.running.calibration import Calibration, calibration_key
+from grader.running.calibration import (
+    Calibration,
+    CalibrationKey,
+    CalibrationStore,
+    Machine,
+    calibration_key,
+    this_machine,
+)
 from grader.running.client import Worker, WorkerFailure, WorkerOptions
 from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.kernel_source import KernelSource, kernels_only
@@ -189,9 +197,12 @@ class PerfRunner:
     clock). The reference solution gets a worker of its own, started at its first use."""
 
     def __init__(self, assignment: Assignment, seed: int, device: str = "cuda",
-                 perfs: Sequence[PerfCase] | None = None) -> None:
-        """`perfs`: the cases this session measures (default: the assignment's)."""
+                 perfs: Sequence[PerfCase] | None = None, calibration: CalibrationStore | None = None) -> None:
+        """`perfs`: the cases this session measures (default: the assignment's); `calibration`: where bars
+        are cached (None: measured for this session alone)."""
         self.assignment = assignment
+        self.calibration = calibration
+        self._machine: Machine | None = None
         self.perfs = tuple(assignment.performance if perfs is None else perfs)
         self.seed = seed
         self.problems: Mapping[str, Problem] = load_problems(assignment)
@@ -282,8 +293,12 @@ class PerfRunner:
         return results
 
     def _calibrated(self, perf: PerfCase) -> Calibration | None:
-        gpu = gpu_name() if self.device == "cuda" else self.device
-        return calibration.load(calibration_key(self.assignment.id, perf.id, self.seed, gpu))
+        return self.calibration.load(self._calibration_key(perf)) if self.calibration is not None else None
+
+    def _calibration_key(self, perf: PerfCase) -> CalibrationKey:
+        if self._machine is None:
+            self._machine = this_machine(self.device)
+        return calibration_key(self.assignment, perf, self.problems, self._machine)
 
     def _spin_up_ms(self) -> float:
         """The first timing of a grade brings the clocks up from idle; the rest follow it closely."""
@@ -397,14 +412,28 @@ class PerfRunner:
         return dataclasses.replace(result, calibration=bars.id)
 
     def _bars(self, prepared: _Prepared, battery: Battery) -> Calibration | str:
-        """The reference's and torch eager's medians on this case: from this batch's calibration, or
-        measured now (and stored for the batch's next students)."""
+        """The reference's and torch eager's medians on this case: from the calibration store (an earlier
+        grade on this GPU and versions measured them), or measured now and stored for the next grades.
+        Bars without the reference's time are not stored when the assignment has a reference (its failure
+        may have been passing)."""
+        key = self._calibration_key(prepared.perf)
+
+        def measure() -> Calibration:
+            made = self._measure_bars(prepared, key)
+            if isinstance(made, str):
+                raise _NoBars(made)
+            return made
+
+        def keep(bars: Calibration) -> bool:
+            return bars.reference is not None or not self.assignment.reference
+
+        try:
+            return self.calibration.measure_once(key, measure, keep) if self.calibration is not None else measure()
+        except _NoBars as failure:
+            return str(failure)
+
+    def _measure_bars(self, prepared: _Prepared, key: CalibrationKey) -> Calibration | str:
         perf = prepared.perf
-        gpu = gpu_name() if self.device == "cuda" else self.device
-        key = calibration_key(self.assignment.id, perf.id, self.seed, gpu)
-        found = calibration.load(key)
-        if found is not None:
-            return found
         assert prepared.problem.baseline is not None
         try:
             eager = self._time_eager(prepared.problem.baseline, prepared.inputs, perf)
@@ -413,10 +442,9 @@ class PerfRunner:
         reference, note = self._time_reference(prepared)
         copy = self._copy_gb_per_s if self._copy_gb_per_s is not None else timing.copy_bandwidth_gbs()
         self._copy_gb_per_s = copy
-        made = Calibration(id=f"{key}@{int(time.time())}", reference=tuple(reference) if reference else None,
-                           torch=tuple(eager), reference_note=note, copy_gb_per_s=copy, measured_at=time.time())
-        calibration.store(key, made)
-        return made
+        now = time.time()
+        return Calibration(id=f"{key.digest}@{int(now)}", reference=tuple(reference) if reference else None,
+                           torch=tuple(eager), reference_note=note, copy_gb_per_s=copy, measured_at=now)
 
     def _new_timer(self, battery: Battery) -> tuple[Worker, KernelSource]:
         """A worker (not started) that will load only the submission's kernels: no other line of it."""
@@ -547,6 +575,10 @@ class PerfRunner:
         if isinstance(timed, str):
             return None, f"the reference could not be timed: {timed}"
         return timed[1] or None, ""
+
+
+class _NoBars(Exception):
+    """Bars that could not be measured (torch eager failed): the message says why; nothing is stored."""
 
 
 def _finish_start(worker: Worker) -> dict[str, Any]:
