@@ -217,6 +217,8 @@ def _forge_reply(x, mean, var):
 
 def _reply_fd():
     """The worker's reply pipe: the `write_fd` of the frame serving requests, up the call stack."""
+    import sys
+
     frame = sys._getframe()
     while frame is not None:
         if isinstance(frame.f_locals.get("write_fd"), int):
