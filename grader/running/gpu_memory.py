@@ -11,7 +11,13 @@ and all its descendants) and SIGKILLs a worker that is over its budget.
 What it cannot do: it polls, so between two reads a hog can still take the whole GPU, and a killed
 process's memory comes back only when the driver has torn its context down (on the H200, NVML stops
 listing an 8 GiB hog 110-130 ms after SIGKILL). The watchdog makes such an episode short and names the
-culprit; a neighbour that ran out of memory during it must be retried by its caller.
+culprit; a neighbour that ran out of memory during it must be retried by its caller. Also:
+- it watches one GPU (CUDA_VISIBLE_DEVICES's first): workers must see only that one;
+- NVML's pids are the host's, so the grader must run in the host's PID namespace (in a container with
+  a PID namespace of its own, NVML's pids do not name its processes);
+- a worker's process counts only while it is in the worker's group or below the worker: one that
+  double-forks out of the tree (re-parented to the grader, a subreaper, or to init) is lost. Inside the
+  worker's own PID namespace (the grader as root) orphans are re-parented to the worker, so none is.
 
     reader = nvml_reader()                      # None without pynvml or a driver (reason logged)
     with MemoryWatchdog(reader) as watchdog:
@@ -39,19 +45,20 @@ GiB = 1 << 30
 MiB = 1 << 20
 DEFAULT_INTERVAL_S = 0.05
 
-# The reserve kept out of the workers' shares: the grader's own torch work (its CUDA context, about
-# 0.5 GiB, and the tensors it compares), memory the driver holds that NVML attributes to no process, and
-# the memory of a worker just killed, which stays taken for ~0.1 s until the driver frees it. 6% of the
-# GPU (8.4 GiB of an H200's 140 GiB, where a fused_layers grade's largest tensors are 256 MiB each) grows
-# with the card, as the cases a course writes for it do; a flat 8 GiB would eat half of a 16 GiB card,
-# so small cards keep at least 2 GiB instead.
+# The reserve kept out of the workers' shares: what is on the GPU but in no worker's budget, namely the
+# grader's own torch work (its CUDA context and the tensors it compares) and memory the driver holds
+# that NVML attributes to no process. 6% of the GPU (8.4 GiB of an H200's 140 GiB, against 256 MiB for
+# one 8192x8192 fp32 tensor of fused_layers' largest case) grows with the card, as the cases a course
+# writes for it do; a flat 8 GiB would eat half of a 16 GiB card, so small cards keep 2 GiB instead.
 RESERVE_FRACTION = 0.06
 MIN_RESERVE_BYTES = 2 * GiB
-# No worker gets less: a CUDA worker with torch and Triton loaded holds about CUDA_CONTEXT_BYTES before
-# it allocates a tensor, so a smaller budget would stop every worker as it starts.
+# No worker gets less: a CUDA worker holds its context (CUDA_CONTEXT_BYTES, below) before its first
+# tensor, so a budget near that would stop every worker as it starts.
 MIN_WORKER_BUDGET_BYTES = 2 * GiB
-# What NVML counts for a worker beyond torch's allocator (the CUDA context, loaded kernels, cuBLAS
-# workspace); torch's memory fraction limits only the allocator, so the first guard leaves this out.
+# What NVML counts for a worker beyond torch's allocator: the CUDA context and the kernels loaded into
+# it. torch's memory fraction limits only the allocator, so the first guard leaves this out. An estimate
+# (typical of torch on recent GPUs with lazy module loading), not yet measured on our H200: the
+# `context` lines of benchmarks/gpu_memory_probe.py measure it.
 CUDA_CONTEXT_BYTES = 768 * MiB
 
 _MAX_ANCESTRY = 64  # parent links followed from a process towards a watched worker
@@ -412,7 +419,8 @@ class MemoryWatchdog:
 
     def watch(self, pid: int, budget_bytes: int, label: str) -> Watch:
         """Watch the worker `pid` (which leads its own process group): from the next poll on, it and
-        every process of its group and below it count against `budget_bytes`."""
+        every process of its group and below it count against `budget_bytes`. (A pid that leads no
+        group counts with its descendants only, and no group is ever signalled for it.)"""
         if self._closing.is_set():
             raise RuntimeError("the GPU memory watchdog is closed")
         if budget_bytes <= 0:
