@@ -422,6 +422,7 @@ def fake_pynvml(devices: list[dict], init_error: int | None = None) -> ModuleTyp
     or an error code to raise). Handles are indices; `module.open_count` is nvmlInit minus nvmlShutdown."""
     nvml = ModuleType("pynvml")
     nvml.NVMLError = FakeNvmlError
+    nvml.NVMLLibraryMismatchError = type("NVMLLibraryMismatchError", (Exception,), {})
     nvml.NVML_ERROR_NOT_SUPPORTED = 3
     nvml.open_count = 0
 
@@ -436,6 +437,9 @@ def fake_pynvml(devices: list[dict], init_error: int | None = None) -> ModuleTyp
     def processes(kind: str) -> Callable[[int], list]:
         def listing(handle: int) -> list:
             found = devices[handle].get(kind, [])
+            if found == "mismatch":
+                raise nvml.NVMLLibraryMismatchError("Unversioned function called and the pyNVML version does "
+                                                    "not match the NVML lib version")
             if isinstance(found, int):
                 raise FakeNvmlError(found)
             return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in found]
@@ -517,6 +521,10 @@ def test_nvml_errors_while_opening_are_unavailable() -> None:
     other_error = fake_pynvml([{"uuid": "GPU-aaaa", "total": 80 * GiB, "graphics": 15}])
     with pytest.raises(GpuMemoryUnavailable):
         open_nvml_reader({}, other_error)
+    old_driver = fake_pynvml([{"uuid": "GPU-aaaa", "total": 80 * GiB, "compute": "mismatch"}])
+    with pytest.raises(GpuMemoryUnavailable, match="does not match the NVML lib"):
+        open_nvml_reader({}, old_driver)
+    assert old_driver.open_count == 0
 
 
 def test_without_pynvml_there_is_no_reader(monkeypatch, caplog) -> None:

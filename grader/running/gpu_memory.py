@@ -196,10 +196,17 @@ def open_nvml_reader(environ: Mapping[str, str] | None = None, nvml: ModuleType 
     except GpuMemoryUnavailable:
         nvml.nvmlShutdown()
         raise
-    except nvml.NVMLError as exc:
+    except _nvml_errors(nvml) as exc:
         nvml.nvmlShutdown()
         raise GpuMemoryUnavailable(f"NVML cannot report per-process GPU memory: {exc}") from None
     return reader
+
+
+def _nvml_errors(nvml: ModuleType) -> tuple[type[Exception], ...]:
+    """NVMLError, and the error pynvml raises when the driver's NVML lacks a function it calls (an
+    older driver than the bindings)."""
+    mismatch = getattr(nvml, "NVMLLibraryMismatchError", None)
+    return (nvml.NVMLError,) if mismatch is None else (nvml.NVMLError, mismatch)
 
 
 def _import_pynvml() -> ModuleType:
