@@ -363,19 +363,23 @@ def test_the_grading_process_hands_its_gpu_to_the_worker(tmp_path: Path) -> None
     env = child_environment("1")
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(batch.__file__).resolve().parents[2])
-    probe = "from grader.running import client; print('CUDA_VISIBLE_DEVICES' in client._PASSED_ENVIRONMENT)"
+    probe = "from grader.running import sandbox; print('CUDA_VISIBLE_DEVICES' in sandbox.PASSED_ENVIRONMENT)"
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
                           check=True)
     assert done.stdout.strip() == "True"
 
 
-def test_a_failure_a_gpu_neighbour_could_cause_is_graded_again_alone() -> None:
-    from grader.operations.batch import neighbour_could_have_caused
+def test_every_child_knows_how_many_grades_share_its_gpu(tmp_path: Path) -> None:
+    """Each grade's workers get a share of GPU memory (no second pass for neighbours): the executor says how
+    many grades share a GPU and the child's command line carries it."""
+    from grader.operations.executors import GradeJob, LocalExecutor, child_command, child_parser
 
-    assert neighbour_could_have_caused({"traps": ["timeout"], "performance": []})
-    assert neighbour_could_have_caused({"traps": [], "performance": [{"trap": "out-of-memory"}]})
-    assert not neighbour_could_have_caused({"traps": ["oob-write"], "performance": [{"trap": "not-fused"}]})
-    assert not neighbour_could_have_caused({})
+    assert LocalExecutor(8, tmp_path, devices=("0",)).grades_per_gpu() == 8
+    assert LocalExecutor(8, tmp_path, devices=("0", "1")).grades_per_gpu() == 4
+    assert LocalExecutor(3, tmp_path).grades_per_gpu() == 3
+    job = GradeJob("s", tmp_path / "s.py", "s.py", "a", tmp_path, "cuda", 0, 60.0, concurrent_grades=6)
+    args = child_parser().parse_args(child_command(job, tmp_path / "s.py", tmp_path / "out", False)[3:])
+    assert args.concurrent_grades == 6
 
 
 # ------------------------------------------------------------------------------------------- calibration
@@ -396,6 +400,9 @@ def test_the_batch_hands_its_calibration_store_to_every_child(tmp_path: Path, re
     class Recording:
         def describe(self) -> str:
             return "recording"
+
+        def grades_per_gpu(self) -> int:
+            return 1
 
         def run(self, jobs, on_start=None):
             for job in jobs:

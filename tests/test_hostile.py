@@ -39,7 +39,7 @@ from grader.authoring.spec import Assignment, load_assignment
 
 HOSTILE = ROOT / "tests" / "hostile"
 OUTPUT_FILES = {"results.json", "grade.json", "report.md", "report.html", "pytest-report.json"}
-FILE_SIZE_LIMIT = 64 << 20  # grader.running.client.WORKER_OUTPUT_LIMIT_BYTES (RLIMIT_FSIZE)
+FILE_SIZE_LIMIT = 64 << 20  # grader.running.sandbox.WORKER_OUTPUT_LIMIT_BYTES (RLIMIT_FSIZE)
 SUBPROCESS_TIMEOUT_S = 300
 
 

@@ -22,7 +22,6 @@ loses nothing and grades nothing twice. Ctrl-C and SIGTERM also leave a gradeboo
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as dt
 import fcntl
 import hashlib
@@ -58,7 +57,6 @@ from grader.publishing.gradebook import (
 from grader.results import GradeResult
 from grader.running.calibration import CalibrationStore
 from grader.seeds import fresh_seed
-from grader.trap_ids import OUT_OF_MEMORY, TIMEOUT
 
 BATCH_FORMAT_VERSION = 1
 MANIFEST = "batch.json"
@@ -703,11 +701,14 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
     progress = Progress(stream, len(todo))
     by_id = {s.id: s for s in todo}
     timeout = options.grade_timeout_s or default_grade_timeout(options.assignment, options.backend)
+    executor = make_executor(options, scratch / "jobs")
+    # Each grade's workers get a share of the GPU's memory, held by that grade's watchdog: no neighbour's
+    # out-of-memory or timeout needs a second pass (grader.running.gpu_memory, grader.running.client).
     jobs = [GradeJob(s.id, s.path, options.assignment.submission_file, options.assignment.id,
                      Path(options.assignments_root), options.backend, manifest.seed, timeout,
-                     hidden_from_students(options.submissions, out), calibration=options.calibration)
+                     hidden_from_students(options.submissions, out), calibration=options.calibration,
+                     concurrent_grades=executor.grades_per_gpu())
             for s in todo if s.path is not None]
-    executor = make_executor(options, scratch / "jobs")
     log.write("run-start", executor=executor.describe(), to_grade=len(todo), seed=manifest.seed,
               backend=manifest.backend, generation=manifest.generation)
     progress.line(f"grading {len(todo)} of {summary.students} submissions ({summary.skipped} already graded, "
@@ -727,34 +728,11 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
                     _interrupt_point(f"commit:{n}")
                     _log_and_count(outcome, out, log, progress, summary)
                 _interrupt_point(f"graded:{n}")
-        again = [j for j in jobs if manifest.backend.startswith("cuda") and options.workers != 1
-                 and neighbour_could_have_caused(_read_json(out / j.student / "grade.json") or {})]
-        if again:
-            progress.line(f"grading {len(again)} again with the GPU to themselves: a timeout or out-of-memory "
-                          "there could have been a neighbour's doing")
-            alone = make_executor(dataclasses.replace(options, workers=1, executor="local"), scratch / "alone")
-            with interrupts.allowed(), contextlib.closing(alone.run(again, on_start)) as outcomes:
-                for outcome in outcomes:
-                    with interrupts.held():
-                        if outcome.ok:
-                            commit(out, outcome, _record(by_id[outcome.student], manifest, outcome, run))
-                        log.write("graded-alone", student=outcome.student, ok=outcome.ok, seconds=outcome.elapsed_s)
         interrupted = False
     finally:
         progress.close()
         log.write("run-end", interrupted=interrupted, graded=summary.graded, failed=summary.failed)
         log.close()
-
-
-NEIGHBOUR_TRAPS = frozenset({TIMEOUT, OUT_OF_MEMORY})
-
-
-def neighbour_could_have_caused(grade: Mapping[str, Any]) -> bool:
-    """Pure: a grade with a failure that a concurrent neighbour on the same GPU could have caused (it
-    held the GPU's memory, or its kernels the GPU's time), so it is graded again alone before it counts."""
-    if set(grade.get("traps", ())) & NEIGHBOUR_TRAPS:
-        return True
-    return any(p.get("trap") in NEIGHBOUR_TRAPS for p in grade.get("performance", ()))
 
 
 def _log_and_count(outcome: JobOutcome, out: Path, log: EventLog, progress: Progress,

@@ -63,6 +63,7 @@ class GradeJob:
     timeout_s: float  # wall-clock limit for the whole grade (the grader's own limits come first)
     hidden: tuple[str, ...] = ()  # folders the student's code must not see (other students' files)
     calibration: CalibrationStore | None = None  # where the bars are cached, shared by the batch's grades
+    concurrent_grades: int = 1  # grades sharing one GPU at a time: each worker's GPU memory budget
 
 
 OnStart = Callable[["GradeJob", str], None]  # called with the job and its GPU ("" if none) as it starts
@@ -86,6 +87,10 @@ class Executor(Protocol):
     Closing the iterator (or an exception, Ctrl-C included) ends every child still running."""
 
     def describe(self) -> str: ...
+
+    def grades_per_gpu(self) -> int:
+        """How many of its grades may share one GPU at a time (for GPU memory budgets)."""
+        ...
 
     def run(self, jobs: Iterable[GradeJob],
             on_start: OnStart | None = None) -> Generator[JobOutcome, None, None]: ...
@@ -128,6 +133,7 @@ def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: boo
         command += ["--hide", path]
     if job.calibration is not None:
         command += job.calibration.to_args("--")
+    command += ["--concurrent-grades", str(job.concurrent_grades)]
     if pdeathsig:
         command.append("--pdeathsig")
     return command
@@ -257,6 +263,9 @@ class LocalExecutor:
         gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""
         return f"local, {self.workers} worker{'s' if self.workers != 1 else ''}{gpus}"
 
+    def grades_per_gpu(self) -> int:
+        return max(1, -(-self.workers // max(1, len(self.devices))))
+
     def _device(self, slot: int) -> str | None:
         return self.devices[slot % len(self.devices)] if self.devices else None
 
@@ -332,6 +341,9 @@ class RayExecutor:
         if settings.backend == "cuda":
             gpus = settings.gpus_per_task if settings.gpus_per_task is not None else 1 / GRADES_PER_GPU
         return cls(settings.ray_address, settings.workers, gpus, num_cpus=settings.workers)
+
+    def grades_per_gpu(self) -> int:
+        return max(1, round(1 / self.gpus_per_task)) if self.gpus_per_task else 1
 
     def describe(self) -> str:
         where = self.address or "a local Ray instance"
@@ -473,6 +485,7 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("--calibration-dir", type=Path, help="where the bars are cached (grader.running.calibration)")
     parser.add_argument("--calibration-max-age-s", type=float)
     parser.add_argument("--calibrated-after", type=float)
+    parser.add_argument("--concurrent-grades", type=int, default=1, help="grades sharing the GPU (memory budgets)")
     return parser
 
 
@@ -491,7 +504,7 @@ def child_main(argv: list[str] | None = None) -> int:
     backend = detect_backend(args.backend)
     calibration = CalibrationStore.from_args(args.calibration_dir, args.calibration_max_age_s, args.calibrated_after)
     request = GradeRequest(assignment, args.submission.resolve(), backend, seed=args.seed, hidden=hidden,
-                           calibration=calibration)
+                           calibration=calibration, concurrent_grades=args.concurrent_grades)
     result, pytest_report = grade(request)
     write_outputs(args.out, result, assignment, pytest_report)
     return 0

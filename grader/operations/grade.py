@@ -47,6 +47,7 @@ class GradeRequest:
     sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
     targets: tuple[str, ...] = ()  # only these targets' cases (and compile checks); empty: every target
     calibration: CalibrationStore | None = None  # where performance bars are cached; None: measured for this grade
+    concurrent_grades: int = 1  # grades sharing this GPU (a batch's): each worker's GPU memory budget
 
 
 def grade(request: GradeRequest) -> tuple[GradeResult, str]:
@@ -69,7 +70,8 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
     seed = request.seed if request.seed is not None else fresh_seed()
     run = GradingRun(request.assignment, request.submission, request.backend, seed,
                      public_only=request.public_only, hidden=request.hidden, targets=request.targets,
-                     performance=request.performance, sanitize=request.sanitize, calibration=request.calibration)
+                     performance=request.performance, sanitize=request.sanitize, calibration=request.calibration,
+                     concurrent_grades=request.concurrent_grades)
     notes: list[str] = list(sanitizer_notes(request))
     try:
         report = run_pytest(run)

@@ -22,7 +22,8 @@ from grader.authoring.spec import Assignment, Case, PerfCase
 from grader.results import CaseResult, PerfResult
 from grader.running.battery import Battery, sandbox_options
 from grader.running.calibration import CalibrationStore
-from grader.running.sandbox import Sandbox
+from grader.running.gpu_memory import MemoryWatchdog, nvml_reader, worker_budget_bytes
+from grader.running.sandbox import GpuBudget, Sandbox
 from grader.running.sanitizer import sanitizer_command
 
 
@@ -32,8 +33,9 @@ class GradingRun:
     def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int, *,
                  public_only: bool = False, hidden: tuple[str, ...] = (), targets: tuple[str, ...] = (),
                  performance: bool = True, sanitize: bool = False,
-                 calibration: CalibrationStore | None = None) -> None:
-        """`calibration`: where performance bars are cached (None: measured for this grade alone)."""
+                 calibration: CalibrationStore | None = None, concurrent_grades: int = 1) -> None:
+        """`calibration`: where performance bars are cached (None: measured for this grade alone).
+        `concurrent_grades`: how many grades share this GPU (a batch's), for each worker's memory budget."""
         self.assignment = assignment
         self.submission = Path(submission).resolve()
         self.backend = backend
@@ -50,7 +52,9 @@ class GradingRun:
         self._perf_runner: Any = None  # grader.running.perf_runner.PerfRunner, made at the first timed case
         # The submission's sandbox for this grade: its zygote starts importing torch and triton now, while
         # pytest starts, and forks every worker of the grade (the battery's, the timer, the compile check).
-        self.sandbox = Sandbox(sandbox_options(assignment, self.submission, backend, hidden))
+        self.gpu_budget = gpu_budget(backend, concurrent_grades)
+        self.sandbox = Sandbox(sandbox_options(assignment, self.submission, backend, hidden),
+                               gpu_budget=self.gpu_budget)
         self.sandbox.start()
 
     # ------------------------------------------------------------------ what the run grades
@@ -110,6 +114,9 @@ class GradingRun:
             self._battery.close()
             self._battery = None
         self.sandbox.close()
+        if self.gpu_budget is not None:
+            self.gpu_budget.watchdog.close()
+            self.gpu_budget.reader.close()
 
     # ------------------------------------------------------------------ pytest hooks
 
@@ -134,6 +141,20 @@ class GradingRun:
         if isinstance(item, PerfItem) and item.result is not None:
             return {"performance": item.result.to_dict()}
         return {}
+
+
+def gpu_budget(backend: str, concurrent_grades: int) -> GpuBudget | None:
+    """On CUDA with NVML: each worker's share of GPU memory (a grade runs two at a time: its worker and the
+    replayer or timer), held by a watchdog thread in this process. None without NVML (then only torch's
+    per-process fraction is not set either, and a worker may take what the GPU has)."""
+    if backend != "cuda":
+        return None
+    reader = nvml_reader()
+    if reader is None:
+        return None
+    total = reader.total_bytes()
+    budget = worker_budget_bytes(total, max(1, concurrent_grades), workers_per_grade=2)
+    return GpuBudget(MemoryWatchdog(reader), reader, budget, total)
 
 
 class CaseFailed(Exception):

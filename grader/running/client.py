@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import trap_ids
+from grader.running.gpu_memory import Watch
 from grader.running.sandbox import (
     Sandbox,
     SandboxFailure,
@@ -32,6 +33,8 @@ from grader.running.worker.progress import COMPILE_END, COMPILE_START
 from grader.running.worker.protocol import ChannelClosed, ChannelTimeout, receive, send
 
 OUTPUT_TAIL_BYTES = 4000
+# A request that ran out of GPU memory while its worker was within budget is sent again after these pauses.
+OOM_RETRY_PAUSES_S = (0.3, 1.0, 2.0)
 WORKER_START_TIMEOUT_S = 120.0
 
 __all__ = ["Deadline", "Worker", "WorkerFailure", "WorkerOptions", "describe_exit"]
@@ -100,6 +103,7 @@ class Worker:
         self.from_worker = -1
         self.progress = -1  # the read end of the worker's progress marks
         self.warm = False  # the last start was a fork from a preloaded zygote
+        self.watch: Watch | None = None  # its GPU memory against the sandbox's budget (CUDA)
 
     @property
     def sandbox(self) -> Path:
@@ -148,6 +152,8 @@ class Worker:
             for fd in theirs:
                 os.close(fd)
         self._exited = None
+        if self.pid is not None:
+            self.watch = self.sandbox_ref.watch(self.pid, f"{self.submission.name} worker")
         os.set_blocking(marks_read, False)
         self.to_worker, self.from_worker, self.progress = g2w_write, w2g_read, marks_read
 
@@ -163,6 +169,7 @@ class Worker:
 
     def stop(self) -> None:
         """Kill the worker's process group (and what escaped it); nothing it started outlives it."""
+        self.sandbox_ref.unwatch(self.watch)
         if self.process is not None:
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -245,6 +252,7 @@ class Worker:
             reply = receive(self.from_worker, left)
         except _Overdue as overdue:
             tail = self.output_tail()
+            self._raise_if_over_budget(what, tail)
             self.stop()
             raise WorkerFailure(trap_ids.TIMEOUT, f"{overdue} while {what}", tail) from None
         except ChannelTimeout:
@@ -254,6 +262,7 @@ class Worker:
         except (ChannelClosed, OSError, EOFError, RuntimeError, ValueError) as exc:
             code = self._exit_code()
             tail = self.output_tail()
+            self._raise_if_over_budget(what, tail)
             self.stop()
             raise WorkerFailure(trap_ids.CRASH, f"the worker died while {what} ({describe_exit(code)})", tail) from exc
         if not isinstance(reply, dict):
@@ -295,6 +304,13 @@ class Worker:
             if self.from_worker in ready:
                 return max(1.0, cap - time.monotonic())
 
+    def _raise_if_over_budget(self, what: str, tail: str) -> None:
+        """The watchdog stopped this worker for its GPU memory: that is why it died (out-of-memory)."""
+        watch = self.watch
+        if watch is not None and watch.exceeded:
+            self.stop()
+            raise WorkerFailure(trap_ids.OUT_OF_MEMORY, f"the worker {watch.message} while {what}", tail)
+
     def _exit_code(self) -> int | None:
         if self.process is not None:
             try:
@@ -318,7 +334,30 @@ class Worker:
             raise WorkerFailure(trap_ids.CRASH, f"the worker died before {what} ({describe_exit(code)})") from None
         started = time.monotonic()
         reply = self._receive(timeout, what)
+        for pause in OOM_RETRY_PAUSES_S:
+            if not self._innocent_out_of_memory(reply):
+                break
+            # CUDA ran out of memory while this worker was within its budget: another worker on the GPU took
+            # it (the watchdog stops such a worker within ~0.2 s). The same request, again, after a pause.
+            time.sleep(pause)
+            send(self.to_worker, message)
+            reply = self._receive(timeout, what)
         reply["elapsed_s"] = time.monotonic() - started
         if reply.get("fatal"):
             self.stop()
         return reply
+
+    def _innocent_out_of_memory(self, reply: dict[str, Any]) -> bool:
+        if reply.get("ok") or reply.get("fatal") or self.options.backend != "cuda" or not self.alive:
+            return False
+        if self.watch is None or self.watch.exceeded:
+            return False
+        return is_out_of_memory(reply.get("error"))
+
+
+def is_out_of_memory(error: Any) -> bool:
+    """Did the worker's request fail because CUDA had no memory for it (torch's OutOfMemoryError)?"""
+    if not isinstance(error, dict):
+        return False
+    chain = " ".join(str(link) for link in error.get("chain", ())) + " " + str(error.get("type", ""))
+    return "OutOfMemoryError" in chain or "out of memory" in str(error.get("message", "")).lower()

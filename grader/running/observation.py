@@ -108,4 +108,6 @@ def classify_error(error: Mapping[str, Any], hint_calls: Sequence[HintCall] = ()
         return trap_ids.FALSE_HINT
     if error.get("interpreter_limit") is True:
         return trap_ids.INTERPRETER_UNSUPPORTED
+    if "OutOfMemoryError" in chain:
+        return trap_ids.OUT_OF_MEMORY
     return trap_ids.RUNTIME_ERROR

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.running.gpu_memory import MemoryWatchdog, NvmlReader, Watch, first_guard_fraction
 from grader.running.worker.zygote import receive_control, send_control
 
 WORKER_OUTPUT_LIMIT_BYTES = 64 << 20
@@ -52,6 +53,7 @@ PASSED_ENVIRONMENT = (
     "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
 )
 TOKEN_VARIABLE = "GRADER_WORKER_TOKEN"
+MEMORY_FRACTION_VARIABLE = "GRADER_GPU_MEMORY_FRACTION"  # read by the worker's harness (the first guard)
 SANDBOX_USER = "nobody"
 _CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
@@ -258,11 +260,29 @@ def host_pid(namespace_pid: int, namespace_inode: int) -> int | None:
 # --------------------------------------------------------------------------- the sandbox
 
 
+@dataclass(frozen=True)
+class GpuBudget:
+    """Each worker's share of the GPU's memory, enforced by the grader's watchdog (grader.running.gpu_memory)
+    and, first, by torch's per-process memory fraction inside the worker (cooperative: it can be undone)."""
+
+    watchdog: MemoryWatchdog
+    reader: NvmlReader
+    budget_bytes: int
+    total_bytes: int
+
+    @property
+    def fraction(self) -> float:
+        return first_guard_fraction(self.budget_bytes, self.total_bytes)
+
+
 class Sandbox:
     """One submission's confinement for one grade: its folder, its zygote, the workers forked from it."""
 
-    def __init__(self, options: WorkerOptions, triton_cache: Path | None = None) -> None:
+    def __init__(self, options: WorkerOptions, triton_cache: Path | None = None,
+                 gpu_budget: GpuBudget | None = None) -> None:
+        """`gpu_budget`: on CUDA, every worker started here is watched against it."""
         self.options = options
+        self.gpu_budget = gpu_budget
         self.root = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
         self.token = secrets.token_hex(8)
         self.identity = sandbox_identity(options)
@@ -305,6 +325,8 @@ class Sandbox:
         env["TMPDIR"] = str(folder / "tmp")
         if backend == "interpreter":
             env["TRITON_INTERPRET"] = "1"
+        if backend == "cuda" and self.gpu_budget is not None:
+            env[MEMORY_FRACTION_VARIABLE] = f"{self.gpu_budget.fraction:.6f}"
         env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
@@ -470,6 +492,19 @@ class Sandbox:
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)
+
+    def watch(self, pid: int, label: str) -> Watch | None:
+        """Watch a CUDA worker's GPU memory against this sandbox's budget (None: no budget here)."""
+        if self.gpu_budget is None or self.options.backend != "cuda":
+            return None
+        try:
+            return self.gpu_budget.watchdog.watch(pid, self.gpu_budget.budget_bytes, label)
+        except (ValueError, OSError):  # the worker is already gone
+            return None
+
+    def unwatch(self, watch: Watch | None) -> None:
+        if watch is not None and self.gpu_budget is not None:
+            self.gpu_budget.watchdog.unwatch(watch)
 
     def kill_strays(self) -> None:
         """Kill processes that escaped a worker's process group (daemons): they were re-parented to the zygote."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
 import sys
 import time
 import traceback
@@ -355,6 +356,10 @@ class Harness:
             _patch_autotune_for_interpreter()
             interpreter_compat.install(self.hints)  # before the submission is imported: it may alias what this patches
             fence.install()
+        fraction = os.environ.get("GRADER_GPU_MEMORY_FRACTION")  # grader.running.sandbox: the first guard
+        if backend == "cuda" and fraction:
+            # Cooperative (the submission could raise it again): the grader's watchdog is the limit that holds.
+            torch.cuda.set_per_process_memory_fraction(min(1.0, max(0.0, float(fraction))))
 
     def load(self, path: str, names: list[str]) -> dict[str, Any]:
         self.path = path
