@@ -154,7 +154,7 @@ class PerfCase:
     relative_to: str = "reference"
     input_sets: int = 3  # inputs rotated among this many copies, so no repetition hits a warm cache
     repeats: int = 5  # do_bench medians taken; the case reports their median and spread
-    timeout_s: float = 300.0
+    timeout_s: float = 120.0  # the cap: a launch is also stopped when it outlives the bar (perf_runner)
     description: str = ""
 
     @property
@@ -551,7 +551,7 @@ def _load_performance(
             if missing:
                 raise r.fail("meta", "kernel targets must give every constexpr; missing "
                              + ", ".join(missing))
-        timeout_s = float(r.get("timeout_s", (int, float), 300.0))
+        timeout_s = float(r.get("timeout_s", (int, float), 120.0))
         if timeout_s <= 0:
             raise r.fail("timeout_s", "must be > 0")
         out.append(PerfCase(

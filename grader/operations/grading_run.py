@@ -76,6 +76,8 @@ class GradingRun:
         return self._battery
 
     def grade_case(self, case: Case) -> CaseResult:
+        if not self.cases:  # the first case: compile the kernels of every case first, in parallel (GPU)
+            self.battery.warm_up(self.correctness_cases())
         result = self.battery.run_case(case)
         self.cases.append(result)
         return result

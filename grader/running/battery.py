@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from grader.judging.replay import ReplayPlan, check_outputs, plan_replay
 from grader.results import CaseResult
 from grader.running import arguments, guards
 from grader.running.arguments import buffer_key
-from grader.running.client import Worker, WorkerFailure
+from grader.running.client import Deadline, Worker, WorkerFailure
 from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.observation import Finding, Observation, classify_error, error_message, failure_message
 from grader.running.phases import PhaseClock
@@ -42,6 +42,11 @@ from grader.seeds import case_seed
 GUARD_PROBE_VALUE = 7.0
 
 OUTPUT_ROW_GAP = 1
+
+# On a GPU a correctness case's kernels finish in milliseconds: one still running this long after its last
+# launch is spinning, and the worker is stopped (compiles get their own time: grader.running.client.Deadline).
+CASE_RUN_S = 5.0
+WARM_UP_TIMEOUT_S = 300.0  # compiling every kernel case's specialisation at once
 
 # Kernels run this many times slower under compute-sanitizer memcheck (deadline factor).
 SANITIZER_SLOWDOWN = 20
@@ -126,6 +131,12 @@ class Battery:
             self._gpu = GpuSlot(gpu_name())
         return self._gpu.shared()
 
+    def case_deadline(self) -> Deadline:
+        """A correctness request's deadline: the spec's call_timeout_s; on a GPU also CASE_RUN_S after the
+        last kernel launch (the cases are small: a kernel still running then is spinning)."""
+        cap = self.assignment.call_timeout_s
+        return Deadline(cap_s=cap, run_s=min(cap, CASE_RUN_S) if self.backend == "cuda" else None)
+
     def note_compile(self, role: str, reply: Mapping[str, Any]) -> None:
         """Workers report their cumulative JIT compile seconds with every reply (informational)."""
         seconds = reply.get("compile_s")
@@ -207,7 +218,8 @@ class Battery:
         if self.sanitizer is not None:
             self.sanitizer.stop()
 
-    def request_for_timing(self, message: dict[str, Any], timeout_s: float, what: str) -> dict[str, Any] | str:
+    def request_for_timing(self, message: dict[str, Any], timeout_s: Deadline | float,
+                           what: str) -> dict[str, Any] | str:
         """A request of a performance case to the student's worker: its reply, or what went wrong
         ("timeout: ...", "crash: ...", "... raised ..."), for the case's message."""
         blocked = self._ensure_worker()
@@ -239,6 +251,33 @@ class Battery:
             self.sandbox.close()
 
     # ------------------------------------------------------------------ running cases
+
+    def warm_up(self, cases: Sequence[Case]) -> None:
+        """On a GPU, before the first case: compile every kernel case's specialisation at once, in parallel
+        in the worker (the 'warmup' op), instead of one after the other as each case launches. The
+        launches are built exactly as the cases will build them (same seeds, same guard layout), so each
+        case then finds its kernel compiled. Informational: a failure here is reported by the case itself."""
+        if self.backend != "cuda" or self._ensure_worker() is not None:
+            return
+        launches = []
+        for case in cases:
+            spec = self.assignment.kernels.get(case.target)
+            if spec is None or self.symbol_problem(case.target) is not None:
+                continue
+            problem = self.problems[spec.problem]
+            inputs = problem.make_inputs(case, InputMaker(case_seed(self.seed, case.id)))
+            launches.append(self._launch_message(spec, case, problem, inputs)[1])
+        if not launches:
+            return
+        with self.clock.phase("compile"):
+            try:
+                with self.shared_gpu():
+                    reply = self.worker.request({"op": "warmup", "launches": launches},
+                                                Deadline(cap_s=WARM_UP_TIMEOUT_S, run_s=self.case_deadline().run_s),
+                                                "compiling the kernels")
+                self.note_compile("worker", reply)
+            except WorkerFailure:
+                self.load_reply = None  # the cases start a fresh worker and report what happens
 
     def run_case(self, case: Case) -> CaseResult:
         with self.clock.phase("correctness"):
@@ -326,7 +365,7 @@ class Battery:
     def _request(self, message: dict[str, Any], what: str) -> dict[str, Any] | Observation:
         try:
             with self.shared_gpu():
-                reply = self.worker.request(message, self.assignment.call_timeout_s, what)
+                reply = self.worker.request(message, self.case_deadline(), what)
             self.note_compile("worker", reply)
             return reply
         except WorkerFailure as failure:
@@ -441,7 +480,7 @@ class Battery:
                                    + error_message(loaded.get("error", {}), self.submission.name))
             with self.clock.phase("replay"), self.shared_gpu():
                 reply = self.replayer.request({"op": "replay", "launches": list(plan.launches)},
-                                              self.assignment.call_timeout_s, "replaying the recorded launches")
+                                              self.case_deadline(), "replaying the recorded launches")
             self.note_compile("replayer", reply)
         except WorkerFailure as failure:
             return replay_failure(target, failure=failure)

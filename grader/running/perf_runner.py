@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import math
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -50,7 +51,7 @@ from grader.running.calibration import (
     calibration_key,
     this_machine,
 )
-from grader.running.client import Worker, WorkerFailure, WorkerOptions
+from grader.running.client import Deadline, Worker, WorkerFailure, WorkerOptions
 from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.kernel_source import KernelSource, kernels_only
 from grader.running.observation import Observation, error_message
@@ -300,6 +301,14 @@ class PerfRunner:
             self._machine = this_machine(self.device)
         return calibration_key(self.assignment, perf, self.problems, self._machine)
 
+    def _deadline(self, perf: PerfCase) -> Deadline:
+        """How long a request at the timed size may take: from the reference's measured time when a
+        calibration has it (a kernel still running 100x that plus a few seconds after its last launch is
+        spinning), compiles allowed their own time, the case's `timeout_s` as the cap."""
+        found = self._calibrated(perf)
+        bars = (found.reference or found.torch) if found is not None else None
+        return timed_deadline(perf, statistics.median(bars) if bars else None)
+
     def _spin_up_ms(self) -> float:
         """The first timing of a grade brings the clocks up from idle; the rest follow it closely."""
         first = not self._spun
@@ -332,7 +341,7 @@ class PerfRunner:
                                                              for k, v in inputs.items()})
         what = f"running {perf.target} at {perf.shape}"
         request = call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True)
-        reply = battery.request_for_timing(request, perf.timeout_s, what)
+        reply = battery.request_for_timing(request, self._deadline(perf), what)
         if isinstance(reply, str):
             return _failed(perf, reply)
         if call.kind == "function":
@@ -491,7 +500,7 @@ class PerfRunner:
         else:
             request["spin_up_ms"] = self._spin_up_ms()
         try:
-            reply = worker.request(request, perf.timeout_s, what)
+            reply = worker.request(request, self._deadline(perf), what)
         except WorkerFailure as failure:
             return f"{failure.kind}: {what}: {failure.detail}"
         if not reply.get("ok"):
@@ -504,8 +513,10 @@ class PerfRunner:
     def _time_kept(self, worker: Worker, perf: PerfCase, what: str) -> list[float] | str:
         """Time the launches `_time_plan(keep=perf.id)` left in `worker`: CUDA-graph replays only."""
         request = {"op": "time_kept", "key": perf.id, "repeats": perf.repeats, "spin_up_ms": self._spin_up_ms()}
-        try:
-            reply = worker.request(request, perf.timeout_s, what)
+        run_s = self._deadline(perf).run_s or RUN_GRACE_S
+        try:  # graph replays make no progress marks: the cap covers the spin-up and every sample
+            reply = worker.request(request, Deadline(cap_s=min(perf.timeout_s, RUN_GRACE_S + perf.repeats * run_s)),
+                                   what)
         except WorkerFailure as failure:
             return f"{failure.kind}: {what}: {failure.detail}"
         if not reply.get("ok"):
@@ -562,7 +573,7 @@ class PerfRunner:
         try:
             reply = self._reference.request(
                 prepared.call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True),
-                perf.timeout_s, what)
+                self._deadline(perf), what)
             recorded = reply.get("record") if reply.get("ok") else None
             plan = plan_timed_run(recorded if isinstance(recorded, Mapping) else {}, prepared.call.inputs, perf.target)
             if isinstance(plan, str):
@@ -581,6 +592,17 @@ class _NoBars(Exception):
     """Bars that could not be measured (torch eager failed): the message says why; nothing is stored."""
 
 
+RUN_GRACE_S = 3.0  # a launch at the timed size gets this long to finish, plus SLOWDOWN_ALLOWED x the bar
+SLOWDOWN_ALLOWED = 100.0
+COMPILE_LIMIT_S = 120.0  # one compilation (an autotuned kernel compiles once per configuration)
+
+
+def timed_deadline(perf: PerfCase, expected_ms: float | None) -> Deadline:
+    """Pure: the deadline of one request at `perf`'s timed size, given the bar's median (ms) if known."""
+    run_s = RUN_GRACE_S + SLOWDOWN_ALLOWED * (expected_ms or 0.0) / 1000.0
+    return Deadline(cap_s=perf.timeout_s, run_s=run_s, compile_s=COMPILE_LIMIT_S)
+
+
 def _finish_start(worker: Worker) -> dict[str, Any]:
     try:
         return worker.finish_start()
@@ -593,7 +615,7 @@ def _failed(perf: PerfCase, detail: str, device: DeviceInfo | None = None) -> Pe
     lowered = detail.lower()
     if detail.startswith("timeout") or "did not finish" in lowered:
         return errored(perf, detail, device, trap=TIMEOUT)
-    if "out of memory" in lowered or "outofmemoryerror" in lowered:
+    if detail.startswith(OUT_OF_MEMORY) or "out of memory" in lowered or "outofmemoryerror" in lowered:
         return errored(perf, detail, device, trap=OUT_OF_MEMORY)
     if detail.startswith("crash"):
         return errored(perf, detail, device, trap=CRASH)
