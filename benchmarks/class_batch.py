@@ -5,7 +5,9 @@
 
 The class: every mutant and variant of the assignment's corpus written out as its own student,
 `--copies` times (byte-identical files under different names), plus `--identical` copies of the
-reference. Prints the batch's wall time, the grading time per student (median, max), whether every
+reference, and with `--hostile` (fused_layers) a student whose LayerNorm spins forever on the device at
+the timed size and one that takes all GPU memory there (HOSTILE, edits of the reference). Prints the
+batch's wall time, the grading time per student (median, max), whether every
 copy of a file got the same score and traps (one verdict per seed, across concurrent grades), and for
 the identical references their speedups over the reference on every timed case with the largest
 difference between them (the fairness bar: within +-3%).
@@ -27,7 +29,37 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def write_class(assignment: str, folder: Path, copies: int, identical: int) -> dict[str, str]:
+# Two hostile students of fused_layers, as edits of the reference: correct at every correctness size, and at
+# the timed size one spins forever on the device, the other takes every byte of GPU memory and keeps it.
+HOSTILE = {
+    "spins_at_timed_size": ("    mask = cols < N\n    x = tl.load(x_ptr + row * stride_m + cols, mask=mask, other=0.0)",
+                            "    mask = cols < N\n"
+                            "    if N >= 8192:  # the timed size only: spin forever on the device\n"
+                            "        probe = tl.load(x_ptr)\n"
+                            "        while probe == probe:\n"
+                            "            probe = tl.load(x_ptr, volatile=True)\n"
+                            "    x = tl.load(x_ptr + row * stride_m + cols, mask=mask, other=0.0)"),
+    "hogs_gpu_memory": ("    block_n, num_warps = _row_launch_config(N)\n    layernorm_forward_kernel[(M,)](",
+                        "    if x.numel() >= 8192 * 8192 and not _HOARD:  # the timed size only: take all GPU memory\n"
+                        "        torch.cuda.set_per_process_memory_fraction(1.0)\n"
+                        "        while True:\n"
+                        "            try:\n"
+                        "                _HOARD.append(torch.empty(1 << 28, dtype=torch.float32, device=x.device))\n"
+                        "            except torch.OutOfMemoryError:\n"
+                        "                break\n"
+                        "    block_n, num_warps = _row_launch_config(N)\n    layernorm_forward_kernel[(M,)]("),
+}
+
+
+def hostile_source(reference: str, student: str) -> str:
+    before, after = HOSTILE[student]
+    if before not in reference:
+        raise SystemExit(f"{student}: the reference changed; update HOSTILE in {__file__}")
+    text = reference.replace(before, after, 1)
+    return text + "\n\n_HOARD = []\n" if student == "hogs_gpu_memory" else text
+
+
+def write_class(assignment: str, folder: Path, copies: int, identical: int, hostile: bool) -> dict[str, str]:
     """folder/<student>.py for the whole class; returns student -> the file it is a copy of."""
     corpus = folder.parent / "corpus"
     subprocess.run([sys.executable, "-m", "grader", "mutant", "--all", "--assignment", assignment,
@@ -44,6 +76,10 @@ def write_class(assignment: str, folder: Path, copies: int, identical: int) -> d
         student = f"reference__{copy + 1}"
         shutil.copyfile(reference, folder / f"{student}.py")
         origin[student] = "reference"
+    for student in HOSTILE if hostile else ():
+        (folder / f"{student}.py").write_text(hostile_source(reference.read_text(encoding="utf-8"), student),
+                                             encoding="utf-8")
+        origin[student] = student
     return origin
 
 
@@ -57,10 +93,12 @@ def main() -> int:
     parser.add_argument("--identical", type=int, default=3)
     parser.add_argument("--executor", default="local")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--hostile", action="store_true",
+                        help="fused_layers: add a student that spins at the timed size and one that hogs GPU memory")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="class-batch-"))
     out = args.out or work / "out"
-    origin = write_class(args.assignment, work / "class", args.copies, args.identical)
+    origin = write_class(args.assignment, work / "class", args.copies, args.identical, args.hostile)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "grader", "batch", str(work / "class"), "--assignment",
                            args.assignment, "--out", str(out), "--backend", args.backend, "--workers",
@@ -95,6 +133,14 @@ def main() -> int:
                         for s in references}
         print(f"  {perf_id:22} speedup vs reference: {shown}   +-{spread:.2f}%   calibrations: {len(calibrations)}")
     print(f"identical references: largest difference +-{worst:.2f}%")
+    for student in sorted(s for s in grades if origin[s] in HOSTILE):
+        cases = "; ".join(f"{p['perf_id']}: {p['status']}{' ' + p['trap'] if p.get('trap') else ''}"
+                          f" ({(p.get('reason') or '')[:100]})" for p in grades[student]["performance"])
+        print(f"  {student}: {grades[student]['score']:g}/{grades[student]['max_score']:g} in "
+              f"{grades[student]['execution_time_s']:.1f} s; {cases}")
+    untimed = [s for s, g in grades.items() if origin[s] not in HOSTILE and g["score"] == g["max_score"]
+               and any(p["status"] != "timed" for p in g["performance"])]
+    print(f"correct students with a performance case not timed: {len(untimed)} {sorted(untimed)}")
     return 0 if done.returncode == 0 and not differing else 1
 
 

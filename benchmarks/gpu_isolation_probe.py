@@ -92,10 +92,20 @@ def nvml_processes() -> dict[int, int]:
     return {p.pid: (p.usedGpuMemory or 0) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)}
 
 
+def script(text: str) -> str:
+    """A file for `text`: Triton reads a kernel's source from its file (`python -c` has none)."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".py", prefix="probe-")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return path
+
+
 def probe_spin() -> None:
     neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, "40"], stdout=subprocess.PIPE, text=True)
     time.sleep(8)
-    spinner = subprocess.Popen([sys.executable, "-c", SPINNER], stdout=subprocess.PIPE, text=True,
+    spinner = subprocess.Popen([sys.executable, script(SPINNER)], stdout=subprocess.PIPE, text=True,
                                start_new_session=True)
     line = spinner.stdout.readline().strip()
     launched = time.monotonic()
@@ -198,7 +208,7 @@ def probe_fork() -> None:
             os.waitpid(pid, 0)
         print(f"fork: parent import of torch, triton, harness {imported:.2f} s", flush=True)
     ''')
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, script(code)], check=True)
     print(f"fork: cold `python -c 'import torch, triton, harness'` {cold:.2f} s")
 
 

@@ -35,7 +35,8 @@ def grade_once(submission: Path, assignment: str, backend: str, seed: int, out: 
 
 def describe(grade: dict) -> list[str]:
     phases = grade.get("phases", {})
-    lines = ["  phases: " + "  ".join(f"{p} {phases.get(p, 0.0):.2f}s" for p in PHASES)]
+    lines = ["  phases: " + "  ".join(f"{p} {phases.get(p, 0.0):.2f}s" for p in PHASES)
+             + "".join(f"  {p} {s:.2f}s" for p, s in phases.items() if p not in PHASES)]
     for perf in grade.get("performance", []):
         student = perf.get("student")
         if perf["status"] != "timed" or not student:
@@ -57,6 +58,7 @@ def main() -> None:
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--check", action="store_true", help="also time `grader check` (public cases) once")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         for submission in args.submissions:
@@ -69,6 +71,12 @@ def main() -> None:
                       f"{grade['max_score']:g}, backend {grade['backend']}")
                 print("\n".join(describe(grade)))
             print(f"{Path(submission).name}: median {statistics.median(times):.2f} s over {args.repeat} runs")
+            if args.check:
+                started = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "grader", "check", str(Path(submission).resolve()),
+                                "--assignment", args.assignment, "--backend", args.backend, "--seed", str(args.seed)],
+                               check=False, stdout=subprocess.DEVNULL)
+                print(f"{Path(submission).name}: grader check {time.perf_counter() - started:.2f} s wall")
 
 
 if __name__ == "__main__":
