@@ -270,11 +270,10 @@ class Battery:
         if not launches:
             return
         with self.clock.phase("compile"):
-            try:
-                with self.shared_gpu():
-                    reply = self.worker.request({"op": "warmup", "launches": launches},
-                                                Deadline(cap_s=WARM_UP_TIMEOUT_S, run_s=self.case_deadline().run_s),
-                                                "compiling the kernels")
+            try:  # compiling runs no kernel: another grade's timed replays may go on meanwhile
+                reply = self.worker.request({"op": "warmup", "launches": launches},
+                                            Deadline(cap_s=WARM_UP_TIMEOUT_S, run_s=self.case_deadline().run_s),
+                                            "compiling the kernels")
                 self.note_compile("worker", reply)
             except WorkerFailure:
                 self.load_reply = None  # the cases start a fresh worker and report what happens

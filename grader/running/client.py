@@ -187,6 +187,7 @@ class Worker:
                 os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            _await_exit(self.pid)  # its CUDA context (and GPU memory) is gone when it is
             self.sandbox_ref.kill_strays()
         self.pid = None
         for fd in (self.to_worker, self.from_worker, self.progress):
@@ -276,14 +277,14 @@ class Worker:
         started = time.monotonic()
         cap = started + deadline.cap_s
         last = started
-        compiling = False
+        depth = 0  # compilations under way (they nest: the parallel warm-up around each kernel's)
         while True:
             now = time.monotonic()
             limit = cap
             if deadline.run_s is not None:
-                limit = min(cap, last + (deadline.compile_s if compiling else deadline.run_s))
+                limit = min(cap, last + (deadline.compile_s if depth > 0 else deadline.run_s))
             if now >= limit:
-                raise _Overdue(deadline.describe(compiling, capped=now >= cap))
+                raise _Overdue(deadline.describe(depth > 0, capped=now >= cap))
             watched = [self.from_worker] + ([self.progress] if self.progress >= 0 else [])
             ready = select.select(watched, [], [], limit - now)[0]
             if self.progress in ready:
@@ -295,9 +296,9 @@ class Worker:
                     last = time.monotonic()
                     for mark in marks:
                         if mark == COMPILE_START[0]:
-                            compiling = True
+                            depth += 1
                         elif mark == COMPILE_END[0]:
-                            compiling = False
+                            depth = max(0, depth - 1)
                 elif marks == b"":  # the worker's end closed (it died): the reply channel says how
                     os.close(self.progress)
                     self.progress = -1
@@ -353,6 +354,19 @@ class Worker:
         if self.watch is None or self.watch.exceeded:
             return False
         return is_out_of_memory(reply.get("error"))
+
+
+def _await_exit(pid: int, timeout_s: float = 10.0) -> None:
+    """Wait until a killed process (not our child: its zygote reaps it) has exited."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
+                    return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.005)
 
 
 def is_out_of_memory(error: Any) -> bool:
