@@ -28,23 +28,39 @@ def signal_group(pid: int, sig: int) -> None:
 
 
 class Child:
-    """`command` started in `cwd` with `env`, output in `log`, due within `timeout_s` of its start."""
+    """`command` started in `cwd` with `env`, output in `log`, due within `timeout_s` of its start.
+
+    With `held`, the child gets a pipe on stdin and prepares (imports, a sandbox whose zygote imports torch)
+    until `go()` writes to it; its deadline runs from `go()`."""
 
     def __init__(self, command: Sequence[str], cwd: Path, env: Mapping[str, str], log: Path,
-                 timeout_s: float) -> None:
+                 timeout_s: float, held: bool = False) -> None:
         self.log = log
         self.timeout_s = timeout_s
         self.started_at = time.time()
         self._started = time.monotonic()
+        self.held = held
         handle = open(log, "wb")  # noqa: SIM115 - handed to the child
         try:
             self.process = subprocess.Popen(
                 list(command), cwd=cwd, env=dict(env),
-                stdin=subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
+                stdin=subprocess.PIPE if held else subprocess.DEVNULL, stdout=handle, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         finally:
             handle.close()
+
+    def go(self) -> None:
+        """Let a held child grade; its deadline starts now."""
+        if self.held and self.process.stdin is not None:
+            try:
+                self.process.stdin.write(b"go\n")
+                self.process.stdin.close()
+            except OSError:  # it already died: poll() says how
+                pass
+        self.held = False
+        self.started_at = time.time()
+        self._started = time.monotonic()
 
     @property
     def pid(self) -> int:
@@ -56,7 +72,7 @@ class Child:
 
     @property
     def overdue(self) -> bool:
-        return self.elapsed_s > self.timeout_s
+        return not self.held and self.elapsed_s > self.timeout_s
 
     @property
     def returncode(self) -> int | None:

@@ -118,7 +118,7 @@ def graded_name(job: GradeJob) -> str:
     return job.submission_file
 
 
-def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: bool) -> list[str]:
+def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: bool, held: bool = False) -> list[str]:
     command = [
         sys.executable, "-m", "grader.operations.executors",
         "--submission", str(submission),
@@ -134,6 +134,8 @@ def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: boo
     if job.calibration is not None:
         command += job.calibration.to_args("--")
     command += ["--concurrent-grades", str(job.concurrent_grades)]
+    if held:
+        command.append("--wait-for-go")
     if pdeathsig:
         command.append("--pdeathsig")
     return command
@@ -155,9 +157,10 @@ def child_environment(device: str | None) -> dict[str, str]:
 
 
 class _Attempt:
-    """A child process grading one job, in a scratch folder of its own."""
+    """A child process grading one job, in a scratch folder of its own. `held`: it prepares (imports, starts
+    the submission's sandbox) and waits for `child.go()` before grading."""
 
-    def __init__(self, job: GradeJob, scratch: Path, device: str | None, pdeathsig: bool) -> None:
+    def __init__(self, job: GradeJob, scratch: Path, device: str | None, pdeathsig: bool, held: bool = False) -> None:
         self.job = job
         self.scratch = scratch
         self.device = device
@@ -165,8 +168,8 @@ class _Attempt:
         submission.parent.mkdir(parents=True)
         shutil.copyfile(job.submission, submission)
         self.out_dir = scratch / "out"
-        self.child = Child(child_command(job, submission, self.out_dir, pdeathsig), scratch,
-                           child_environment(device), scratch / "child.log", job.timeout_s)
+        self.child = Child(child_command(job, submission, self.out_dir, pdeathsig, held), scratch,
+                           child_environment(device), scratch / "child.log", job.timeout_s, held=held)
 
     def outcome(self, timed_out: bool = False) -> JobOutcome:
         code = self.child.returncode
@@ -266,25 +269,37 @@ class LocalExecutor:
     def grades_per_gpu(self) -> int:
         return max(1, -(-self.workers // max(1, len(self.devices))))
 
-    def _device(self, slot: int) -> str | None:
-        return self.devices[slot % len(self.devices)] if self.devices else None
+    def _device(self, n: int) -> str | None:
+        return self.devices[n % len(self.devices)] if self.devices else None
+
+    @property
+    def lookahead(self) -> int:
+        """Children prepared ahead of a free slot: each imports the grader and starts its submission's
+        sandbox (its zygote imports torch and triton, seconds of CPU) while the running grades go on."""
+        return max(2, self.workers // 4)
 
     def run(self, jobs: Iterable[GradeJob],
             on_start: OnStart | None = None) -> Generator[JobOutcome, None, None]:
         """Yield one outcome per job as each finishes. Closing the iterator (or an exception, Ctrl-C
         included) ends every child still running."""
         pending = deque(jobs)
+        ready: deque[_Attempt] = deque()  # prepared, waiting for a slot
         running: dict[int, _Attempt] = {}
+        started = 0
         self.scratch_root.mkdir(parents=True, exist_ok=True)
         try:
-            while pending or running:
+            while pending or ready or running:
+                while pending and len(ready) < self.lookahead:
+                    job = pending.popleft()
+                    scratch = Path(tempfile.mkdtemp(prefix=f"{job.student}.", dir=self.scratch_root))
+                    ready.append(_Attempt(job, scratch, self._device(started), pdeathsig=True, held=True))
+                    started += 1
                 for slot in range(self.workers):
-                    if slot not in running and pending:
-                        job = pending.popleft()
-                        scratch = Path(tempfile.mkdtemp(prefix=f"{job.student}.", dir=self.scratch_root))
-                        running[slot] = _Attempt(job, scratch, self._device(slot), pdeathsig=True)
+                    if slot not in running and ready:
+                        attempt = running[slot] = ready.popleft()
+                        attempt.child.go()
                         if on_start is not None:
-                            on_start(job, running[slot].device or "")
+                            on_start(attempt.job, attempt.device or "")
                 finished = False
                 for slot, attempt in list(running.items()):
                     code = attempt.child.poll()
@@ -300,9 +315,9 @@ class LocalExecutor:
                 if not finished:
                     time.sleep(POLL_INTERVAL_S)
         finally:
-            for attempt in running.values():
+            for attempt in [*running.values(), *ready]:
                 signal_group(attempt.child.pid, signal.SIGTERM)
-            for attempt in running.values():
+            for attempt in [*running.values(), *ready]:
                 attempt.child.terminate()
                 attempt.cleanup()
 
@@ -486,6 +501,8 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("--calibration-max-age-s", type=float)
     parser.add_argument("--calibrated-after", type=float)
     parser.add_argument("--concurrent-grades", type=int, default=1, help="grades sharing the GPU (memory budgets)")
+    parser.add_argument("--wait-for-go", action="store_true",
+                        help="prepare (imports, the submission's sandbox), then wait for a line on stdin")
     return parser
 
 
@@ -495,7 +512,7 @@ def child_main(argv: list[str] | None = None) -> int:
 
     from grader.authoring.discovery import find_assignment
     from grader.operations.environment import detect_backend
-    from grader.operations.grade import GradeRequest, grade
+    from grader.operations.grade import GradeRequest, grade, prepare_sandbox
     from grader.publishing.files import write_outputs
 
     assignment = find_assignment(args.assignment, args.assignments)
@@ -505,6 +522,13 @@ def child_main(argv: list[str] | None = None) -> int:
     calibration = CalibrationStore.from_args(args.calibration_dir, args.calibration_max_age_s, args.calibrated_after)
     request = GradeRequest(assignment, args.submission.resolve(), backend, seed=args.seed, hidden=hidden,
                            calibration=calibration, concurrent_grades=args.concurrent_grades)
+    if args.wait_for_go:
+        # The submission's sandbox starts now (its zygote imports torch and triton) while we wait for a slot.
+        request = replace(request, sandbox=prepare_sandbox(request))
+        if not sys.stdin.readline():  # the batch went away before our turn
+            if request.sandbox is not None:
+                request.sandbox.close()
+            return 0
     result, pytest_report = grade(request)
     write_outputs(args.out, result, assignment, pytest_report)
     return 0

@@ -24,10 +24,11 @@ from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_ke
 from grader.judging.false_hints import false_hint_checks
 from grader.judging.performance import by_id, errored
 from grader.operations.environment import backend_label, versions
-from grader.operations.grading_run import GradingRun
+from grader.operations.grading_run import GradingRun, start_sandbox
 from grader.operations.notebook import is_notebook, materialise
 from grader.results import CaseResult, GradeResult, PerfResult
 from grader.running.calibration import CalibrationStore
+from grader.running.sandbox import Sandbox
 from grader.running.sanitizer import sanitizer_command
 from grader.seeds import fresh_seed
 
@@ -48,6 +49,7 @@ class GradeRequest:
     targets: tuple[str, ...] = ()  # only these targets' cases (and compile checks); empty: every target
     calibration: CalibrationStore | None = None  # where performance bars are cached; None: measured for this grade
     concurrent_grades: int = 1  # grades sharing this GPU (a batch's): each worker's GPU memory budget
+    sandbox: Sandbox | None = None  # the submission's sandbox, started ahead (prepare_sandbox); None: at the grade
 
 
 def grade(request: GradeRequest) -> tuple[GradeResult, str]:
@@ -71,7 +73,7 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
     run = GradingRun(request.assignment, request.submission, request.backend, seed,
                      public_only=request.public_only, hidden=request.hidden, targets=request.targets,
                      performance=request.performance, sanitize=request.sanitize, calibration=request.calibration,
-                     concurrent_grades=request.concurrent_grades)
+                     concurrent_grades=request.concurrent_grades, sandbox=request.sandbox)
     notes: list[str] = list(sanitizer_notes(request))
     try:
         report = run_pytest(run)
@@ -123,6 +125,14 @@ def every_performance(run: GradingRun) -> tuple[PerfResult, ...]:
     wanted = run.performance_cases()
     found = {p.id: run.performance.get(p.id) or errored(p, "the case was not run") for p in wanted}
     return tuple(by_id(found, list(wanted)))
+
+
+def prepare_sandbox(request: GradeRequest) -> Sandbox:
+    """Start the submission's sandbox for this request ahead of the grade (its zygote imports torch and
+    triton meanwhile); pass it back as `GradeRequest.sandbox`."""
+    request = guard_calibration(request)
+    return start_sandbox(request.assignment, request.submission, request.backend, request.hidden,
+                         request.concurrent_grades)
 
 
 def guard_calibration(request: GradeRequest) -> GradeRequest:

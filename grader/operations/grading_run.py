@@ -33,9 +33,11 @@ class GradingRun:
     def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int, *,
                  public_only: bool = False, hidden: tuple[str, ...] = (), targets: tuple[str, ...] = (),
                  performance: bool = True, sanitize: bool = False,
-                 calibration: CalibrationStore | None = None, concurrent_grades: int = 1) -> None:
+                 calibration: CalibrationStore | None = None, concurrent_grades: int = 1,
+                 sandbox: Sandbox | None = None) -> None:
         """`calibration`: where performance bars are cached (None: measured for this grade alone).
-        `concurrent_grades`: how many grades share this GPU (a batch's), for each worker's memory budget."""
+        `concurrent_grades`: how many grades share this GPU (a batch's), for each worker's memory budget.
+        `sandbox`: the submission's sandbox, started ahead (start_sandbox); the run closes it."""
         self.assignment = assignment
         self.submission = Path(submission).resolve()
         self.backend = backend
@@ -50,12 +52,10 @@ class GradingRun:
         self.performance: dict[str, PerfResult] = {}
         self._battery: Battery | None = None
         self._perf_runner: Any = None  # grader.running.perf_runner.PerfRunner, made at the first timed case
-        # The submission's sandbox for this grade: its zygote starts importing torch and triton now, while
-        # pytest starts, and forks every worker of the grade (the battery's, the timer, the compile check).
-        self.gpu_budget = gpu_budget(backend, concurrent_grades)
-        self.sandbox = Sandbox(sandbox_options(assignment, self.submission, backend, hidden),
-                               gpu_budget=self.gpu_budget)
-        self.sandbox.start()
+        # The submission's sandbox for this grade: its zygote starts importing torch and triton now (or did,
+        # ahead), while pytest starts, and forks every worker of the grade (the battery's, the timer).
+        self.sandbox = sandbox or start_sandbox(assignment, self.submission, backend, hidden, concurrent_grades)
+        self.gpu_budget = self.sandbox.gpu_budget
 
     # ------------------------------------------------------------------ what the run grades
 
@@ -143,6 +143,16 @@ class GradingRun:
         if isinstance(item, PerfItem) and item.result is not None:
             return {"performance": item.result.to_dict()}
         return {}
+
+
+def start_sandbox(assignment: Assignment, submission: Path, backend: str, hidden: tuple[str, ...] = (),
+                  concurrent_grades: int = 1) -> Sandbox:
+    """A submission's sandbox for one grade, its zygote started (it imports torch and triton in the
+    background). Call it from the thread that lives as long as the grade."""
+    sandbox = Sandbox(sandbox_options(assignment, Path(submission).resolve(), backend, hidden),
+                      gpu_budget=gpu_budget(backend, concurrent_grades))
+    sandbox.start()
+    return sandbox
 
 
 def gpu_budget(backend: str, concurrent_grades: int) -> GpuBudget | None:
