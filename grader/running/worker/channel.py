@@ -22,13 +22,15 @@ message holds a tuple that starts with MARK itself, or a cycle, nothing is taken
 
 Two carriers (`bulk_carrier`): "stream" (the default) writes the bytes on the socket after the skeleton
 and the receiver reads them straight into the new storage; "memfd" copies each storage into an anonymous
-memfd (`MFD_CLOEXEC`), seals it (shrink, grow, write, seal) and passes the descriptor. The brief asked
-for memfds; they are kept, but not the default, because filling a fresh memfd means allocating its pages
-one by one, and on the 2-core VM used here that alone costs more than streaming the same bytes through
-the socket (numbers below). A memfd send does not wait for the peer to read it; a streamed send
+memfd (`MFD_CLOEXEC`), seals it (shrink, grow, write, seal) and passes the descriptor. Memfds were
+the first design; they are kept, but not the default, because filling a fresh memfd means allocating its
+pages one by one, and on the 2-core VM used here that alone costs more than streaming the same bytes
+through the socket (numbers below). A memfd send does not wait for the peer to read it; a streamed send
 does, so give `send` a timeout when the peer may stop reading. Storages of 4 MiB or more are received
 into an anonymous mapping advised `MADV_HUGEPAGE` (owned by the tensor: its storage cannot be resized);
-smaller ones into `torch.empty`.
+smaller ones into `torch.empty`. Configure both ends alike (a sender puts up to its own `max_fds`
+storages in memfds). One thread may send while another receives; two senders, or two receivers, at once
+are not supported.
 
 Receiving trusts nothing (the worker runs student code and can write anything on its socket): the
 skeleton is loaded with `weights_only=True`; sizes are checked against `max_message_bytes`,
