@@ -13,6 +13,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -29,10 +30,11 @@ from grader.running.sandbox import (
     describe_exit,
     kill_marked,
 )
+from grader.running.worker.channel import Channel, ChannelClosed, ChannelTimeout
 from grader.running.worker.progress import COMPILE_END, COMPILE_START
-from grader.running.worker.protocol import ChannelClosed, ChannelTimeout, receive, send
 
 OUTPUT_TAIL_BYTES = 4000
+SEND_TIMEOUT_S = 120.0  # a worker that stops reading its requests (a streamed send waits for the reader)
 # A request that ran out of GPU memory while its worker was within budget is sent again after these pauses.
 OOM_RETRY_PAUSES_S = (0.3, 1.0, 2.0)
 WORKER_START_TIMEOUT_S = 120.0
@@ -99,8 +101,7 @@ class Worker:
         self.pid: int | None = None  # the worker's pid (and process group) as the grader sees it
         self._namespace_pid: int | None = None  # as its zygote sees it
         self._exited: int | None = None
-        self.to_worker = -1
-        self.from_worker = -1
+        self.channel: Channel | None = None  # requests and replies (grader.running.worker.channel)
         self.progress = -1  # the read end of the worker's progress marks
         self.warm = False  # the last start was a fork from a preloaded zygote
         self.watch: Watch | None = None  # its GPU memory against the sandbox's budget (CUDA)
@@ -130,17 +131,16 @@ class Worker:
         identity = self.sandbox_ref.identity
         if identity is not None:
             os.chown(self.sandboxed_path, identity.uid, identity.gid)
-        g2w_read, g2w_write = os.pipe()
-        w2g_read, w2g_write = os.pipe()
+        ours, theirs_socket = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         marks_read, marks_write = os.pipe()
-        theirs = (g2w_read, w2g_write, marks_write)
+        theirs = (theirs_socket.fileno(), marks_write)
         try:
             if not self.options.tool:
                 try:
                     self.pid, self._namespace_pid = self.sandbox_ref.fork(self.folder, self.options.backend, theirs)
                 except SandboxFailure as failure:
-                    for fd in (g2w_write, w2g_read, marks_read):
-                        os.close(fd)
+                    ours.close()
+                    os.close(marks_read)
                     raise WorkerFailure(trap_ids.CRASH, failure.detail, failure.output_tail) from None
             else:
                 program = [*self.options.tool, sys.executable, "-m", "grader.running.worker", self.options.backend,
@@ -149,13 +149,13 @@ class Worker:
                 self.process = self.sandbox_ref.popen(program, env, self.folder, self.folder / "output.log", theirs)
                 self.pid = self.process.pid
         finally:
-            for fd in theirs:
-                os.close(fd)
+            theirs_socket.close()
+            os.close(marks_write)
         self._exited = None
         if self.pid is not None:
             self.watch = self.sandbox_ref.watch(self.pid, f"{self.submission.name} worker")
         os.set_blocking(marks_read, False)
-        self.to_worker, self.from_worker, self.progress = g2w_write, w2g_read, marks_read
+        self.channel, self.progress = Channel(ours), marks_read
 
     def finish_start(self) -> dict[str, Any]:
         """Wait for the spawned worker to come up, then import the submission: the load reply."""
@@ -190,13 +190,15 @@ class Worker:
             _await_exit(self.pid)  # its CUDA context (and GPU memory) is gone when it is
             self.sandbox_ref.kill_strays()
         self.pid = None
-        for fd in (self.to_worker, self.from_worker, self.progress):
-            if fd >= 0:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        self.to_worker = self.from_worker = self.progress = -1
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        if self.progress >= 0:
+            try:
+                os.close(self.progress)
+            except OSError:
+                pass
+        self.progress = -1
 
     def close(self) -> None:
         self.stop()
@@ -208,7 +210,7 @@ class Worker:
     def alive(self) -> bool:
         if self.process is not None:
             return self.process.poll() is None
-        if self.pid is None or self.to_worker < 0:
+        if self.pid is None or self.channel is None:
             return False
         try:
             with open(f"/proc/{self.pid}/stat", "rb") as f:
@@ -250,7 +252,8 @@ class Worker:
             deadline = Deadline(cap_s=float(deadline))
         try:
             left = self._await_reply(deadline)
-            reply = receive(self.from_worker, left)
+            assert self.channel is not None
+            reply = self.channel.receive(left)
         except _Overdue as overdue:
             tail = self.output_tail()
             self._raise_if_over_budget(what, tail)
@@ -285,7 +288,9 @@ class Worker:
                 limit = min(cap, last + (deadline.compile_s if depth > 0 else deadline.run_s))
             if now >= limit:
                 raise _Overdue(deadline.describe(depth > 0, capped=now >= cap))
-            watched = [self.from_worker] + ([self.progress] if self.progress >= 0 else [])
+            if self.channel is None:
+                raise ChannelClosed()
+            watched = [self.channel.fileno()] + ([self.progress] if self.progress >= 0 else [])
             ready = select.select(watched, [], [], limit - now)[0]
             if self.progress in ready:
                 try:
@@ -302,7 +307,7 @@ class Worker:
                 elif marks == b"":  # the worker's end closed (it died): the reply channel says how
                     os.close(self.progress)
                     self.progress = -1
-            if self.from_worker in ready:
+            if self.channel.fileno() in ready:
                 return max(1.0, cap - time.monotonic())
 
     def _raise_if_over_budget(self, what: str, tail: str) -> None:
@@ -325,11 +330,11 @@ class Worker:
     def request(self, message: dict[str, Any], timeout: Deadline | float, what: str) -> dict[str, Any]:
         """Send `message`, wait for the reply within `timeout` (seconds, or a Deadline); a worker past its
         deadline is killed here (WorkerFailure `timeout`)."""
-        if not self.alive:
+        if not self.alive or self.channel is None:
             raise WorkerFailure(trap_ids.CRASH, "the worker is not running")
         try:
-            send(self.to_worker, message)
-        except OSError:
+            self.channel.send(message, timeout=SEND_TIMEOUT_S)
+        except (OSError, ChannelClosed, ChannelTimeout):
             code = self._exit_code()
             self.stop()
             raise WorkerFailure(trap_ids.CRASH, f"the worker died before {what} ({describe_exit(code)})") from None
@@ -341,7 +346,10 @@ class Worker:
             # CUDA ran out of memory while this worker was within its budget: another worker on the GPU took
             # it (the watchdog stops such a worker within ~0.2 s). The same request, again, after a pause.
             time.sleep(pause)
-            send(self.to_worker, message)
+            try:
+                self.channel.send(message, timeout=SEND_TIMEOUT_S)
+            except (OSError, ChannelClosed, ChannelTimeout):
+                break
             reply = self._receive(timeout, what)
         reply["elapsed_s"] = time.monotonic() - started
         if reply.get("fatal"):

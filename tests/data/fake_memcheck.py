@@ -8,7 +8,7 @@ import sys
 POINTERS_LINE = b"grader-buffer-addresses:"
 
 command = sys.argv[1:]
-fds = tuple(int(a) for a in command[-3:])  # the worker's pipe ends: python -m grader.running.worker BACKEND R W MARKS
+fds = tuple(int(a) for a in command[-2:])  # the worker's socket and marks: python -m grader.running.worker BACKEND S M
 child = subprocess.Popen(command, stderr=subprocess.PIPE, pass_fds=fds)
 assert child.stderr is not None
 for line in iter(child.stderr.readline, b""):

@@ -32,23 +32,28 @@ def handlers(harness: Any) -> dict[str, Callable[[dict[str, Any]], dict[str, Any
     }
 
 
-def serve(backend: str, read_fd: int, write_fd: int, progress_fd: int = -1, warm: bool = False) -> int:
-    """Answer requests until the channel closes; the exit code (70 after a fatal device error).
-    `progress_fd`: where progress marks go (grader.running.worker.progress), -1 for none."""
+def serve(backend: str, channel_fd: int, progress_fd: int = -1, warm: bool = False) -> int:
+    """Answer requests on the socket `channel_fd` until the grader closes it; the exit code (70 after a fatal
+    device error). `progress_fd`: where progress marks go (grader.running.worker.progress), -1 for none."""
     already = all(name in sys.modules for name in PRELOADED)
     from grader.running.worker import progress
 
     progress.connect(progress_fd)
     # Imported here, after the environment was set (TRITON_INTERPRET is read at @jit time).
-    from grader.running.worker.harness import Harness
-    from grader.running.worker.protocol import ChannelClosed, receive, send
+    import socket
 
+    from grader.running.worker.channel import Channel, ChannelClosed
+    from grader.running.worker.harness import Harness
+
+    channel = Channel(socket.socket(fileno=channel_fd))
     harness = Harness(backend)
     table = handlers(harness)
-    send(write_fd, {"ok": True, "ready": True, "pid": os.getpid(), "warm": bool(warm and already)})
+    channel.send({"ok": True, "ready": True, "pid": os.getpid(), "warm": bool(warm and already)})
+    request: Any = None
     while True:
+        del request  # the last request's tensors are not kept alive while the next one arrives
         try:
-            request = receive(read_fd)
+            request = channel.receive()
         except ChannelClosed:
             return 0
         op = request.get("op") if isinstance(request, dict) else None
@@ -58,6 +63,9 @@ def serve(backend: str, read_fd: int, write_fd: int, progress_fd: int = -1, warm
         else:
             reply = handler(request)
         reply["compile_s"] = harness.compile_seconds()
-        send(write_fd, reply)
+        try:
+            channel.send(reply)
+        except ChannelClosed:
+            return 0
         if reply.get("fatal"):
             return 70  # the device context is unusable; the grader starts a fresh worker

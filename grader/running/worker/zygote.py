@@ -15,7 +15,7 @@ kills the whole sandbox when the zygote stops answering. The zygote is the reape
 orphans (PID 1 of its namespace, or a child subreaper): `strays` kills every process it did not fork.
 
 Control messages are length-prefixed JSON (no torch on this channel):
-    {"op": "fork", "backend", "env", "cwd", "log", "address_limit"} + fds [read, write, progress?] -> {"ok", "pid"}
+    {"op": "fork", "backend", "env", "cwd", "log", "address_limit"} + fds [channel socket, progress] -> {"ok", "pid"}
     {"op": "status", "pid"} -> {"ok", "exited", "status"}  (status as subprocess: -signal or exit code)
     {"op": "strays"} -> {"ok", "killed"}
 """
@@ -148,8 +148,8 @@ class Zygote:
     def handle(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
         op = message.get("op")
         if op == "fork":
-            if len(fds) not in (2, 3):
-                return {"ok": False, "error": "fork needs the channel's two fds and maybe a progress fd"}
+            if len(fds) != 2:
+                return {"ok": False, "error": "fork needs the channel's socket and the progress pipe"}
             return {"ok": True, "pid": self.fork(message, fds)}
         if op == "status":
             self.reap()
@@ -161,11 +161,11 @@ class Zygote:
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     def fork(self, message: dict[str, Any], fds: list[int]) -> int:
-        read_fd, write_fd, progress_fd = (*fds, -1)[:3]
+        channel_fd, progress_fd = fds
         pid = os.fork()
         if pid == 0:  # the worker
             try:
-                code = self._become_worker(message, read_fd, write_fd, progress_fd)
+                code = self._become_worker(message, channel_fd, progress_fd)
             except BaseException:  # into the worker's log when it got that far, else the zygote's
                 import traceback
 
@@ -175,7 +175,7 @@ class Zygote:
         self.forked[pid] = None
         return pid
 
-    def _become_worker(self, message: dict[str, Any], read_fd: int, write_fd: int, progress_fd: int) -> int:
+    def _become_worker(self, message: dict[str, Any], channel_fd: int, progress_fd: int) -> int:
         os.setsid()  # a process group of its own: the grader kills exactly this worker
         libc = _libc()
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
@@ -202,7 +202,7 @@ class Zygote:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         from grader.running.worker.serve import serve
 
-        return serve(str(message["backend"]), read_fd, write_fd, progress_fd, warm=True)
+        return serve(str(message["backend"]), channel_fd, progress_fd, warm=True)
 
     def reap(self) -> None:
         while True:
