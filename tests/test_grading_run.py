@@ -1,0 +1,76 @@
+"""The grade path: GradingRun is pytest's plugin instance; results come back typed, never parsed from the
+pytest-json-report record (grader.operations.grading_run, grader.operations.grade)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grader.authoring.spec import Assignment, load_assignment
+from grader.operations import grade as grade_module
+from grader.operations.grade import GradeRequest, every_case, grade
+from grader.operations.grading_run import GradingRun
+from grader.results import CaseResult
+
+
+@pytest.fixture(scope="module")
+def assignment(repo_root: Path) -> Assignment:
+    return load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
+
+
+def template_copy(assignment: Assignment, tmp_path: Path) -> Path:
+    """The student template (its kernels store nothing yet): every case fails fast."""
+    folder = assignment.root.parent.parent
+    candidates = [folder / "student_template" / assignment.id / assignment.submission_file,
+                  assignment.root / "template" / assignment.submission_file]
+    source = next(p for p in candidates if p.is_file())
+    path = tmp_path / "student" / assignment.submission_file
+    path.parent.mkdir()
+    shutil.copyfile(source, path)
+    return path
+
+
+def test_the_run_collects_from_the_assignment_it_was_given(assignment: Assignment, tmp_path: Path) -> None:
+    """Only the public cases of one target, from the Assignment object (never the spec re-read from disk),
+    each graded into a typed CaseResult; pytest's record is handed back as text and still holds them."""
+    one = dataclasses.replace(assignment, cases=tuple(c for c in assignment.cases if c.target == "row_mean_var_kernel"))
+    submission = template_copy(assignment, tmp_path)
+    result, report = grade(GradeRequest(one, submission, "interpreter", seed=3, public_only=True,
+                                        gpu_compile_check=False))
+    wanted = [c.id for c in one.cases_for("interpreter", public_only=True)]
+    assert wanted and [c.case_id for c in result.cases if not c.case_id.startswith("false-hint")] == wanted
+    assert all(isinstance(c, CaseResult) and not c.passed for c in result.cases)
+    record = json.loads(report)
+    outcomes = {t["nodeid"].rsplit("::", 1)[-1]: t["outcome"] for t in record["tests"]}
+    assert all(outcomes[c] == "failed" for c in wanted)
+    assert {k: v for k, v in outcomes.items() if k not in wanted} == {p.id: "skipped" for p in one.performance}
+    assert "grader" not in record  # nothing of the grader's own rides in the record any more
+
+
+def test_a_case_pytest_never_ran_is_a_failed_case_that_says_so(assignment: Assignment, tmp_path: Path) -> None:
+    run = GradingRun(assignment, template_copy(assignment, tmp_path), "interpreter", 3, public_only=True)
+    try:
+        cases = every_case(run)  # nothing ran
+    finally:
+        run.close()
+    assert len(cases) == len(assignment.cases_for("interpreter", public_only=True))
+    assert all(not c.passed and c.traps == ("unknown",) and "grader problem" in c.message for c in cases)
+
+
+def test_the_run_closes_its_sandbox_even_when_pytest_breaks(assignment: Assignment, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[GradingRun] = []
+
+    def broken(run: GradingRun) -> str:
+        seen.append(run)
+        raise RuntimeError("pytest broke")
+
+    monkeypatch.setattr(grade_module, "run_pytest", broken)
+    with pytest.raises(RuntimeError, match="pytest broke"):
+        grade(GradeRequest(assignment, template_copy(assignment, tmp_path), "interpreter", seed=3))
+    (run,) = seen
+    assert not run.sandbox.root.exists()
