@@ -59,5 +59,5 @@ def serve(backend: str, read_fd: int, write_fd: int, progress_fd: int = -1, warm
             reply = handler(request)
         reply["compile_s"] = harness.compile_seconds()
         send(write_fd, reply)
-        if reply.get("fatal"):
+        if reply.get("fatal") or reply.get("exits"):
             return 70  # the device context is unusable; the grader starts a fresh worker
