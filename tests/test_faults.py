@@ -26,7 +26,7 @@ from grader.judging import faults
 from grader.judging.false_hints import HintCall, as_cpu_grade, false_hint_checks, with_cpu_evidence
 from grader.judging.judge import judge_case
 from grader.results import CaseResult
-from grader.running.battery import Battery, needs_fresh_worker
+from grader.running.battery import Battery, needs_fresh_worker, replay_failure
 from grader.running.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
 from grader.running.observation import Observation
 from grader.running.sanitizer import announced_allocations, memcheck_findings, parse_memcheck
@@ -181,6 +181,17 @@ def test_a_fault_nothing_named_takes_the_memory_traps_of_the_other_cases(softmax
              result("online-basic", "online_softmax_kernel", (trap_ids.OOB_READ,))]
     assert [c.traps for c in faults.name_from_other_cases(alone, softmax)] == [(trap_ids.MEMORY_FAULT,),
                                                                                 (trap_ids.OOB_READ,)]
+
+
+def test_a_replay_that_faults_is_a_memory_fault_not_a_runtime_error() -> None:
+    error = {"type": "AcceleratorError", "chain": ["torch.AcceleratorError"], "message": TORCH_FAULT,
+             "root_type": "AcceleratorError", "root_message": TORCH_FAULT, "frames": []}
+    found = replay_failure("softmax", reply={"ok": False, "stage": "kernel", "error": error})
+    assert found.trap == trap_ids.MEMORY_FAULT and "illegal memory access" in found.message
+    assert "CUDA_LAUNCH_BLOCKING" not in found.message
+    misaligned = dict(error, message="CUDA error: misaligned address", root_message="CUDA error: misaligned address")
+    assert replay_failure("softmax", reply={"ok": False, "stage": "kernel", "error": misaligned},
+                          calls=(HINTS,)).trap == trap_ids.FALSE_HINT
 
 
 # ------------------------------------------------------------------------------------ under the tool

@@ -101,7 +101,8 @@ class GradingRun:
         return self.cpu_companion().rerun(case)
 
     def cpu_hint_evidence(self) -> dict[str, Any]:
-        """CUDA: the interpreter's first false promise per case id (empty where the source makes no promises)."""
+        """CUDA: the interpreter's first false promise per case id (empty where the source makes no promises);
+        waits for the check, which runs alongside the correctness cases, never alongside the timed ones."""
         return self._cpu.hint_evidence() if self.hint_check and self._cpu is not None else {}
 
     def cpu_notes(self) -> list[str]:
@@ -130,6 +131,7 @@ class GradingRun:
         if self.backend != "cuda":  # nothing to start: the interpreter cannot time anything
             result = performance.skipped(perf)
         else:
+            self.cpu_hint_evidence()  # the CPU check of the promises ends first: nothing else runs while timing
             if self._perf_runner is None:
                 self._perf_runner = PerfRunner(self.assignment, self.seed, perfs=self.performance_cases(),
                                                calibration=self.calibration)

@@ -519,11 +519,11 @@ class Battery:
                                               self.case_deadline(), "replaying the recorded launches")
             self.note_compile("replayer", reply)
         except WorkerFailure as failure:
-            return replay_failure(target, failure=failure)
+            return replay_failure(target, failure=failure, calls=self.hint_calls())
         buffers = reply.get("buffers")
         if not reply.get("ok") or not isinstance(buffers, dict):
             self.replayer.stop()
-            return replay_failure(target, reply=reply, submission=self.submission.name)
+            return replay_failure(target, reply=reply, submission=self.submission.name, calls=self.hint_calls())
         return buffers
 
     def _tol(self, case: Case):
@@ -586,15 +586,13 @@ class Battery:
         """Run the case (a kernel launch or a wrapper call) once more in the worker under compute-sanitizer
         memcheck: its invalid global accesses as oob-read / oob-write findings naming the buffer, () if none or
         if the worker could not be started under the tool."""
-        if self.sanitizer is None:
+        if self.sanitizer is None or self.sanitizer_unusable:
             return ()
         spec = self.assignment.kernels.get(case.target)
         if spec is not None:
             placed, message, what = self._launch_message(spec, case, problem, inputs)
         else:
             placed, message, what = self._call_message(self.assignment.functions[case.target], case, problem, inputs)
-        if self.sanitizer_unusable:
-            return ()
         try:
             with self.clock.phase("sanitizer"):
                 if not self.sanitizer.alive and not self.sanitizer.start().get("ok"):
@@ -737,10 +735,23 @@ def needs_fresh_worker(observation: Observation) -> bool:
 
 
 def replay_failure(target: str, failure: WorkerFailure | None = None, reply: Mapping[str, Any] | None = None,
-                   submission: str = "") -> Finding:
+                   submission: str = "", calls: Sequence[HintCall] = ()) -> Finding:
     """Name what went wrong when replaying a wrapper's recorded launches: the student's kernel crashing,
-    timing out, running out of bounds or raising is that trap; only a record the replay worker could
-    not even decode (or a malformed reply) is `tampering`."""
+    timing out, running out of bounds or raising is that trap; a GPU memory fault is `memory-fault` (which the
+    grade names from the other cases, grader/judging/faults.py); only a record the replay worker could not
+    even decode (or a malformed reply) is `tampering`. `calls`: the submission's hints (a misaligned address
+    in code that makes some is `false-hint`)."""
+    finding = _replay_failure(target, failure, reply, submission, calls)
+    fault = faults.gpu_fault(finding.trap, finding.message, calls)
+    if fault is None:
+        return finding
+    return Finding(trap_ids.MEMORY_FAULT, f"Replaying the recorded launches of {target} in a fresh worker, the "
+                   f"kernel stopped on the GPU with {fault.what}: a load or store outside every allocation. What the "
+                   f"GPU reported: {fault.message}")
+
+
+def _replay_failure(target: str, failure: WorkerFailure | None, reply: Mapping[str, Any] | None,
+                    submission: str, calls: Sequence[HintCall]) -> Finding:
     head = f"replaying the recorded launches of {target} in a fresh worker"
     if failure is not None:
         verb = "did not finish" if failure.kind == "timeout" else "crashed the worker"
@@ -752,7 +763,7 @@ def replay_failure(target: str, failure: WorkerFailure | None = None, reply: Map
         return Finding("tampering", f"{head} failed: the launch record could not be decoded "
                        f"({error_message(error, submission)}): the worker's account of what the wrapper ran "
                        "was altered")
-    return Finding(classify_error(error), failure_message(error, head, submission))
+    return Finding(classify_error(error, calls), failure_message(error, head, submission))
 
 
 def sandbox_options(assignment: Assignment, submission: Path, backend: str,
