@@ -109,8 +109,9 @@ def fault_observation(observation: Observation, fault: Fault, naming: Naming | N
     if naming is None:
         message = (f"The kernel stopped on the GPU with {fault.what}: a load or store addressed memory outside every "
                    f"allocation{' or off its alignment' if fault.sign == MISALIGNED else ''}, and the GPU ended the "
-                   "kernel. Nothing here could tell which access it was (no compute-sanitizer, and the case could not "
-                   "be run on the CPU). Check every tl.load and tl.store mask against the tensor's bounds, and the "
+                   "kernel. Neither compute-sanitizer (where it is installed) nor this case run again on the CPU "
+                   "could say which access it was. Check every tl.load and tl.store mask against the tensor's bounds, "
+                   "and the "
                    "strides each offset is multiplied by; grading on the CPU (`--backend interpreter`) stops the "
                    f"first stray access and names its line.\nWhat the GPU reported: {fault.message}")
         return dataclasses.replace(observation, failure=trap_ids.MEMORY_FAULT, message=message, fault_findings=(),
@@ -120,8 +121,8 @@ def fault_observation(observation: Observation, fault: Fault, naming: Naming | N
     else:
         how = ("the same case on the CPU (Triton's interpreter, the same inputs, every access checked against the "
                "tensors) shows it")
-    head = (f"The kernel stopped on the GPU with {fault.what} (the GPU ends a kernel whose access lands outside "
-            f"every allocation); {how}:")
+    where = "outside every allocation" + (" or off its alignment" if fault.sign == MISALIGNED else "")
+    head = f"The kernel stopped on the GPU with {fault.what} (the GPU ends a kernel whose access lands {where}); {how}:"
     lines = [head, *(f"  {f.message}" for f in naming.findings if f.message), f"What the GPU reported: {fault.message}"]
     first, *rest = naming.findings
     return dataclasses.replace(observation, failure=first.trap, message="\n".join(lines), fault_findings=tuple(rest),
