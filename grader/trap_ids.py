@@ -12,6 +12,7 @@ OOB_READ = "oob-read"
 OOB_WRITE = "oob-write"
 UNWRITTEN_OUTPUT = "unwritten-output"
 WRITES_INPUT = "writes-input"
+MEMORY_FAULT = "memory-fault"  # a GPU fault (illegal or misaligned address) nothing could name oob-read/oob-write
 # what a wrapper computes with
 NOT_FUSED = "not-fused"
 # running at all
@@ -37,5 +38,5 @@ TAMPERING = "tampering"
 GENERIC = frozenset({
     OOB_READ, OOB_WRITE, UNWRITTEN_OUTPUT, WRITES_INPUT, NOT_FUSED, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT,
     CRASH, IMPORT_FAILS, MISSING_SYMBOL, WRONG_SIGNATURE, GPU_INCOMPATIBLE, BAD_OUTPUT, NONDETERMINISTIC,
-    PRECISION, UNKNOWN, TAMPERING, OUT_OF_MEMORY, INTERPRETER_UNSUPPORTED, FALSE_HINT,
+    PRECISION, UNKNOWN, TAMPERING, OUT_OF_MEMORY, INTERPRETER_UNSUPPORTED, FALSE_HINT, MEMORY_FAULT,
 })

@@ -3,7 +3,7 @@ code that writes out of bounds are the same on every run.
 
 Fast part: the guard sizing (`guards.reach`), guard bands around a wrapper's own allocations, the
 interpreter fence (in a subprocess: the interpreter is chosen when @triton.jit runs), replay failures
-named for what happened, and when a worker is replaced. Slow part: two realistic held-out mistakes
+named for what happened, and when a worker is replaced. Slow part: three realistic held-out mistakes
 made from the softmax reference by string replacement, each graded twice with the same seed through
 `grader.cli.main`.
 """
@@ -197,7 +197,7 @@ def test_classify_error_names_the_fences_traps_only_by_their_own_classes() -> No
 
 
 def test_the_worker_is_replaced_after_cases_that_wrote_out_of_bounds_raised_or_crashed() -> None:
-    for failure in ("crash", "timeout", "runtime-error", "compile-error", "oob-write", "oob-read"):
+    for failure in ("crash", "timeout", "runtime-error", "compile-error", "oob-write", "oob-read", "memory-fault"):
         assert needs_fresh_worker(Observation(failure=failure))
     wrote = guards.GuardFinding("oob-write", "out", 1, "1 element(s) past the end of out's storage")
     unwritten = guards.GuardFinding("unwritten-output", "out", 1, "out[0]")
@@ -229,6 +229,13 @@ WRONG_AXIS = [
     ("tl.load(x_row + offs,", "tl.load(x_row + offs * stride_xm,", 2),
     ("tl.store(out_row + offs,", "tl.store(out_row + offs * stride_om,", 1),
 ]
+# The online kernel reads each row right but writes it down a column: `out_ptr + row + col * stride_om`
+# (the issue's held-out softmax walked a row along the wrong axis). On the 3 x 5000 wrapper case the stores
+# land 25 million elements past the output (on a GPU the kernel faults); everywhere else inside the bands.
+STORE_WALKS_A_COLUMN = [
+    ("out_row = out_ptr + row * stride_om", "out_row = out_ptr + row", 1),
+    ("tl.store(out_row + offs,", "tl.store(out_row + offs * stride_om,", 1),
+]
 # softmax_kernel stores column N too: the next row's program overwrites it, except on the last row,
 # where the wrapper's own `torch.empty` output ends: one element past it.
 STORE_ONE_PAST = [("numerator / denominator, mask=mask)", "numerator / denominator, mask=cols <= N)", 1)]
@@ -256,6 +263,12 @@ def wrong_axis(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
+def store_walks_a_column(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    text = plant(REFERENCE.read_text(encoding="utf-8"), STORE_WALKS_A_COLUMN)
+    return [grade(text, tmp_path_factory.mktemp("store-walks-a-column") / str(run)) for run in (1, 2)]
+
+
+@pytest.fixture(scope="module")
 def store_one_past(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     text = plant(REFERENCE.read_text(encoding="utf-8"), STORE_ONE_PAST)
     return [grade(text, tmp_path_factory.mktemp("store-one-past") / str(run)) for run in (1, 2)]
@@ -273,6 +286,24 @@ def test_a_kernel_walking_the_wrong_axis_gets_the_same_verdict_twice(wrong_axis)
     for case_id in ("kernel-prime", "online-prime", "kernel-extreme", "softmax-basic", "softmax-wide"):
         assert "oob-write" in first[case_id][1], (case_id, first[case_id])
     assert first["softmax-long-rows"][1] == ("oob-read",)  # stopped by the fence, 25 million elements out
+
+
+@pytest.mark.slow
+def test_stores_walking_a_column_are_oob_write_where_they_leave_every_band(store_walks_a_column) -> None:
+    """The held-out twin of the corpus's wrong_axis_store_walk (tests/test_gpu_faults.py grades both on a GPU,
+    where the 3 x 5000 case faults): the same verdict twice, oob-write where the stores leave every guard
+    band (the fence stops them), wrong-axis on the square case, never a runtime error."""
+    first, second = (verdicts(r) for r in store_walks_a_column)
+    assert first == second
+    assert first["softmax-long-rows"] == (0.0, ("oob-write",))
+    by_id = {t["extra_data"]["case_id"]: t for t in store_walks_a_column[0]["tests"]}
+    assert "stopped at an out-of-bounds store" in by_id["softmax-long-rows"]["output"]
+    assert first["online-square"][1] == ("wrong-axis",)
+    for case_id in ("online-basic", "online-prime", "online-row-gap"):
+        assert first[case_id][1] == ("oob-write", "unwritten-output"), (case_id, first[case_id])
+    for case_id, (_, traps) in first.items():
+        assert not {"crash", "runtime-error", "unknown", "memory-fault"} & set(traps), (case_id, traps)
+    assert set(store_walks_a_column[0]["extra_data"]["traps"]) == {"oob-write", "unwritten-output", "wrong-axis"}
 
 
 @pytest.mark.slow

@@ -40,6 +40,8 @@ TRAP_MUTANTS = {
     "fixed_block_padding_zero": ("padding-zero-not-neg-inf", {"online_softmax_kernel", "softmax"}),
     "online_rescale_missing": ("online-rescale-missing", {"online_softmax_kernel"}),
     "wrong_axis": ("wrong-axis", {"softmax_kernel", "online_softmax_kernel", "softmax"}),
+    # loads right, each row's result stored down a column of out: the transpose on the square case
+    "wrong_axis_store_walk": ("wrong-axis", {"online_softmax_kernel"}),
 }
 
 
@@ -241,6 +243,21 @@ def test_the_correct_float32_softmax_passes_every_case(spec, problem, seed: int)
         got = realise("correct", inputs["x"], case)
         comparison = compare("out", got, problem.expected(inputs)["out"], tol.atol, tol.rtol)
         assert comparison.ok, (case.id, comparison.summary())
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_row_softmax_stored_down_the_columns_is_wrong_axis_on_square_inputs(spec, problem, seed: int) -> None:
+    """`out + col * stride_om + row` with the loads right: out is the transpose of the answer, each column
+    of out summing to 1 (wrong_axis_store_walk). Named wrong-axis, and only that, where M = N."""
+    square = [c for c in spec.cases if c.dims["M"] == c.dims["N"]]
+    assert square
+    for case in square:
+        inputs = inputs_for(case, problem, seed)
+        tol = spec.tolerances[case.tolerance].lookup("interpreter", "float32")
+        got = {"out": torch.softmax(inputs["x"], dim=-1).T.contiguous()}
+        named = [m.trap for m in match_traps(problem.traps, {**inputs, "_row_strides": {}}, got,
+                                             problem.expected(inputs), tol)]
+        assert named == ["wrong-axis"], (case.id, seed, named)
 
 
 def test_no_max_subtraction_predicts_nan_exactly_where_float32_gives_it(spec, problem) -> None:

@@ -281,7 +281,7 @@ def test_performance_cases_load(tmp_path: Path) -> None:
     assert first.dtype == "float32"
     assert [(t.speedup, t.points) for t in first.thresholds] == [(0.5, 1.0), (0.8, 2.5)]
     assert first.max_score == 2.5 and first.relative_to == "reference"
-    assert (first.input_sets, first.repeats, first.timeout_s) == (3, 5, 120.0)  # defaults (timeout_s: the cap; the bar sets the real deadline)
+    assert (first.input_sets, first.repeats, first.timeout_s) == (3, 5, 120.0)  # defaults
     assert second.thresholds == () and second.max_score == 0  # informational by default
     assert (second.relative_to, second.input_sets, second.repeats, second.timeout_s) == ("torch", 4, 7, 60.0)
     assert second.as_case().meta == {"BLOCK": 1024} and second.as_case().dims == {"N": 4096}

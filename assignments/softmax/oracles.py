@@ -191,17 +191,25 @@ def trap_online_rescale_missing(inputs: dict[str, Any]) -> list[Signature]:
     return [Signature({"out": _no_rescale(x, b)}) for b in _chunk_blocks(x.shape[-1], _launched_blocks(inputs))]
 
 
-def trap_wrong_axis(inputs: dict[str, Any]) -> Signature | None:
-    """Normalised down the columns (dim=0) instead of along the rows. A kernel that takes its program
-    id as a column and its lanes as rows computes this; launched with the contract's grid (M,) it
-    covers only columns 0..M-1, so when M < N the remaining columns are not compared."""
+def trap_wrong_axis(inputs: dict[str, Any]) -> list[Signature]:
+    """Rows and columns swapped, so that the output is normalised down its columns. Two ways:
+
+    * the input normalised down its columns (dim=0): a kernel that takes its program id as a column and its
+      lanes as rows computes this; launched with the contract's grid (M,) it covers only columns 0..M-1, so
+      when M < N the remaining columns are not compared;
+    * each row's softmax stored down a column (`out + col * stride_om + row`, loads right): on square
+      inputs that is the transpose of the right answer (on others the stores leave the output: oob-write).
+    """
     x = inputs["x"].double()
     m, n = x.shape
     if m == 1:
-        return None  # a single row: every column softmax is 1, nothing to tell apart
+        return []  # a single row: every column softmax is 1, nothing to tell apart
     beyond = torch.zeros(m, n, dtype=torch.bool)
     beyond[:, m:] = True
-    return Signature({"out": torch.softmax(x, dim=0)}, undefined={"out": beyond})
+    sigs = [Signature({"out": torch.softmax(x, dim=0)}, undefined={"out": beyond})]
+    if m == n:
+        sigs.append(Signature({"out": torch.softmax(x, dim=-1).T.contiguous()}))
+    return sigs
 
 
 # --------------------------------------------------------------------------- performance baseline

@@ -11,6 +11,10 @@ undefined behaviour there (`CUDA error: misaligned address`, or silently right).
   interpreter's outputs do not depend on hints.
 * On a GPU, a `misaligned address` fault in a submission whose source makes hints (`hint_calls`) is
   named `false-hint` instead of `runtime-error` or `crash` (grader/running/observation.py).
+* A GPU grade of a submission that makes hints runs its cases in the interpreter too, on the CPU
+  (grader/running/cpu_companion.py): `with_cpu_evidence` puts the counterexamples into the GPU cases and
+  `as_cpu_grade` lays the cases out as the CPU grade has them, so the warnings have the same words on
+  both backends, whether the GPU faulted or got lucky.
 """
 
 from __future__ import annotations
@@ -18,11 +22,11 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from grader import trap_ids
-from grader.authoring.spec import Assignment
+from grader.authoring.spec import Assignment, Case
 from grader.results import CaseResult
 
 HINTS = ("multiple_of", "max_contiguous", "max_constancy")
@@ -137,6 +141,39 @@ def false_hint_checks(cases: Sequence[CaseResult], assignment: Assignment) -> li
     return checks
 
 
+def with_cpu_evidence(cases: Sequence[CaseResult], found: Mapping[str, Any]) -> list[CaseResult]:
+    """A CUDA grade's cases with the interpreter's first false promise of each (grader/running/cpu_companion.py:
+    case id -> the worker's counterexample), in their evidence as a CPU grade has it, so `false_hint_checks`
+    words the same warnings on both backends. Malformed counterexamples are dropped (`evidence`)."""
+    out = []
+    for case in cases:
+        ev = evidence(found.get(case.case_id))
+        if ev is not None and isinstance(case.evidence, Mapping) and "false_hint" not in case.evidence:
+            case = replace(case, evidence={**case.evidence, "false_hint": ev})
+        out.append(case)
+    return out
+
+
+def as_cpu_grade(cases: Sequence[CaseResult], found: Mapping[str, Any], cpu_cases: Sequence[Case]) -> list[CaseResult]:
+    """A CUDA grade's cases as a CPU grade of the same file has them for `false_hint_checks`, so its warnings
+    have the same words (the case they name, how many cases showed a false promise): in the CPU grade's order
+    (`cpu_cases`, what the interpreter ran), each the GPU case with the interpreter's evidence merged
+    (with_cpu_evidence), or for a case only the interpreter runs (tl.dot blocks too small for a GPU, say) a
+    stand-in that holds only the evidence."""
+    by_id = {c.case_id: c for c in with_cpu_evidence(cases, found)}
+    out = []
+    for case in cpu_cases:
+        got = by_id.get(case.id)
+        if got is None:
+            ev = evidence(found.get(case.id))
+            if ev is None:
+                continue
+            got = CaseResult(case_id=case.id, target=case.target, title=case.id, visibility=case.visibility,
+                             max_score=0.0, score=0.0, passed=True, message="", evidence={"false_hint": ev})
+        out.append(got)
+    return out
+
+
 # --------------------------------------------------------------------------- the GPU side
 
 
@@ -178,5 +215,5 @@ def gpu_fault_note(calls: Sequence[HintCall], filename: str) -> str:
             "breaks it.")
 
 
-__all__ = ["HINTS", "MISALIGNED", "HintCall", "describe", "evidence", "false_hint_checks", "gpu_fault_note",
-           "hint_calls", "names_false_hint"]
+__all__ = ["HINTS", "MISALIGNED", "HintCall", "as_cpu_grade", "describe", "evidence", "false_hint_checks",
+           "gpu_fault_note", "hint_calls", "names_false_hint", "with_cpu_evidence"]

@@ -68,8 +68,10 @@ def judge_case(
             message=message, traps=tuple(dict.fromkeys(named)), evidence=evidence, elapsed_s=elapsed_s,
         )
 
+    if observation.fault is not None:  # how a GPU memory fault was named (grader/judging/faults.py)
+        evidence["gpu_fault"] = dict(observation.fault)
     if observation.failure:
-        return result(False, observation.message, [observation.failure])
+        return result(False, observation.message, [observation.failure, *(f.trap for f in observation.fault_findings)])
 
     named: list[str] = []
     lines: list[str] = []

@@ -21,7 +21,8 @@ import pytest
 from grader import trap_ids
 from grader.authoring.spec import Assignment
 from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
-from grader.judging.false_hints import false_hint_checks
+from grader.judging.false_hints import as_cpu_grade, false_hint_checks, with_cpu_evidence
+from grader.judging.faults import name_from_other_cases
 from grader.judging.performance import by_id, errored
 from grader.operations.environment import backend_label, versions
 from grader.operations.grading_run import GradingRun, start_sandbox
@@ -77,7 +78,13 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
     notes: list[str] = list(sanitizer_notes(request))
     try:
         report = run_pytest(run)
-        cases = consolidate_traps(every_case(run), request.assignment)
+        # CUDA: what the interpreter found of the submission's promises, as a CPU grade has it in its cases; GPU
+        # faults nothing named yet, from the cases that ran to the end.
+        promises = run.cpu_hint_evidence()
+        cases = with_cpu_evidence(every_case(run), promises)
+        cases = name_from_other_cases(cases, request.assignment)
+        cases = consolidate_traps(cases, request.assignment)
+        notes.extend(run.cpu_notes())
         phases = run.phases()
         if request.backend == "interpreter" and request.gpu_compile_check:
             compiling = time.monotonic()
@@ -88,7 +95,9 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
             notes.extend(aot_notes + limit_notes)
     finally:
         run.close()
-    cases = cases + false_hint_checks(cases, request.assignment)  # warnings: zero points each
+    # warnings, zero points each; on CUDA worded from the interpreter's cases, as a CPU grade words them
+    hinted = as_cpu_grade(cases, promises, run.hint_cases) if promises else cases
+    cases = cases + false_hint_checks(hinted, request.assignment)
     result = GradeResult(
         assignment=request.assignment.id,
         submission=request.submission.name,

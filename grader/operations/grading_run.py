@@ -7,7 +7,11 @@ case, and the run keeps the typed results (`CaseResult`, `PerfResult`, phase sec
 writes its record of what ran as an artifact (pytest-report.json); nothing is read back from it.
 
 The run owns every worker of the grade: the battery's (the submission's worker, the replayer, the
-sanitizer) and the performance runner's (the timer, the reference), all stopped when pytest finishes.
+sanitizer) and the performance runner's (the timer, the reference), all stopped when pytest finishes. A CUDA
+grade may also have a CPU companion (grader.running.cpu_companion): Triton's interpreter in a sandbox of its
+own, which checks the submission's tl.multiple_of / tl.max_contiguous promises while the GPU cases run (only a
+submission that makes such promises gets one from the start) and grades again, on the CPU, a case whose GPU
+fault compute-sanitizer could not name.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from grader.authoring.spec import Assignment, Case, PerfCase
 from grader.results import CaseResult, PerfResult
 from grader.running.battery import Battery, sandbox_options
 from grader.running.calibration import CalibrationStore
+from grader.running.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
 from grader.running.gpu_memory import MemoryWatchdog, nvml_reader, worker_budget_bytes
 from grader.running.sandbox import GpuBudget, Sandbox
 from grader.running.sanitizer import sanitizer_command
@@ -48,6 +53,8 @@ class GradingRun:
         self.run_performance = performance
         self.calibration = calibration
         self.sanitizer = sanitizer_command() if sanitize and backend == "cuda" else None
+        # A case that ends in a GPU memory fault runs again alone under memcheck, where it is installed.
+        self.fault_tool = sanitizer_command() if backend == "cuda" else None
         self.cases: list[CaseResult] = []  # correctness results in run order: they gate performance
         self.performance: dict[str, PerfResult] = {}
         self._battery: Battery | None = None
@@ -56,6 +63,13 @@ class GradingRun:
         # ahead), while pytest starts, and forks every worker of the grade (the battery's, the timer).
         self.sandbox = sandbox or start_sandbox(assignment, self.submission, backend, hidden, concurrent_grades)
         self.gpu_budget = self.sandbox.gpu_budget
+        # CUDA, code that makes tl.multiple_of / tl.max_contiguous promises: the interpreter checks them on the CPU,
+        # from now on, while the GPU cases run.
+        self._cpu: CpuCompanion | None = None
+        self.hint_check = backend == "cuda" and makes_promises(self.submission)
+        self.hint_cases = hint_check_cases(assignment, public_only, self.targets) if self.hint_check else ()
+        if self.hint_check:
+            self.cpu_companion().start_hint_check(self.hint_cases)
 
     # ------------------------------------------------------------------ what the run grades
 
@@ -72,8 +86,36 @@ class GradingRun:
     def battery(self) -> Battery:
         if self._battery is None:
             self._battery = Battery(self.assignment, self.submission, self.backend, self.seed, hidden=self.hidden,
-                                    sanitizer=self.sanitizer, sandbox=self.sandbox)
+                                    sanitizer=self.sanitizer, sandbox=self.sandbox, fault_tool=self.fault_tool,
+                                    cpu_rerun=self.rerun_on_cpu if self.backend == "cuda" else None)
         return self._battery
+
+    def cpu_companion(self) -> CpuCompanion:
+        """The grade's CPU companion, started on first use (from the grade's thread: its sandbox dies with it)."""
+        if self._cpu is None:
+            self._cpu = CpuCompanion(self.assignment, self.submission, self.seed, self.hidden)
+        return self._cpu
+
+    def rerun_on_cpu(self, case: Case) -> CaseResult | None:
+        """A case that faulted on the GPU, graded again in Triton's interpreter (grader/judging/faults.py)."""
+        return self.cpu_companion().rerun(case)
+
+    def cpu_hint_evidence(self) -> dict[str, Any]:
+        """CUDA: the interpreter's first false promise per case id (empty where the source makes no promises);
+        waits for the check, which runs alongside the correctness cases, never alongside the timed ones."""
+        return self._cpu.hint_evidence() if self.hint_check and self._cpu is not None else {}
+
+    def cpu_notes(self) -> list[str]:
+        """What the grade's notes say about the CPU companion's hint check."""
+        if not self.hint_check or self._cpu is None:
+            return []
+        notes = [f"The submission makes tl.multiple_of / tl.max_contiguous promises: {self._cpu.cases_checked} case(s) "
+                 "also ran in Triton's CPU interpreter, which checks each promise against the values (the GPU trusts "
+                 "them); a false one is a zero-point false-hint warning, as in a CPU grade."]
+        if self._cpu.problems:
+            notes.append("The CPU check of the promises could not run every case (a grader problem, not yours): "
+                         + "; ".join(self._cpu.problems[:3]))
+        return notes
 
     def grade_case(self, case: Case) -> CaseResult:
         if not self.cases:  # the first case: compile the kernels of every case first, in parallel (GPU)
@@ -89,6 +131,7 @@ class GradingRun:
         if self.backend != "cuda":  # nothing to start: the interpreter cannot time anything
             result = performance.skipped(perf)
         else:
+            self.cpu_hint_evidence()  # the CPU check of the promises ends first: nothing else runs while timing
             if self._perf_runner is None:
                 self._perf_runner = PerfRunner(self.assignment, self.seed, perfs=self.performance_cases(),
                                                calibration=self.calibration)
@@ -115,6 +158,9 @@ class GradingRun:
         if self._battery is not None:
             self._battery.close()
             self._battery = None
+        if self._cpu is not None:
+            self._cpu.close()
+            self._cpu = None
         self.sandbox.close()
         if self.gpu_budget is not None:
             self.gpu_budget.watchdog.close()

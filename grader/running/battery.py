@@ -9,7 +9,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import In, Out, Problem
 from grader.authoring.spec import Assignment, Case, FunctionSpec, KernelSpec
+from grader.judging import faults
 from grader.judging.compare import close_mask
 from grader.judging.diagnosis import nan_leaks
 from grader.judging.false_hints import HintCall, gpu_fault_note, hint_calls, names_false_hint
@@ -34,8 +35,13 @@ from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.observation import Finding, Observation, classify_error, error_message, failure_message
 from grader.running.phases import PhaseClock
 from grader.running.sandbox import Sandbox, WorkerOptions
-from grader.running.sanitizer import SANITIZER_ENV, memcheck_findings, parse_memcheck
-from grader.running.worker.protocol import POINTERS_LINE
+from grader.running.sanitizer import (
+    SANITIZER_ENV,
+    announced_allocations,
+    announced_pointers,
+    memcheck_findings,
+    parse_memcheck,
+)
 from grader.seeds import case_seed
 
 # Finite value put into input guards for the second run that confirms an out-of-bounds read.
@@ -50,6 +56,8 @@ WARM_UP_TIMEOUT_S = 300.0  # compiling every kernel case's specialisation at onc
 
 # Kernels run this many times slower under compute-sanitizer memcheck (deadline factor).
 SANITIZER_SLOWDOWN = 20
+# After a fault under memcheck the worker ends itself; the tool writes its report as the process ends.
+SANITIZER_REPORT_WAIT_S = 30.0
 
 # Row gaps for "row-gap" layouts: distinct per buffer so a kernel that mixes up two strides is seen.
 _GAPS = (3, 5, 7, 11, 13, 17, 19, 23)
@@ -93,9 +101,16 @@ class Battery:
 
     def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int,
                  hidden: tuple[str, ...] = (),
-                 sanitizer: tuple[str, ...] | None = None, sandbox: Sandbox | None = None) -> None:
+                 sanitizer: tuple[str, ...] | None = None, sandbox: Sandbox | None = None, *,
+                 fault_tool: tuple[str, ...] | None = None,
+                 cpu_rerun: Callable[[Case], CaseResult | None] | None = None,
+                 replayer: bool = True) -> None:
         """`sandbox`: the grade's sandbox for this submission (its zygote forks every worker here, and its
-        Triton cache holds the submission's kernels compiled once per grade); by default one of its own."""
+        Triton cache holds the submission's kernels compiled once per grade); by default one of its own.
+        `sanitizer`: `--sanitize`, every kernel case once more under this memcheck command. A case that ends in
+        a GPU memory fault (grader/judging/faults.py) is run again alone under `fault_tool` (memcheck, where it
+        is installed), else graded again by `cpu_rerun` (the same case in Triton's interpreter), to name it.
+        `replayer`: False for a battery that never needs a replay started ahead (the CPU companion's)."""
         self.assignment = assignment
         self.problems: Mapping[str, Problem] = load_problems(assignment)
         self.submission = Path(submission)
@@ -111,10 +126,16 @@ class Battery:
         self.worker = Worker(self.submission, names, options, sandbox=self.sandbox)
         # Replays wrapper launches; it never runs wrapper code, so nothing a wrapper did can touch it.
         self.replayer = Worker(self.submission, names, options, sandbox=self.sandbox)
-        # `--sanitize` on CUDA: kernel cases run once more under this memcheck command (a fresh process).
+        # `--sanitize` on CUDA: kernel cases run once more under this memcheck command (a fresh process); a
+        # faulted case under it or under `fault_tool`.
+        tool = sanitizer or fault_tool
+        self.sanitize_all = bool(sanitizer)
         self.sanitizer = Worker(self.submission, names, dataclasses.replace(
-            options, tool=sanitizer, tool_environment=tuple(SANITIZER_ENV.items())),
-            sandbox=self.sandbox) if sanitizer else None
+            options, tool=tool, tool_environment=tuple(SANITIZER_ENV.items())),
+            sandbox=self.sandbox) if tool else None
+        self.sanitizer_unusable = False
+        self.cpu_rerun = cpu_rerun
+        self.prestart_replayer = replayer
         self.load_reply: dict[str, Any] | None = None
         self.load_problem: SymbolProblem | None = None
         self.clock = PhaseClock()
@@ -181,7 +202,8 @@ class Battery:
     def _prestart_replayer(self) -> None:
         """Start the replay worker in the background while the first cases run (it is needed by the
         first passing wrapper case; starting it then would add its start-up to the grade)."""
-        if self._replayer_start is not None or not any(f.max_launches for f in self.assignment.functions.values()):
+        if (self._replayer_start is not None or not self.prestart_replayer
+                or not any(f.max_launches for f in self.assignment.functions.values())):
             return
 
         def start() -> None:  # overlaps the cases: not counted as a phase of its own
@@ -296,6 +318,7 @@ class Battery:
             observation = self._probe_guard_reads(case, problem, inputs, expected, observation)
             observation = self._verify_by_replay(case, inputs, expected, observation)
             observation = self._sanitize(case, problem, inputs, observation)
+            observation = self._name_fault(case, problem, inputs, observation)
             if needs_fresh_worker(observation):
                 self._replace_worker()
         tolerance = self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
@@ -309,6 +332,19 @@ class Battery:
             traps=problem.traps,
             elapsed_s=time.monotonic() - started,
         )
+
+    def observe(self, case: Case) -> Observation:
+        """What the worker reports for one run of `case`: no probes, replays, reruns or judgement (the CPU
+        companion's check of a GPU grade's tl.multiple_of / tl.max_contiguous promises reads `false_hint`)."""
+        problem = self.problems[self._problem_name(case.target)]
+        inputs = problem.make_inputs(case, InputMaker(case_seed(self.seed, case.id)))
+        blocked = self.symbol_problem(case.target)
+        if blocked is not None:
+            return Observation(failure=blocked.failure, message=blocked.message)
+        observation = self._run(case, problem, inputs)
+        if needs_fresh_worker(observation):
+            self._replace_worker()
+        return observation
 
     def _problem_name(self, target: str) -> str:
         spec: KernelSpec | FunctionSpec = self.assignment.kernels.get(target) or self.assignment.functions[target]
@@ -482,11 +518,11 @@ class Battery:
                                               self.case_deadline(), "replaying the recorded launches")
             self.note_compile("replayer", reply)
         except WorkerFailure as failure:
-            return replay_failure(target, failure=failure)
+            return replay_failure(target, failure=failure, calls=self.hint_calls())
         buffers = reply.get("buffers")
         if not reply.get("ok") or not isinstance(buffers, dict):
             self.replayer.stop()
-            return replay_failure(target, reply=reply, submission=self.submission.name)
+            return replay_failure(target, reply=reply, submission=self.submission.name, calls=self.hint_calls())
         return buffers
 
     def _tol(self, case: Case):
@@ -518,41 +554,95 @@ class Battery:
     def _sanitize(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
                   observation: Observation) -> Observation:
         """`--sanitize`: the kernel case once more in a worker under compute-sanitizer memcheck; its
-        reports of invalid global accesses become oob-read / oob-write findings naming the buffer."""
-        spec = self.assignment.kernels.get(case.target)
+        reports of invalid global accesses become oob-read / oob-write findings naming the buffer. A case
+        that faulted is left to _name_fault, which reruns it (kernel or wrapper) under the same worker."""
         ran = observation.failure in (None, trap_ids.RUNTIME_ERROR, trap_ids.CRASH, trap_ids.FALSE_HINT)
-        if self.sanitizer is None or spec is None or not ran:
+        if (not self.sanitize_all or case.target not in self.assignment.kernels or not ran
+                or faults.gpu_fault(observation.failure, observation.message, self.hint_calls()) is not None):
             return observation
-        placed, message, what = self._launch_message(spec, case, problem, inputs)
+        findings = self._sanitizer_rerun(case, problem, inputs)
+        return dataclasses.replace(observation, sanitizer_findings=findings) if findings else observation
+
+    def _name_fault(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                    observation: Observation) -> Observation:
+        """A case that ended in a GPU memory fault, named for what it is (grader/judging/faults.py): from the case
+        run again alone under compute-sanitizer memcheck where it is installed, else from the same case graded
+        in Triton's interpreter on the CPU; else `memory-fault`, which the grade names from the submission's
+        other cases where they show out-of-bounds accesses (grader.operations.grade)."""
+        if self.backend != "cuda" and self.sanitizer is None and self.cpu_rerun is None:
+            return observation  # the interpreter's fence names its stray accesses itself
+        fault = faults.gpu_fault(observation.failure, observation.message, self.hint_calls())
+        if fault is None:
+            return observation
+        naming = faults.from_sanitizer(self._sanitizer_rerun(case, problem, inputs)) if self.sanitizer else None
+        if naming is None and self.cpu_rerun is not None and case.runs_on("interpreter"):
+            with self.clock.phase("cpu-rerun"):
+                rerun = self.cpu_rerun(case)
+            naming = faults.from_cpu_rerun(rerun) if rerun is not None else None
+        return faults.fault_observation(observation, fault, naming)
+
+    def _sanitizer_rerun(self, case: Case, problem: Problem, inputs: Mapping[str, Any]) -> tuple[Finding, ...]:
+        """Run the case (a kernel launch or a wrapper call) once more in the worker under compute-sanitizer
+        memcheck: its invalid global accesses as oob-read / oob-write findings naming the buffer, () if none or
+        if the worker could not be started under the tool."""
+        if self.sanitizer is None or self.sanitizer_unusable:
+            return ()
+        spec = self.assignment.kernels.get(case.target)
+        if spec is not None:
+            placed, message, what = self._launch_message(spec, case, problem, inputs)
+        else:
+            placed, message, what = self._call_message(self.assignment.functions[case.target], case, problem, inputs)
         try:
-            if not self.sanitizer.alive and not self.sanitizer.start().get("ok"):
-                return observation
+            with self.clock.phase("sanitizer"):
+                if not self.sanitizer.alive and not self.sanitizer.start().get("ok"):
+                    self.sanitizer_unusable = True  # deterministic: importing fails the same way every time
+                    return ()
         except WorkerFailure:
-            return observation
+            self.sanitizer_unusable = True  # the tool does not start here (gVisor refuses it, say): not again
+            return ()
         offset = self.sanitizer.output_size()
+        reply: Mapping[str, Any] = {}
         try:  # an invalid access usually ends the worker (its CUDA context is lost): the report is in its log
             timeout_s = self.assignment.call_timeout_s * SANITIZER_SLOWDOWN
-            self.sanitizer.request(dict(message, announce_pointers=True), timeout_s, what + " under compute-sanitizer")
+            with self.clock.phase("sanitizer"), self.shared_gpu():
+                reply = self.sanitizer.request(dict(message, announce_pointers=True), timeout_s,
+                                               what + " under compute-sanitizer")
         except WorkerFailure:
             pass
-        time.sleep(0.2)  # memcheck's report is written by the tool process, next to the reply
+        self._await_report(ending=bool(reply.get("exits")) or not self.sanitizer.alive)
         text = self.sanitizer.output_since(offset)
         buffers = {placed.plans[key].name: (ptr, storage.numel() * storage.element_size())
                    for key, ptr, storage in zip(placed.keys, announced_pointers(text), placed.storages, strict=False)}
-        findings = memcheck_findings(parse_memcheck(text), buffers)
-        return dataclasses.replace(observation, sanitizer_findings=findings) if findings else observation
+        if spec is None:
+            buffers.update(announced_allocations(text, case.target))
+        if reply.get("exits") or not reply.get("ok"):
+            self.sanitizer.stop()  # its CUDA context is gone, or the case failed: a fresh one for the next
+        return memcheck_findings(parse_memcheck(text), buffers)
 
-    def _run_function(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
-                      finite_guard: float | None = None) -> Observation:
+    def _await_report(self, ending: bool) -> None:
+        """memcheck's report is written by the tool process, next to the reply; after a fault the worker ends
+        itself and the tool writes the rest as the process ends: wait for that (bounded), then read the log."""
+        if not ending or self.sanitizer is None:
+            time.sleep(0.2)
+            return
+        deadline = time.monotonic() + SANITIZER_REPORT_WAIT_S
+        while self.sanitizer.alive and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _call_message(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                      finite_guard: float | None = None) -> tuple[_Placed, dict[str, Any], str]:
+        """A wrapper case's call: guarded buffers, the request, and its description."""
         args, kwargs = arguments.call_binding(problem, inputs)
         placed = self._place(case, arguments.call_buffers(args, kwargs), inputs, finite_guard=finite_guard)
         wired_args, wired_kwargs = arguments.call_arguments(args, kwargs, placed)
-        what = f"{spec.name}(...)"
-        reply = self._request(
-            {"op": "call", "function": spec.name, "storages": placed.storages, "views": placed.views(),
-             "args": wired_args, "kwargs": wired_kwargs},
-            what,
-        )
+        message = {"op": "call", "function": spec.name, "storages": placed.storages, "views": placed.views(),
+                   "args": wired_args, "kwargs": wired_kwargs}
+        return placed, message, f"{spec.name}(...)"
+
+    def _run_function(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
+                      finite_guard: float | None = None) -> Observation:
+        placed, message, what = self._call_message(spec, case, problem, inputs, finite_guard)
+        reply = self._request(message, what)
         if isinstance(reply, Observation):
             return reply
         if not reply.get("ok"):
@@ -621,17 +711,6 @@ def launch_grid(spec: KernelSpec, binding: Mapping[str, Any], case: Case) -> tup
         return None
 
 
-def announced_pointers(text: str) -> list[int]:
-    """The device addresses of a launch's buffers, as the worker printed them before launching."""
-    for line in reversed(text.splitlines()):
-        if line.startswith(POINTERS_LINE):
-            try:
-                return [int(p) for p in line[len(POINTERS_LINE):].split()]
-            except ValueError:
-                return []
-    return []
-
-
 def outputs_close(outputs: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], tol: Any) -> bool:
     for name, exp in expected.items():
         out = outputs.get(name)
@@ -644,21 +723,34 @@ def outputs_close(outputs: Mapping[str, torch.Tensor], expected: Mapping[str, to
 
 # Failures after which a worker may hold memory the student's code corrupted, or state it left behind.
 RESTART_AFTER = frozenset({"runtime-error", "compile-error", "crash", "timeout", "oob-write", "oob-read",
-                           "out-of-memory"})
+                           "out-of-memory", "memory-fault"})
 
 
 def needs_fresh_worker(observation: Observation) -> bool:
     """Did the case write out of bounds, raise or crash? Then the next case gets a fresh worker."""
     return (observation.failure in RESTART_AFTER
             or any(f.kind == "oob-write" for f in observation.guard_findings)
-            or any(f.trap == "oob-write" for f in observation.sanitizer_findings))
+            or any(f.trap == "oob-write" for f in (*observation.sanitizer_findings, *observation.fault_findings)))
 
 
 def replay_failure(target: str, failure: WorkerFailure | None = None, reply: Mapping[str, Any] | None = None,
-                   submission: str = "") -> Finding:
+                   submission: str = "", calls: Sequence[HintCall] = ()) -> Finding:
     """Name what went wrong when replaying a wrapper's recorded launches: the student's kernel crashing,
-    timing out, running out of bounds or raising is that trap; only a record the replay worker could
-    not even decode (or a malformed reply) is `tampering`."""
+    timing out, running out of bounds or raising is that trap; a GPU memory fault is `memory-fault` (which the
+    grade names from the other cases, grader/judging/faults.py); only a record the replay worker could not
+    even decode (or a malformed reply) is `tampering`. `calls`: the submission's hints (a misaligned address
+    in code that makes some is `false-hint`)."""
+    finding = _replay_failure(target, failure, reply, submission, calls)
+    fault = faults.gpu_fault(finding.trap, finding.message, calls)
+    if fault is None:
+        return finding
+    return Finding(trap_ids.MEMORY_FAULT, f"Replaying the recorded launches of {target} in a fresh worker, the "
+                   f"kernel stopped on the GPU with {fault.what}: a load or store outside every allocation. What the "
+                   f"GPU reported: {fault.message}")
+
+
+def _replay_failure(target: str, failure: WorkerFailure | None, reply: Mapping[str, Any] | None,
+                    submission: str, calls: Sequence[HintCall]) -> Finding:
     head = f"replaying the recorded launches of {target} in a fresh worker"
     if failure is not None:
         verb = "did not finish" if failure.kind == "timeout" else "crashed the worker"
@@ -670,7 +762,7 @@ def replay_failure(target: str, failure: WorkerFailure | None = None, reply: Map
         return Finding("tampering", f"{head} failed: the launch record could not be decoded "
                        f"({error_message(error, submission)}): the worker's account of what the wrapper ran "
                        "was altered")
-    return Finding(classify_error(error), failure_message(error, head, submission))
+    return Finding(classify_error(error, calls), failure_message(error, head, submission))
 
 
 def sandbox_options(assignment: Assignment, submission: Path, backend: str,

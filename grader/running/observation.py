@@ -49,6 +49,10 @@ class Observation:
     # Interpreter: the first tl.multiple_of / tl.max_contiguous promise the values broke, as the worker
     # reported it (grader/running/worker/hint_check.py; checked in grader/judging/false_hints.py).
     false_hint: Mapping[str, Any] | None = None
+    # A GPU memory fault (illegal or misaligned address) named by grader/judging/faults.py: the traps it was
+    # named besides `failure`, each with its sentence, and plain data for the case's evidence (`gpu_fault`).
+    fault_findings: tuple[Finding, ...] = ()
+    fault: Mapping[str, Any] | None = None
 
 
 def error_message(error: Mapping[str, Any], submission_name: str) -> str:

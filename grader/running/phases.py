@@ -1,4 +1,5 @@
-"""Where a grade's time goes: wall seconds per phase (start-up, correctness, replay, timing, compile).
+"""Where a grade's time goes: wall seconds per phase (start-up, correctness, replay, timing, compile; on a GPU
+also the reruns of faulted cases under compute-sanitizer and on the CPU).
 
 Phases nest (a worker start-up inside a correctness case); each second counts once, in the innermost
 phase open at the time. Compile seconds are reported by the workers (Triton's JIT compiles happen
@@ -11,7 +12,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-PHASES = ("start-up", "compile", "correctness", "replay", "timing")
+PHASES = ("start-up", "compile", "correctness", "replay", "sanitizer", "cpu-rerun", "timing")
 
 
 class PhaseClock:

@@ -18,6 +18,7 @@ from typing import Any
 
 from grader import trap_ids
 from grader.running.observation import Finding
+from grader.running.worker.protocol import ALLOCATION_LINE, POINTERS_LINE
 
 SANITIZER_ARGS = ("--tool", "memcheck", "--print-limit", "50", "--show-backtrace", "no")
 SANITIZER_ENV = {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
@@ -112,6 +113,36 @@ def parse_memcheck(text: str) -> list[MemcheckReport]:
     return reports
 
 
+def announced_pointers(text: str) -> list[int]:
+    """The device addresses of a request's buffers, as the worker printed them before launching."""
+    for line in reversed(text.splitlines()):
+        if line.startswith(POINTERS_LINE):
+            try:
+                return [int(p) for p in line[len(POINTERS_LINE):].split()]
+            except ValueError:
+                return []
+    return []
+
+
+def announced_allocations(text: str, function: str) -> dict[str, tuple[int, int]]:
+    """The tensors a wrapper allocated during a call under the tool, as the worker printed them: a name
+    (`a buffer softmax allocated (shape [3, 5000])`) -> (device address, bytes). Malformed lines are skipped."""
+    found: dict[str, tuple[int, int]] = {}
+    for line in text.splitlines():
+        if not line.startswith(ALLOCATION_LINE):
+            continue
+        fields = line[len(ALLOCATION_LINE):].split()
+        try:
+            address, size = int(fields[0]), int(fields[1])
+            shape = [int(n) for n in fields[2].split(",") if n] if len(fields) > 2 else []
+        except (IndexError, ValueError):
+            continue
+        name = f"a buffer {function} allocated (shape {shape})"
+        count = sum(1 for key in found if key == name or key.startswith(name + " #"))
+        found[name if count == 0 else f"{name} #{count + 1}"] = (address, size)
+    return found
+
+
 def memcheck_findings(
     reports: list[MemcheckReport], buffers: Mapping[str, tuple[int, int]]
 ) -> tuple[Finding, ...]:
@@ -126,11 +157,12 @@ def memcheck_findings(
         where = _where(first, buffer, buffers)
         programs = f" by program {list(first.block)} (thread {list(first.thread)})" if first.block else ""
         source = f" ({first.source})" if first.source else ""
+        misaligned = " misaligned" if first.problem == "misaligned" else ""
         findings.append(
             Finding(
                 OOB_BY_ACCESS[access],
-                f"compute-sanitizer memcheck: {len(group)} invalid {access}(s) of {first.size} bytes in {first.kernel}"
-                f"{source}; the first{programs} at an address {where}",
+                f"compute-sanitizer memcheck: {len(group)} invalid{misaligned} {access}(s) of {first.size} bytes in "
+                f"{first.kernel}{source}; the first{programs} at an address {where}",
             )
         )
     return tuple(findings)

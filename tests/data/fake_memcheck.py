@@ -1,23 +1,40 @@
 """Stands in for compute-sanitizer in CPU tests: runs the worker command it is given, relays its
-stderr, and after each launch's buffer-address announcement reports one invalid read 64 bytes past
-the first buffer, in compute-sanitizer's own format."""
+stderr, and reports one invalid access in compute-sanitizer's own format.
+
+    fake_memcheck.py [--write] [--at-allocation] python -m grader.running.worker BACKEND FD...
+
+By default, after each request's buffer-address announcement, a read 64 bytes past the first buffer.
+`--write`: a write instead. `--at-allocation`: 64 bytes past the first tensor the wrapper allocates
+(its announcement line), instead of past the first buffer. The report goes out before the worker's
+reply, as memcheck's does, or as the worker exits, whichever comes first."""
 
 import subprocess
 import sys
 
 POINTERS_LINE = b"grader-buffer-addresses:"
+ALLOCATION_LINE = b"grader-allocation:"
 
-command = sys.argv[1:]
-fds = tuple(int(a) for a in command[-2:])  # the worker's socket and marks: python -m grader.running.worker BACKEND S M
+args = sys.argv[1:]
+access = "read"
+marker = POINTERS_LINE
+while args and args[0].startswith("--"):
+    flag = args.pop(0)
+    if flag == "--write":
+        access = "write"
+    elif flag == "--at-allocation":
+        marker = ALLOCATION_LINE
+command = args
+backend_at = command.index("grader.running.worker") + 1
+fds = tuple(int(a) for a in command[backend_at + 1 :])  # the worker's socket and progress pipe
 child = subprocess.Popen(command, stderr=subprocess.PIPE, pass_fds=fds)
 assert child.stderr is not None
 for line in iter(child.stderr.readline, b""):
     sys.stderr.buffer.write(line)
-    if line.startswith(POINTERS_LINE):
-        first = int(line[len(POINTERS_LINE) :].split()[0])
+    if line.startswith(marker):
+        first = int(line[len(marker) :].split()[0])
         sys.stderr.buffer.write(
             (
-                "========= Invalid __global__ read of size 4 bytes\n"
+                f"========= Invalid __global__ {access} of size 4 bytes\n"
                 "=========     at fake_kernel+0x130 in fused_layers.py:148\n"
                 "=========     by thread (3,0,0) in block (1,0,0)\n"
                 f"=========     Access to {hex(first + 4096)} is out of bounds\n"
@@ -26,4 +43,6 @@ for line in iter(child.stderr.readline, b""):
             ).encode()
         )
     sys.stderr.buffer.flush()
-sys.exit(child.wait())
+code = child.wait()
+sys.stderr.buffer.write(b"========= ERROR SUMMARY: 1 error\n")
+sys.exit(code)

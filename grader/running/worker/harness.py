@@ -30,7 +30,7 @@ from grader.running.worker.launch_record import (
     storage_bytes,
     storage_id,
 )
-from grader.running.worker.protocol import POINTERS_LINE
+from grader.running.worker.protocol import ALLOCATION_LINE, POINTERS_LINE
 from grader.running.worker.timed_run import note_freshness, storage_describer, time_kept, time_launches
 
 try:
@@ -173,6 +173,7 @@ class _Recorder:
         # Correctness calls: the wrapper's own float allocations, each placed inside guard bands
         # (grader.running.guards.guard_allocation) and checked when the call returns. None: not guarded.
         self.allocations: list[guards.AllocationGuard] | None = None
+        self.announce = False  # under compute-sanitizer: print each allocation's address (ALLOCATION_LINE)
 
 
 def _patch_kernel_runs() -> None:
@@ -242,6 +243,8 @@ class _TorchOps(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if rec is not None and rec.allocations is not None and name in _ALLOCATIONS | _FILLED_ALLOCATIONS:
             out = _guarded(out, rec.allocations, filled=name in _FILLED_ALLOCATIONS)
+            if rec.announce:
+                _announce_allocation(out)
         if rec is not None:
             note_freshness(rec.fresh, name, args, kwargs, out)
         if name in _ALLOCATIONS and isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
@@ -263,6 +266,16 @@ def _guarded(out: Any, allocations: list[guards.AllocationGuard], filled: bool) 
             view.copy_(out)
     allocations.append(allocation)
     return view
+
+
+def _announce_allocation(tensor: Any) -> None:
+    """Say where a wrapper's allocation lives (its whole storage: guard bands included), for memcheck's
+    report to name (grader.running.sanitizer.announced_allocations)."""
+    if type(tensor) is not torch.Tensor or tensor.layout != torch.strided or tensor.device.type == "meta":
+        return
+    storage = tensor.untyped_storage()
+    shape = ",".join(str(n) for n in tensor.shape)
+    print(f"{ALLOCATION_LINE} {int(storage.data_ptr())} {int(storage.nbytes())} {shape}", file=sys.stderr, flush=True)
 
 
 def _patch_autotune_for_interpreter() -> None:
@@ -407,16 +420,19 @@ class Harness:
         args = [self._resolve(a, tensors) for a in request["args"]]
         tuned = set(tuned_meta(kernel))
         meta = {k: v for k, v in request["meta"].items() if k not in tuned}
-        if request.get("announce_pointers"):  # under memcheck the launch may kill the worker: say it first
-            print(f"{POINTERS_LINE} {' '.join(str(p) for p in self._device_ptrs())}", file=sys.stderr, flush=True)
+        self._announce(request)
         self.hints.reset()
         try:
             kernel[make_grid(request["grid"])](*args, **meta)
             self._sync()
         except BaseException as exc:
-            return self._with_hints({"ok": False, "error": describe_exception(exc, self.path),
-                                     "fatal": is_fatal_device_error(exc), "device_ptrs": self._device_ptrs()})
+            return self._with_hints(_failed(request, exc, self.path, device_ptrs=self._device_ptrs()))
         return self._with_hints({"ok": True, "storages": self._storages_back(), "device_ptrs": self._device_ptrs()})
+
+    def _announce(self, request: dict[str, Any]) -> None:
+        """Under memcheck a launch may kill the worker: print the buffers' device addresses first."""
+        if request.get("announce_pointers"):
+            print(f"{POINTERS_LINE} {' '.join(str(p) for p in self._device_ptrs())}", file=sys.stderr, flush=True)
 
     def warmup(self, request: dict[str, Any]) -> dict[str, Any]:
         """Compile the kernel specialisations of the given launches (each as `launch` takes it) in parallel
@@ -505,6 +521,8 @@ class Harness:
         kwargs = {k: self._resolve(v, tensors) for k, v in request["kwargs"].items()}
         recorder = _Recorder()
         recorder.allocations = []
+        recorder.announce = bool(request.get("announce_pointers"))
+        self._announce(request)
         _Recorder.active = recorder
         self.hints.reset()
         try:
@@ -512,9 +530,8 @@ class Harness:
                 result = function(*args, **kwargs)
             self._sync()
         except BaseException as exc:
-            return self._with_hints({"ok": False, "error": describe_exception(exc, self.path),
-                                     "fatal": is_fatal_device_error(exc), "launches": recorder.launches,
-                                     "torch_ops": recorder.torch_ops})
+            return self._with_hints(_failed(request, exc, self.path, launches=recorder.launches,
+                                            torch_ops=recorder.torch_ops))
         finally:
             _Recorder.active = None
         return self._with_hints({
@@ -601,6 +618,16 @@ class Harness:
             if self.device.type == "cuda":
                 torch.cuda.empty_cache()
         return reply
+
+
+def _failed(request: dict[str, Any], exc: BaseException, path: str, **extra: Any) -> dict[str, Any]:
+    """The reply to a launch or call that raised. A fatal device error ends the worker: the grader replaces it
+    (`fatal`); under compute-sanitizer (`announce_pointers`) the worker ends itself instead (`exits`), so the
+    tool can write its report as the process ends, before the grader stops it."""
+    fatal = is_fatal_device_error(exc)
+    under_tool = fatal and bool(request.get("announce_pointers"))
+    return {"ok": False, "error": describe_exception(exc, path), "fatal": fatal and not under_tool,
+            "exits": under_tool, **extra}
 
 
 def allocation_findings(allocations: list[guards.AllocationGuard]) -> list[dict[str, Any]]:

@@ -18,6 +18,9 @@ import torch
 # A launch under compute-sanitizer prints its buffers' device addresses on this line first (the
 # invalid access it is run to find often kills the worker before it can reply).
 POINTERS_LINE = "grader-buffer-addresses:"
+# A wrapper called under compute-sanitizer prints one such line per tensor it allocates: the address and
+# size of the allocation (its guarded storage) and its shape, so memcheck's nearest allocation has a name.
+ALLOCATION_LINE = "grader-allocation:"
 
 _HEADER = struct.Struct("<Q")
 MAX_MESSAGE_BYTES = 1 << 31

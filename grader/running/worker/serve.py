@@ -67,5 +67,5 @@ def serve(backend: str, channel_fd: int, progress_fd: int = -1, warm: bool = Fal
             channel.send(reply)
         except ChannelClosed:
             return 0
-        if reply.get("fatal"):
+        if reply.get("fatal") or reply.get("exits"):
             return 70  # the device context is unusable; the grader starts a fresh worker
