@@ -596,9 +596,11 @@ class Harness:
                 self._sync()
             finally:
                 _Recorder.active = None
+            progress.mark(progress.STEP)
             reply: dict[str, Any] = {"ok": True, "launches": recorder.launches, "torch_ops": recorder.torch_ops}
             if request.get("record"):
                 reply["record"] = self._record_timed_call(prepared, is_kernel)
+                progress.mark(progress.STEP)
             if request.get("return_outputs"):
                 if is_kernel:
                     reply["outputs"] = [t.detach().to("cpu").clone() for t in prepared.outputs[0]]

@@ -4,7 +4,8 @@ The grader holds every deadline (grader.running.client.Deadline): a request may 
 compiles (seconds per kernel on a cold cache) but, on a GPU, a kernel that still has not finished a few
 seconds after its last launch is spinning. The worker writes one byte per event to a pipe the grader
 reads while it waits: compile start and end (JITFunction._do_compile, the parallel warm-up) and every
-kernel launch. A submission can write marks too; that only stretches its own request up to the
+kernel launch, and the steps after the kernels finished (syncing, copying outputs out). A submission can
+write marks too; that only stretches its own request up to the
 deadline's cap.
 """
 
@@ -15,6 +16,7 @@ import os
 COMPILE_START = b"C"
 COMPILE_END = b"c"
 LAUNCH = b"L"
+STEP = b"S"  # the kernels finished and the worker moves on (copying outputs, recording buffers)
 
 _fd = [-1]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from grader.running.worker import timing
+from grader.running.worker import progress, timing
 from grader.running.worker.launch_record import decode_value, storage_id, tensor_from
 
 # Torch operators that make views: they neither initialise nor write a storage.
@@ -139,7 +139,9 @@ def time_launches(find_kernel: Callable[[str], Any], request: Mapping[str, Any],
     run(0)
     if device.type == "cuda":
         torch.cuda.synchronize()
+    progress.mark(progress.STEP)  # the launches finished: copying their outputs out is work, not a spin
     outputs = [tensor_from(built[0][0], view).detach().to("cpu").clone() for view in request["outputs"]]
+    progress.mark(progress.STEP)
     reply: dict[str, Any] = {"ok": True, "outputs": outputs, "sets": sets}
 
     def run_all() -> None:
