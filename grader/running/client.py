@@ -85,8 +85,8 @@ class Deadline:
 class Worker:
     """One worker process running a submission (or the reference, or a submission's kernels only),
     restarted on demand. `sandbox`: the submission's sandbox whose zygote forks it (shared by a grade's
-    workers, with its Triton cache); by default a sandbox of its own. A worker whose options name a
-    tool is started as a fresh process under that tool."""
+    workers, with its Triton cache). Without one (a single-use worker: the compile check, the reference) or
+    with a tool in its options, it is a fresh process in a sandbox of its own (no zygote to wait for)."""
 
     def __init__(self, submission: Path, names: list[str], options: WorkerOptions,
                  triton_cache: Path | None = None, sandbox: Sandbox | None = None) -> None:
@@ -135,7 +135,7 @@ class Worker:
         marks_read, marks_write = os.pipe()
         theirs = (theirs_socket.fileno(), marks_write)
         try:
-            if not self.options.tool:
+            if not self.options.tool and not self.own_sandbox:
                 try:
                     self.pid, self._namespace_pid = self.sandbox_ref.fork(self.folder, self.options.backend, theirs)
                 except SandboxFailure as failure:
