@@ -7,7 +7,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from grader.authoring.discovery import AssignmentNotFound, assignments_root, find_assignment, list_assignment_ids
+from grader.authoring.discovery import (
+    AssignmentNotFound,
+    assignments_root,
+    find_assignment,
+    list_assignment_ids,
+    require_folder,
+)
 from grader.authoring.mutants import Mutant, MutantError, load_mutants, write_mutant
 from grader.authoring.spec import SpecError
 from grader.operations.environment import detect_backend
@@ -169,7 +175,7 @@ def cmd_mutant(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.selftest import reference_path
 
     assignment = find_assignment(args.assignment, root)
-    mutants = {m.id: m for m in load_mutants(assignment.root)}
+    mutants = {m.id: m for m in load_mutants(assignment.reference_dir)}
     if args.list:
         if args.ids or args.all or args.write or args.diff:
             raise UsageError("--list takes no mutant ids, --all, --write or --diff")
@@ -210,17 +216,18 @@ def cmd_new_assignment(args: argparse.Namespace, root: Path) -> int:
     from grader.authoring.scaffold import ScaffoldError, write_scaffold
 
     try:
-        folder = write_scaffold(root, args.id)
+        folders = write_scaffold(root, args.id)
     except ScaffoldError as exc:
         raise UsageError(str(exc)) from None
     find_assignment(args.id, root)  # validates as written
-    print(f"wrote {folder}: a row-sum assignment to start from; check it with\n"
-          f"  grader selftest --assignment {args.id} --assignments {root}")
+    written = "\n".join(f"  {folder}" for folder in folders)
+    print(f"wrote a row-sum assignment to start from (contract, reference and mutant, student template):\n"
+          f"{written}\ncheck it with\n  grader selftest --assignment {args.id} --assignments {root}")
     return 0
 
 
 def cmd_list(root: Path) -> int:
-    ids = list_assignment_ids(root)
+    ids = list_assignment_ids(require_folder(root))
     if not ids:
         print(f"no assignments under {root}")
         return 1

@@ -274,7 +274,7 @@ def test_reads_reference_from_disk(grade_text, reference_graded) -> None:
     graded = grade_text(hostile_text("reads_reference_from_disk.py"))
     assert graded.exit_code == 0
     # Honest score 0: the kernels store nothing. 40/40 means the worker read and ran reference/.
-    assert graded.results["score"] == 0, "the worker could read assignments/fused_layers/reference.py from disk"
+    assert graded.results["score"] == 0, "the worker could read reference/fused_layers/reference.py from disk"
     assert_outcome(graded.results, reference_graded, {}, everything_fails=True)
     assert_expected_traps("reads_reference_from_disk.py", graded.results)
 

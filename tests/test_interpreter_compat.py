@@ -451,7 +451,7 @@ def test_public_kernel_gets_full_marks_on_the_cpu(name: str, tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_inline_asm_is_interpreter_unsupported_not_a_runtime_error(tmp_path: Path) -> None:
-    source = (ROOT / "assignments" / "fused_layers" / "reference.py").read_text(encoding="utf-8")
+    source = (ROOT / "reference" / "fused_layers" / "reference.py").read_text(encoding="utf-8")
     anchor = "    inv_std = 1.0 / tl.sqrt(var + eps)\n"
     asm = ('    inv_std = tl.inline_asm_elementwise("rsqrt.approx.f32 $0, $1;", "=r,r", [var + eps],\n'
            '                                        dtype=tl.float32, is_pure=True, pack=1)\n')

@@ -119,7 +119,7 @@ def test_every_trap_is_documented_exposed_and_has_a_mutant(spec, problem) -> Non
     for case in spec.cases:
         for trap in case.exposes:
             assert trap in catalog, (case.id, trap)
-    mutants = load_mutants(spec.root)
+    mutants = load_mutants(spec.reference_dir)
     expected = {t for m in mutants for backend in BACKENDS for t in m.expected(backend)}
     for trap in spec.traps:
         assert any(trap in c.exposes for c in spec.cases), trap
@@ -292,7 +292,7 @@ def grade_copy(text: str, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
 
 @pytest.mark.slow
 def test_reference_gets_full_marks(spec, tmp_path: Path) -> None:
-    reference = (ROOT / "assignments" / "softmax" / "reference.py").read_text(encoding="utf-8")
+    reference = (ROOT / "reference" / "softmax" / "reference.py").read_text(encoding="utf-8")
     code, results, printed = grade_copy(reference, tmp_path)
     assert code == 0
     assert results["score"] == results["extra_data"]["max_score"] == spec.max_score == 27
