@@ -46,6 +46,11 @@ class GradeRequest:
     sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
     targets: tuple[str, ...] = ()  # only these targets' cases (and compile checks); empty: every target
 
+    @property
+    def public_run(self) -> bool:
+        """Public cases only: asked for, or the assignment is its public form (`grader check`)."""
+        return self.public_only or self.assignment.public
+
 
 def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
     """Grade; return the result and the raw pytest-json-report document. A notebook (`.ipynb`) is graded
@@ -84,7 +89,7 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
         cases=tuple(cases),
         execution_time_s=round(time.monotonic() - started, 3),
         notes=tuple(notes),
-        public_only=request.public_only,
+        public_only=request.public_run,
         performance=performance_from_report(report, request) if request.performance else (),
         phases=phases,
     )
@@ -130,7 +135,7 @@ def run_pytest(request: GradeRequest, seed: int) -> dict[str, Any]:
             f"--grader-backend={request.backend}",
             f"--grader-seed={seed}",
         ]
-        if request.public_only:
+        if request.public_run:
             args.append("--grader-public-only")
         if request.sanitize:
             args.append("--grader-sanitize")
@@ -155,7 +160,7 @@ def cases_from_report(report: dict[str, Any], request: GradeRequest) -> list[Cas
         case_id = test["nodeid"].rsplit("::", 1)[-1]
         by_case[case_id] = test
     cases = []
-    for case in request.assignment.cases_for(request.backend, public_only=request.public_only):
+    for case in request.assignment.cases_for(request.backend, public_only=request.public_run):
         if request.targets and case.target not in request.targets:
             continue
         test = by_case.get(case.id)

@@ -24,9 +24,10 @@ class CheckError(Exception):
 
 
 def resolve_assignment(assignment_id: str | None, path: Path, root: Path) -> Assignment:
+    """The public form of the assignment (grader.authoring.public): `check` never loads hidden cases."""
     if assignment_id:
-        return find_assignment(assignment_id, root)
-    found = assignment_for_submission(path, root)
+        return find_assignment(assignment_id, root, public=True)
+    found = assignment_for_submission(path, root, public=True)
     if found is None:
         raise CheckError(f"cannot tell the assignment from the file name {path.name}; pass --assignment "
                          f"(known: {', '.join(list_assignment_ids(root))})")

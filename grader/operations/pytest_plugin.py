@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from grader.authoring.spec import Assignment, Case, PerfCase, load_assignment
+from grader.authoring.spec import Assignment, Case, PerfCase, load_assignment, load_public_assignment
 from grader.publishing.results import CaseResult, PerfResult
 from grader.running.battery import Battery
 from grader.running.sanitizer import sanitizer_command
@@ -24,7 +24,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--grader-submission", default=None, help="the submission file to grade")
     group.addoption("--grader-backend", default="interpreter", choices=("interpreter", "cuda"))
     group.addoption("--grader-seed", type=int, default=None, help="seed for the generated inputs")
-    group.addoption("--grader-public-only", action="store_true", help="run only public cases")
+    group.addoption("--grader-public-only", action="store_true",
+                    help="run only public cases, from the spec's public form (grader.authoring.public)")
     group.addoption("--grader-sanitize", action="store_true",
                     help="CUDA: run kernel cases once more under compute-sanitizer memcheck")
     group.addoption("--grader-no-performance", action="store_true",
@@ -119,8 +120,8 @@ class AssignmentFile(pytest.File):
         self.session_state = session_state
 
     def collect(self):
-        assignment = load_assignment(self.path)
         state = self.session_state
+        assignment = load_public_assignment(self.path) if state.public_only else load_assignment(self.path)
         for case in assignment.cases_for(state.backend, public_only=state.public_only):
             if not state.targets or case.target in state.targets:
                 yield CaseItem.from_parent(self, name=case.id, case=case, assignment=assignment)
