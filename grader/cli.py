@@ -283,7 +283,8 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     w.add_argument("--out", type=Path, default=Path(".github/workflows/classroom.yml"),
                    help="the workflow file to write (default: .github/workflows/classroom.yml)")
     w.add_argument("--grader-repo", default=DEFAULT_GRADER_REPO,
-                   help="owner/name of the course's copy of kernel-grader, checked out by the workflow")
+                   help="owner/name of the kernel-grader repository the workflow pip-installs (students can read "
+                        "it: it must hold no reference/ and no hidden cases)")
     w.add_argument("--submission", help="the file students commit (default: the assignment's submission file)")
     w.add_argument("--timeout", type=int, default=10, help="minutes per target step (default 10)")
     s = sub.add_parser("student-bundle",
@@ -341,8 +342,10 @@ def cmd_classroom_workflow(args: argparse.Namespace, root: Path) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_text(args.out, classroom_workflow(assignment, args.grader_repo, args.submission, args.timeout))
     points = sum(s.points for s in steps)
-    print(f"wrote {args.out}: {len(steps)} autograding steps, {points:g} points (public cases on the CPU "
-          f"interpreter); commit it to the assignment's template repository")
+    print(f"wrote {args.out}: {len(steps)} autograding steps, {points:g} points: the public cases, on the CPU "
+          f"interpreter (the Classroom score covers public cases only). Commit it to the assignment's template "
+          f"repository with the student bundle's files at its root ({assignment.submission_file}, README.md, "
+          f"assignments/{assignment.id}/: `grader student-bundle`); {args.grader_repo} must hold no course secrets")
     return 0
 
 
