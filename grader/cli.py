@@ -144,6 +144,8 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
         traps = ", ".join(result.traps) or "none"
         print(f"{path.name}: {result.score:g} / {result.max_score:g}  traps: {traps}  "
               f"({result.execution_time_s:.1f} s) -> {out / 'results.json'}")
+        if result.rejected:
+            print(f"  {result.rejected}")
     return 0
 
 

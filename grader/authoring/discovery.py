@@ -14,6 +14,7 @@ from grader.authoring.mutants import CORPUS_NAMES, load_mutants
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import Assignment, load_assignment, load_public_assignment
 from grader.authoring.validation import validate
+from grader.submission_file import fit
 
 SPEC_NAME = "assignment.toml"
 BUNDLED_EXAMPLES = Path("examples") / "assignments"  # under the installed grader package
@@ -93,15 +94,21 @@ def proven_traps(assignment: Assignment) -> set[str] | None:
     return proven
 
 
-def assignment_for_submission(submission: Path, root: Path, public: bool = False) -> Assignment | None:
-    """The assignment whose submission_file has this file's name (or, for a notebook, its stem), if exactly
-    one does."""
-    matches = []
+def assignments_fitting(submission: Path, root: Path, public: bool = False) -> list[Assignment]:
+    """The assignments whose submission file this file's name fits (grader.submission_file.fit): those it
+    names exactly (`fused_layers.py`, `fused_layers.ipynb`) if any, else those it names once renamed
+    (`Copy of fused_layers.py`, `fused_layers (1).py`, `softmax_final.ipynb`)."""
+    exact: list[Assignment] = []
+    renamed: list[Assignment] = []
     for assignment_id in list_assignment_ids(require_folder(root)):
         assignment = find_assignment(assignment_id, root, public)
-        wanted = assignment.submission_file
-        if submission.suffix.lower() == ".ipynb":
-            wanted = Path(wanted).stem + submission.suffix
-        if wanted == submission.name:
-            matches.append(assignment)
+        fits = fit(submission.name, assignment.submission_file)
+        if fits is not None:
+            (renamed if fits.renamed else exact).append(assignment)
+    return exact or renamed
+
+
+def assignment_for_submission(submission: Path, root: Path, public: bool = False) -> Assignment | None:
+    """The assignment this file's name fits, if exactly one does."""
+    matches = assignments_fitting(submission, root, public)
     return matches[0] if len(matches) == 1 else None

@@ -3,6 +3,11 @@
 The report pytest-json-report writes is the record of what ran; results are rebuilt from it. A case
 whose item broke inside the grader (never expected, but possible) still becomes a failed case with a
 message, so the result always has every case of the battery.
+
+Before anything runs, the file is read (grader.submission_file): one that is not Python source (an image,
+a PDF, NUL bytes, not UTF-8; a notebook that is not a notebook) is not run at all. Its result still has
+every case of the battery, each 0 with that one reason, and `rejected` says it. A file whose name is a
+renamed copy of the assignment's (`Copy of fused_layers.py`) is graded under its own name, with a note.
 """
 
 from __future__ import annotations
@@ -22,13 +27,14 @@ from grader import trap_ids
 from grader.authoring.spec import Assignment
 from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
 from grader.judging.false_hints import false_hint_checks
-from grader.judging.performance import by_id
+from grader.judging.performance import by_id, not_run, skipped
 from grader.operations.environment import backend_label, versions
-from grader.operations.notebook import is_notebook, materialise
+from grader.operations.notebook import NotebookError, is_notebook, materialise, read_notebook
 from grader.publishing.results import CaseResult, GradeResult, PerfResult
 from grader.running.aot import aot_check
 from grader.running.sanitizer import sanitizer_command
 from grader.seeds import fresh_seed
+from grader.submission_file import fit, notebook_problem, source_problem
 
 INHERITED_TRAPS = {trap_ids.OOB_WRITE, trap_ids.OOB_READ, trap_ids.UNWRITTEN_OUTPUT}
 
@@ -55,14 +61,60 @@ class GradeRequest:
 def grade(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
     """Grade; return the result and the raw pytest-json-report document. A notebook (`.ipynb`) is graded
     as its code cells (grader.operations.notebook), written under the assignment's submission_file name
-    in a temporary folder; the result keeps the notebook's name and notes the lines that were dropped."""
+    in a temporary folder; the result keeps the notebook's name and notes the lines that were dropped.
+    A file that is not Python source (or not a notebook) is not run: see `rejected_result`."""
+    problem = unreadable(request.submission)
+    if problem:
+        return rejected_result(request, problem), {"grader": {"rejected": problem}, "tests": []}
+    fits = fit(request.submission.name, request.assignment.submission_file)
+    renamed = fits.note(request.submission.name) if fits else ""
     if not is_notebook(request.submission):
-        return _grade_file(request)
-    with tempfile.TemporaryDirectory(prefix="grader-notebook-") as tmp:
-        path, source = materialise(request.submission, request.assignment.submission_file, Path(tmp))
-        result, report = _grade_file(replace(request, submission=path))
-    note = source.note(request.submission.name)
-    return replace(result, submission=request.submission.name, notes=((note,) if note else ()) + result.notes), report
+        result, report = _grade_file(request)
+        notes: tuple[str, ...] = ()
+    else:
+        with tempfile.TemporaryDirectory(prefix="grader-notebook-") as tmp:
+            path, source = materialise(request.submission, request.assignment.submission_file, Path(tmp))
+            result, report = _grade_file(replace(request, submission=path))
+        note = source.note(request.submission.name)
+        notes = (note,) if note else ()
+    notes = ((renamed,) if renamed else ()) + notes
+    return replace(result, submission=request.submission.name, notes=notes + result.notes), report
+
+
+def unreadable(submission: Path) -> str:
+    """Why the file cannot be graded at all ('' when it can): not Python source, or not a notebook."""
+    data = submission.read_bytes()
+    if not is_notebook(submission):
+        return source_problem(data, submission.name)
+    problem = notebook_problem(data, submission.name)
+    if problem:
+        return problem
+    try:
+        read_notebook(data.decode("utf-8"), submission.name)
+    except NotebookError as exc:
+        return str(exc)
+    return ""
+
+
+def rejected_result(request: GradeRequest, problem: str) -> GradeResult:
+    """Every case of the battery 0 for the one reason `problem` (nothing ran), and the result says so."""
+    assignment = request.assignment
+    cases = tuple(
+        CaseResult(case_id=case.id, target=case.target, title=f"{case.target}: {case.description or case.id}",
+                   visibility=case.visibility, max_score=case.points, score=0.0, passed=False, message=problem,
+                   traps=(trap_ids.NOT_PYTHON_SOURCE,))
+        for case in assignment.cases_for(request.backend, public_only=request.public_run)
+        if not request.targets or case.target in request.targets
+    )
+    wanted = [p for p in assignment.performance if not request.targets or p.target in request.targets]
+    performance = tuple((not_run(p, problem) if request.backend == "cuda" else skipped(p))
+                        for p in wanted) if request.performance else ()
+    return GradeResult(
+        assignment=assignment.id, submission=request.submission.name, backend=backend_label(request.backend),
+        seed=request.seed if request.seed is not None else fresh_seed(), versions=versions(), cases=cases,
+        execution_time_s=0.0, notes=(problem,), public_only=request.public_run, performance=performance,
+        rejected=problem,
+    )
 
 
 def _grade_file(request: GradeRequest) -> tuple[GradeResult, dict[str, Any]]:
