@@ -76,6 +76,12 @@ def copy_course(assignment_id: str, course: Path) -> Path:
     return course / "assignments" / assignment_id
 
 
+def all_traps(results: dict[str, Any]) -> list[str]:
+    """Every trap a results.json names, hidden cases' included: the union of its tests' traps, in order.
+    (Its top-level extra_data.traps names only what the public cases show: students may see the top level.)"""
+    return list(dict.fromkeys(t for test in results["tests"] for t in test["extra_data"]["traps"]))
+
+
 def _reject_constant(name: str) -> None:
     raise ValueError(f"results.json contains {name}, which is not JSON")
 

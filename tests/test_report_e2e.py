@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import corpus_mutant
+from conftest import all_traps, corpus_mutant
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment, load_assignment
@@ -111,7 +111,7 @@ def test_reference_report_is_all_green(reference_graded, spec: Assignment) -> No
 def test_mutant_report_names_every_trap_with_its_fix(name: str, mutant, spec: Assignment) -> None:
     graded = mutant(name)
     catalog = trap_catalog(spec)
-    traps = graded.results["extra_data"]["traps"]
+    traps = all_traps(graded.results)
     assert traps, "the mutant was graded as correct"
     html, md = read(graded, "report.html"), read(graded, "report.md")
     assert f'<div class="score" id="score">{graded.results["score"]:g} / {spec.max_score:g}</div>' in html
@@ -155,5 +155,26 @@ def test_failing_report_in_chromium(mutant, tmp_path: Path, spec: Assignment) ->
     dom = open_in_chromium(graded.out_dir / "report.html", tmp_path, tmp_path / "bias_wrong_axis.png")
     assert f'id="score">{graded.results["score"]:g} / {spec.max_score:g}<' in dom
     catalog = trap_catalog(spec)
-    for trap in graded.results["extra_data"]["traps"]:
+    for trap in all_traps(graded.results):
         assert html_escape(catalog[trap].title) in dom, trap
+
+
+# ------------------------------------------------------------------------------------ what students read
+
+
+def test_gradescope_shows_public_cases_only_before_the_due_date(mutant, spec: Assignment) -> None:
+    graded = mutant("eps_outside_sqrt")
+    results = graded.results
+    visible = json.dumps({k: v for k, v in results.items() if k != "tests"}) + json.dumps(
+        [t for t in results["tests"] if t["visibility"] == "visible"])
+    hidden = [c for c in spec.cases if not c.is_public]
+    for case in hidden:
+        assert f'"{case.id}"' not in visible and case.id not in results["output"], case.id
+        assert f"{case.target}: {case.description}" not in visible.replace("\\\\", ""), case.id
+    assert f"{len(hidden)} hidden cases worth {sum(c.points for c in hidden):g} points: results after the due date" \
+        in results["output"]
+    assert "hidden cases:" not in results["output"] and "(hidden)" not in results["output"]
+    assert {t["visibility"] for t in results["tests"] if t["extra_data"]["case_id"] in {c.id for c in hidden}} == {
+        "after_due_date"}
+    public_traps = {t for test in results["tests"] if test["visibility"] == "visible" for t in test["tags"]}
+    assert set(results["extra_data"]["traps"]) <= public_traps

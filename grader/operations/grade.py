@@ -269,9 +269,10 @@ def weigh_interpreter_limits(cases: list[CaseResult], aot_cases: list[CaseResult
                                                                        "GPU either: see its compile check.)")
         out.append(case)
     notes = []
-    if withheld:
-        points = sum(c.max_score for c in withheld)
-        notes.append(f"{len(withheld)} case(s), {points:g} point(s), hit a limit of Triton's CPU interpreter in code "
+    public = [c for c in withheld if c.visibility == "public"]  # notes reach students: they count public cases
+    if public:  # (each hidden case's own message says the same)
+        points = sum(c.max_score for c in public)
+        notes.append(f"{len(public)} case(s), {points:g} point(s), hit a limit of Triton's CPU interpreter in code "
                      f"that compiles for the grading GPU ({INTERPRETER_LIMIT}): they score nothing here; grade this "
                      "submission on a GPU backend (--backend cuda) for them.")
     return out, notes

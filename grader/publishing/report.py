@@ -1,8 +1,13 @@
 """Render results for people: Markdown (Gradescope output, CI logs), HTML (one self-contained file)
 and the terminal summary of `grader check`, all from one jinja2 template set and one view model.
 
-The view model (ReportView) decides what is shown: which cases are detailed (hidden cases only with
-show_hidden_details), the input that exposed each trap, the error maps. Templates only lay it out.
+The view model (ReportView) decides what is shown: the cases, the input that exposed each trap, the error
+maps. Templates only lay it out. The instructor view (show_hidden_details) shows every case. The student
+view is built from the public part of the result (`public_part`): hidden cases are not in it at all, only
+counted with their points (`HiddenSummary`: "18 hidden cases worth 27 points: results after the due
+date"), so no hidden case's name, input, trap or score can reach it. It is what results.json's `output`
+carries (Gradescope shows it from the moment of grading; each hidden test has its own entry, shown when
+the spec's hidden_visibility says).
 HTML autoescapes; everything student-controlled (messages, printed output, file names) reaches the
 templates as data, stripped of terminal control sequences and cut to a size, never as markup.
 
@@ -18,7 +23,7 @@ import re
 import struct
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jinja2
@@ -239,6 +244,43 @@ def palette_png(grid: Sequence[str]) -> bytes:
 
 # ------------------------------------------------------------------------------------------ views
 
+# When a student sees the hidden cases' own results, per the spec's hidden_visibility (Gradescope's names).
+HIDDEN_WHEN = {
+    "after_due_date": "results after the due date",
+    "after_published": "results when grades are published",
+    "hidden": "results not shown",
+}
+
+
+@dataclass(frozen=True)
+class HiddenSummary:
+    """What the student view says of the hidden cases: how many, and their points (never their score)."""
+
+    count: int
+    points: float
+    when: str
+
+    @property
+    def line(self) -> str:
+        cases = "case" if self.count == 1 else "cases"
+        points = "point" if self.points == 1 else "points"
+        return f"{self.count} hidden {cases} worth {self.points:g} {points}: {self.when}"
+
+
+def public_part(result: GradeResult) -> GradeResult:
+    """Pure: the result without its hidden cases (performance cases stay: their shapes are public)."""
+    return replace(result, cases=tuple(c for c in result.cases if c.visibility == "public"))
+
+
+def hidden_summary(result: GradeResult, assignment: Assignment) -> HiddenSummary | None:
+    """The count and points of the result's hidden cases; None when it has none."""
+    hidden = [c for c in result.cases if c.visibility != "public" and c.max_score > 0]
+    if not hidden:
+        return None
+    when = HIDDEN_WHEN.get(assignment.hidden_visibility, HIDDEN_WHEN["hidden"])
+    return HiddenSummary(len(hidden), sum(c.max_score for c in hidden), when)
+
+
 
 @dataclass(frozen=True)
 class CaseView:
@@ -289,10 +331,6 @@ class TrapView:
         return len(self.shown_cases) - len(self.examples)
 
     @property
-    def hidden_count(self) -> int:
-        return sum(not c.detailed for c in self.cases)
-
-    @property
     def example(self) -> CaseView | None:
         """The case whose comparison and map illustrate the trap: the first detailed one with a map."""
         shown = self.shown_cases
@@ -306,12 +344,21 @@ class TrapView:
 
 @dataclass(frozen=True)
 class ReportView:
-    result: GradeResult
+    result: GradeResult  # the student view's is the public part only
     assignment: Assignment
     catalog: Mapping[str, TrapText]
     show_hidden_details: bool
     detail: Detail = DETAIL_LEVELS[0]
     cases: tuple[CaseView, ...] = field(default=())
+    hidden: HiddenSummary | None = None  # the student view: the hidden cases left out, counted
+
+    @property
+    def score_label(self) -> str:
+        """What the score line counts: everything, or (student view) what the student may see now."""
+        if self.hidden is None:
+            return "Score"
+        scored_performance = any(p.max_score for p in self.result.performance)
+        return "Public and performance cases" if scored_performance else "Public cases"
 
     @property
     def targets(self) -> list[TargetView]:
@@ -345,12 +392,6 @@ class ReportView:
     def text_maps(self) -> bool:
         """Some trap's example has a map small enough to print as text (the Markdown shows a legend)."""
         return any(m.text_lines() for t in self.traps if t.example for m in t.example.maps)
-
-    @property
-    def unlisted(self) -> tuple[int, float, float]:
-        """Cases not listed at all (count, points got, points possible)."""
-        hidden = [c.result for c in self.cases if not c.listed]
-        return len(hidden), sum(c.score for c in hidden), sum(c.max_score for c in hidden)
 
     @property
     def counts(self) -> dict[str, tuple[int, int]]:
@@ -546,8 +587,12 @@ def view(
     show_hidden_details: bool = True,
     detail: Detail = DETAIL_LEVELS[0],
 ) -> ReportView:
+    hidden = None
+    if not show_hidden_details:  # the student view: built from the public part only
+        hidden = hidden_summary(result, assignment)
+        result = public_part(result)
     cases = tuple(case_view(c, assignment, show_hidden_details, detail) for c in result.cases)
-    return ReportView(result, assignment, trap_catalog(assignment), show_hidden_details, detail, cases)
+    return ReportView(result, assignment, trap_catalog(assignment), show_hidden_details, detail, cases, hidden)
 
 
 # ------------------------------------------------------------------------------------------ rendering
