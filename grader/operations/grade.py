@@ -24,9 +24,11 @@ from typing import Any
 import pytest
 
 from grader import trap_ids
+from grader.authoring.catalog import trap_catalog, trap_title
 from grader.authoring.spec import Assignment
 from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
 from grader.judging.false_hints import false_hint_checks
+from grader.judging.judge import renamed_head
 from grader.judging.performance import by_id, not_run, skipped
 from grader.operations.environment import backend_label, versions
 from grader.operations.notebook import NotebookError, is_notebook, materialise, read_notebook
@@ -287,19 +289,25 @@ def consolidate_traps(cases: list[CaseResult], assignment: Assignment) -> list[C
         spec = assignment.kernels.get(case.target) or assignment.functions.get(case.target)
         problems.append((spec.problem if spec else case.target, case.target in assignment.functions))
     kept = inherit_kernel_traps(kept, problems, INHERITED_TRAPS)
+    catalog = trap_catalog(assignment)
     out = []
     for case, traps in zip(cases, kept, strict=True):
         if traps != case.traps:
             dropped = [t for t in case.traps if t not in traps]
             added = [t for t in traps if t not in case.traps]
-            note = ""
-            if dropped and not added:
-                note = (f"(On this input the output is also consistent with {', '.join(dropped)}; no other case "
-                        "supports that, so it is not named.)")
+            evidence = dict(case.evidence)
+            if dropped and not added:  # explained away: not named anywhere in the case, only in its evidence
+                shown = ", ".join(f"{trap_title(catalog, t)} [{t}]" for t in traps if t in assignment.traps)
+                note = (f"(On this input another mistake would give the same output; your other cases show "
+                        f"{shown or 'the one named above'}, so that is the diagnosis here.)")
+                evidence["explained_away"] = dropped
             elif added:
                 note = (f"(The kernel this function launches shows {', '.join(added)} in its own cases: that is "
                         "the likely cause here too.)")
-            case = replace(case, traps=traps, message=case.message + "\n" + note)
+            else:
+                note = ""
+            message = renamed_head(case.message, traps, catalog)
+            case = replace(case, traps=traps, message=message + ("\n" + note if note else ""), evidence=evidence)
         out.append(case)
     return out
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import jinja2
 
+from grader import trap_ids
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import describe_kind
 from grader.authoring.spec import LAYOUTS, Assignment, TrapText
@@ -195,19 +196,27 @@ class MapView:
         return lines
 
 
+def worst_cell(shape: Sequence[int], index: Sequence[int] | None) -> tuple[int, int] | None:
+    """(row, col) on a map of an output of `shape` (rows flattened, a 1-D output one row) of an element."""
+    if not index:
+        return None
+    if len(shape) < 2:
+        return 0, int(index[0])
+    if len(index) != len(shape):
+        return None
+    flat_row = 0
+    for size, i in zip(shape[:-1], index[:-1], strict=True):
+        flat_row = flat_row * size + int(i)
+    return flat_row, int(index[-1])
+
+
 def map_view(output: str, data: Mapping[str, Any], worst_index: Sequence[int] | None) -> MapView:
     shape = tuple(int(s) for s in data["shape"])
     if len(shape) < 2:
         rows, cols = 1, shape[0] if shape else 1
-        worst = (0, int(worst_index[0])) if worst_index else None
     else:
         rows, cols = math.prod(shape[:-1]), shape[-1]
-        worst = None
-        if worst_index and len(worst_index) == len(shape):
-            flat_row = 0
-            for size, i in zip(shape[:-1], worst_index[:-1], strict=True):
-                flat_row = flat_row * size + int(i)
-            worst = (flat_row, int(worst_index[-1]))
+    worst = worst_cell(shape, worst_index)
     tile = data.get("tile")
     return MapView(
         output=output,
@@ -243,6 +252,29 @@ def palette_png(grid: Sequence[str]) -> bytes:
 
 
 # ------------------------------------------------------------------------------------------ views
+
+NOTHING_WRITTEN = ("Your kernel has not written any output yet: the template's TODO is still there (or its "
+                   "tl.store never runs). Write the kernel's body, ending in a masked tl.store into the output.")
+
+
+def _illustrations(case: CaseResult, trap: str) -> Mapping[str, Mapping[str, Any]]:
+    found = (case.evidence or {}).get("illustrations") or {}
+    return found.get(trap) or {}
+
+
+def _strength(case: CaseResult, trap: str) -> float:
+    """How far beyond the tolerance the elements showing `trap` are (inf: a NaN/inf; 0: none known)."""
+    tolerance = (case.evidence or {}).get("tolerance") or {}
+    atol, rtol = float(tolerance.get("atol", 0.0)), float(tolerance.get("rtol", 0.0))
+    best = 0.0
+    for element in _illustrations(case, trap).values():
+        actual, expected = element.get("actual"), element.get("expected")
+        if not isinstance(actual, (int, float)) or not isinstance(expected, (int, float)):
+            return math.inf  # a NaN or an infinity (written as a string)
+        allowed = atol + rtol * abs(expected)
+        best = max(best, abs(actual - expected) / allowed if allowed > 0 else math.inf)
+    return best
+
 
 # When a student sees the hidden cases' own results, per the spec's hidden_visibility (Gradescope's names).
 HIDDEN_WHEN = {
@@ -332,9 +364,45 @@ class TrapView:
 
     @property
     def example(self) -> CaseView | None:
-        """The case whose comparison and map illustrate the trap: the first detailed one with a map."""
+        """The case that shows the trap best: of the detailed ones (those with a map first), the one whose
+        element showing this trap is furthest beyond the tolerance; the first of equals."""
         shown = self.shown_cases
-        return next((c for c in shown if c.maps), shown[0] if shown else None)
+        if not shown:
+            return None
+        return max(shown, key=lambda c: (bool(c.maps), _strength(c.result, self.id)))
+
+    @property
+    def elements(self) -> tuple[Mapping[str, Any], ...]:
+        """Per wrong output of the example: its comparison, with the element that shows this trap as its
+        worst (grader.judging.judge.illustrations) where the judge found one."""
+        ex = self.example
+        if ex is None:
+            return ()
+        shown = _illustrations(ex.result, self.id)
+        rows = []
+        for c in ex.comparisons:
+            element = shown.get(str(c.get("output")))
+            rows.append({**c, "worst_index": element["index"], "worst_actual": element["actual"],
+                         "worst_expected": element["expected"]} if element else c)
+        return tuple(rows)
+
+    @property
+    def maps(self) -> tuple[MapView, ...]:
+        """The example's error maps, marking the element `elements` shows."""
+        ex = self.example
+        if ex is None:
+            return ()
+        index = {str(e.get("output")): e.get("worst_index") for e in self.elements}
+        return tuple(replace(m, worst=worst_cell(m.shape, index[m.output])) if index.get(m.output) else m
+                     for m in ex.maps)
+
+    @property
+    def advice(self) -> str:
+        """A line that says more than the trap's text where this submission shows something plainer."""
+        if self.id == trap_ids.UNWRITTEN_OUTPUT and self.cases and all(
+                (c.result.evidence or {}).get("nothing_written") for c in self.cases):
+            return NOTHING_WRITTEN
+        return ""
 
     @property
     def structural(self) -> bool:
