@@ -105,6 +105,10 @@ def test_an_old_spec_naming_its_reference_says_where_it_lives_now(tmp_path: Path
         load_assignment(folder / "assignment.toml")
     assert "[assignment.reference] is no longer read" in str(caught.value)
     assert "reference/<id>/reference.py" in str(caught.value)
+    # a student bundle written before the layout said "no reference" with an empty one: still loads
+    (folder / "assignment.toml").write_text(text.replace('module = "oracles.py"',
+                                                         'module = "oracles.py"\nreference = ""'))
+    assert load_assignment(folder / "assignment.toml").reference_solution is None
 
 
 @pytest.mark.parametrize("left_over", ["reference.py", "mutants.toml", "mutants", "variants", "template"])

@@ -362,12 +362,12 @@ def assignment_from_raw(raw: Mapping[str, Any], spec_path: Path, public: bool = 
     top.reject_unknown({"assignment", "tolerances", "kernels", "functions", "cases", "traps", "performance",
                         "input_kinds"})
     head = top.sub("assignment")
-    if "reference" in head.table:
+    if head.table.get("reference", "") != "":  # "" is how student bundles before the layout said "none"
         raise head.fail("reference", f"is no longer read: the reference solution is {REFERENCE_DIR}/<id>/"
                         f"{REFERENCE_FILE} of the course (beside assignments/); remove the key")
     head.reject_unknown(
         {"id", "title", "module", "submission_file", "chapter", "call_timeout_s", "import_timeout_s",
-         "hidden_visibility"}
+         "hidden_visibility", "reference"}
     )
     tolerances = _load_tolerances(top)
     kernels = {name: _load_kernel(name, r) for name, r in top.subs("kernels").items()}
