@@ -239,4 +239,4 @@ def test_an_untouched_template_is_told_it_writes_nothing(grade_text, repo_root: 
     assert "Your kernel has not written any output yet: the template's TODO is still there" in md
     cases = json.loads(read(graded, "grade.json"))["cases"]
     kernel_cases = [c for c in cases if c["target"].endswith("_kernel") and "unwritten-output" in c["traps"]]
-    assert kernel_cases and all("your kernel wrote nothing to" in c["message"] for c in kernel_cases)
+    assert kernel_cases and all(": your kernel wrote nothing to " in c["message"] for c in kernel_cases)

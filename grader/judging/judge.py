@@ -105,16 +105,18 @@ def judge_case(
         lines.append(f"{', '.join(observation.nondeterministic)} differed between two runs on identical inputs: "
                      "a race between programs, or a read of memory nothing wrote")
 
+    # Not one element of an output written: in every case, the untouched template's signature (report.py's
+    # advice); in some, a store mask that is never true on that input.
     nothing_written = [name for name, mask in observation.unwritten.items() if mask.numel() and bool(mask.all())]
     if nothing_written:
         evidence["nothing_written"] = nothing_written
     for finding in observation.guard_findings:
         named.append(GUARD_TRAPS[finding.kind])
+        line = finding.message()
         if finding.kind == trap_ids.UNWRITTEN_OUTPUT and finding.buffer in nothing_written:
-            lines.append(f"your kernel wrote nothing to {finding.buffer} (all {finding.count} elements still hold "
-                         "the grader's poison): the template's TODO is still there, or its tl.store never runs")
-        else:
-            lines.append(finding.message())
+            line += (f": your kernel wrote nothing to {finding.buffer} (the template's TODO is still there, or its "
+                     "tl.store never runs, or its mask is never true)")
+        lines.append(line)
     for extra in observation.sanitizer_findings:
         named.append(extra.trap)
         lines.append(extra.message)
