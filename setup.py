@@ -1,46 +1,67 @@
 """Build step only (all metadata is in pyproject.toml): ship the checkout's example assignments inside the
-package, as grader/examples/assignments/<id>/, so an installed grader has assignments to list, check and grade.
+package, so an installed grader has assignments to list, check and grade. The wheel is public (students
+install it), so what ships is named, never filtered:
 
-Left out, as in the Gradescope bundle: each assignment's reference solution and mutant corpus (the wheel is
-public; students install it). The template stays: it is what a student starts from. The names mirror
-grader.authoring.spec (REFERENCE_FILE, MUTANTS_FILE, MUTANTS_DIR, VARIANTS_DIR); tests/test_package.py checks
-that they still do.
+    grader/examples/assignments/<id>/assignment.toml   the public form of the spec (public cases only, no
+                                                       reference): grader/authoring/public.py writes it
+    grader/examples/assignments/<id>/<module>          the oracle module the spec names
+    grader/examples/student_template/<id>/...          student_template/<id>/: what a student starts from
+
+Nothing of reference/ is named, so none of it ships. grader/authoring/public.py is loaded by file path:
+setuptools' isolated build environment has neither torch nor the grader installed.
+tests/test_package.py builds the wheel and looks inside.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
-EXAMPLES = Path("grader") / "examples" / "assignments"
-NOT_SHIPPED = ("reference.py", "mutants.toml", "mutants", "variants")
+EXAMPLES = Path("grader") / "examples"
 
 
-def example_files(assignments: Path) -> list[tuple[Path, Path]]:
-    """(source, path relative to the examples folder) for every shipped file of every assignment folder."""
+def public_module() -> ModuleType:
+    path = HERE / "grader" / "authoring" / "public.py"
+    spec = importlib.util.spec_from_file_location("_grader_public_form", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and typing look modules up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def example_files(course: Path) -> list[tuple[Path, bytes]]:
+    """(path under grader/examples, bytes) of every shipped file, for every assignment of the course."""
+    public = public_module()
     found = []
-    for spec in sorted(assignments.glob("*/assignment.toml")):
-        folder = spec.parent
-        for path in sorted(folder.rglob("*")):
-            rel = path.relative_to(folder)
-            if (path.is_file() and rel.parts[0] not in NOT_SHIPPED and "__pycache__" not in rel.parts
-                    and path.suffix not in (".pyc", ".pyo")):
-                found.append((path, Path(folder.name) / rel))
+    for spec in sorted((course / "assignments").glob("*/assignment.toml")):
+        text = spec.read_text(encoding="utf-8")
+        module = public.tomllib.loads(text)["assignment"]["module"]
+        found.append((Path("assignments") / spec.parent.name / spec.name, public.public_toml(text).encode()))
+        found.append((Path("assignments") / spec.parent.name / module, (spec.parent / module).read_bytes()))
+        template = course / "student_template" / spec.parent.name
+        for path in sorted(template.rglob("*")) if template.is_dir() else ():
+            if path.is_file() and "__pycache__" not in path.parts:
+                found.append((Path("student_template") / path.relative_to(course / "student_template"),
+                              path.read_bytes()))
     return found
 
 
 class BuildPyWithExamples(build_py):
     def run(self) -> None:
         super().run()
-        if getattr(self, "editable_mode", False):  # an editable install reads the checkout's assignments/
+        if getattr(self, "editable_mode", False):  # an editable install reads the checkout's folders
             return
-        for source, rel in example_files(HERE / "assignments"):
+        for rel, data in example_files(HERE):
             target = Path(self.build_lib) / EXAMPLES / rel
             self.mkpath(str(target.parent))
-            self.copy_file(str(source), str(target))
+            target.write_bytes(data)
 
 
 setup(cmdclass={"build_py": BuildPyWithExamples})

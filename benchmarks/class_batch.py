@@ -71,7 +71,7 @@ def write_class(assignment: str, folder: Path, copies: int, identical: int, host
             student = f"{path.stem}__{copy + 1}"
             shutil.copyfile(path, folder / f"{student}.py")
             origin[student] = path.stem
-    reference = ROOT / "assignments" / assignment / "reference.py"
+    reference = ROOT / "reference" / assignment / "reference.py"
     for copy in range(identical):
         student = f"reference__{copy + 1}"
         shutil.copyfile(reference, folder / f"{student}.py")

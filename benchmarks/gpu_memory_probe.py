@@ -135,7 +135,7 @@ def probe_grade() -> None:
     reader = open_nvml_reader()
     out = Path(tempfile.mkdtemp(prefix="gpu-memory-probe-"))
     command = [sys.executable, "-m", "grader", "--assignments", str(ROOT / "assignments"), "grade",
-               str(ROOT / "assignments/fused_layers/reference.py"), "--assignment", "fused_layers",
+               str(ROOT / "reference/fused_layers/reference.py"), "--assignment", "fused_layers",
                "--out", str(out), "--seed", "3", "--backend", "cuda"]
     started = time.monotonic()
     log = out / "grade.log"

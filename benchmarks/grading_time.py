@@ -53,7 +53,7 @@ def describe(grade: dict) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("submissions", nargs="*", default=[str(ROOT / "assignments" / "fused_layers" / "reference.py")])
+    parser.add_argument("submissions", nargs="*", default=[str(ROOT / "reference" / "fused_layers" / "reference.py")])
     parser.add_argument("--assignment", default="fused_layers")
     parser.add_argument("--backend", default="auto")
     parser.add_argument("--repeat", type=int, default=2)

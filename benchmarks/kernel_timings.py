@@ -37,7 +37,7 @@ FIDELITY_LIMIT_PCT = 3.0
 
 
 def load_reference():
-    path = ROOT / "assignments" / "fused_layers" / "reference.py"
+    path = ROOT / "reference" / "fused_layers" / "reference.py"
     spec = importlib.util.spec_from_file_location("reference_fused_layers", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -7,7 +7,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from grader.authoring.discovery import AssignmentNotFound, assignments_root, find_assignment, list_assignment_ids
+from grader.authoring.discovery import (
+    AssignmentNotFound,
+    assignments_root,
+    find_assignment,
+    list_assignment_ids,
+    require_folder,
+)
 from grader.authoring.mutants import Mutant, MutantError, load_mutants, write_mutant
 from grader.authoring.spec import SpecError
 from grader.operations.environment import detect_backend
@@ -164,6 +170,8 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
         traps = ", ".join(result.traps) or "none"
         print(f"{path.name}: {result.score:g} / {result.max_score:g}  traps: {traps}  "
               f"({result.execution_time_s:.1f} s) -> {out / 'results.json'}")
+        if result.rejected:
+            print(f"  {result.rejected}")
     return 0
 
 
@@ -196,7 +204,7 @@ def cmd_mutant(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.selftest import reference_path
 
     assignment = find_assignment(args.assignment, root)
-    mutants = {m.id: m for m in load_mutants(assignment.root)}
+    mutants = {m.id: m for m in load_mutants(assignment.reference_dir)}
     if args.list:
         if args.ids or args.all or args.write or args.diff:
             raise UsageError("--list takes no mutant ids, --all, --write or --diff")
@@ -237,17 +245,18 @@ def cmd_new_assignment(args: argparse.Namespace, root: Path) -> int:
     from grader.authoring.scaffold import ScaffoldError, write_scaffold
 
     try:
-        folder = write_scaffold(root, args.id)
+        folders = write_scaffold(root, args.id)
     except ScaffoldError as exc:
         raise UsageError(str(exc)) from None
     find_assignment(args.id, root)  # validates as written
-    print(f"wrote {folder}: a row-sum assignment to start from; check it with\n"
-          f"  grader selftest --assignment {args.id} --assignments {root}")
+    written = "\n".join(f"  {folder}" for folder in folders)
+    print(f"wrote a row-sum assignment to start from (contract, reference and mutant, student template):\n"
+          f"{written}\ncheck it with\n  grader selftest --assignment {args.id} --assignments {root}")
     return 0
 
 
 def cmd_list(root: Path) -> int:
-    ids = list_assignment_ids(root)
+    ids = list_assignment_ids(require_folder(root))
     if not ids:
         print(f"no assignments under {root}")
         return 1
@@ -304,7 +313,8 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     w.add_argument("--out", type=Path, default=Path(".github/workflows/classroom.yml"),
                    help="the workflow file to write (default: .github/workflows/classroom.yml)")
     w.add_argument("--grader-repo", default=DEFAULT_GRADER_REPO,
-                   help="owner/name of the course's copy of kernel-grader, checked out by the workflow")
+                   help="owner/name of the kernel-grader repository the workflow pip-installs (students can read "
+                        "it: it must hold no reference/ and no hidden cases)")
     w.add_argument("--submission", help="the file students commit (default: the assignment's submission file)")
     w.add_argument("--timeout", type=int, default=10, help="minutes per target step (default 10)")
     s = sub.add_parser("student-bundle",
@@ -362,8 +372,10 @@ def cmd_classroom_workflow(args: argparse.Namespace, root: Path) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_text(args.out, classroom_workflow(assignment, args.grader_repo, args.submission, args.timeout))
     points = sum(s.points for s in steps)
-    print(f"wrote {args.out}: {len(steps)} autograding steps, {points:g} points (public cases on the CPU "
-          f"interpreter); commit it to the assignment's template repository")
+    print(f"wrote {args.out}: {len(steps)} autograding steps, {points:g} points: the public cases, on the CPU "
+          f"interpreter (the Classroom score covers public cases only). Commit it to the assignment's template "
+          f"repository with the student bundle's files at its root ({assignment.submission_file}, README.md, "
+          f"assignments/{assignment.id}/: `grader student-bundle`); {args.grader_repo} must hold no course secrets")
     return 0
 
 

@@ -175,6 +175,7 @@ class GradeResult:
     format_version: int = RESULTS_FORMAT_VERSION
     performance: tuple[PerfResult, ...] = ()  # [[performance]] cases (skipped ones have max_score 0)
     phases: Mapping[str, float] = field(default_factory=dict)  # wall seconds per phase (grader.running.phases)
+    rejected: str = ""  # why nothing of the submission ran (not Python source, say); '' when it was graded
 
     @property
     def score(self) -> float:
@@ -220,6 +221,7 @@ class GradeResult:
             "cases": [c.to_dict() for c in self.cases],
             "performance": [p.to_dict() for p in self.performance],
             "phases": dict(self.phases),
+            "rejected": self.rejected,
         }
 
     @classmethod
@@ -237,4 +239,5 @@ class GradeResult:
             format_version=int(data.get("format_version", RESULTS_FORMAT_VERSION)),
             performance=tuple(PerfResult.from_dict(p) for p in data.get("performance", ())),
             phases={str(k): float(v) for k, v in (data.get("phases") or {}).items()},
+            rejected=str(data.get("rejected", "")),
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,25 @@ def corpus_mutant(mutant_id: str, assignment_id: str = ASSIGNMENT) -> tuple[Muta
     return mutant, mutant.source(reference_path(assignment).read_text(encoding="utf-8"))
 
 
+COURSE_FOLDERS = ("assignments", "reference", "student_template")
+
+
+def copy_course(assignment_id: str, course: Path) -> Path:
+    """Copy one assignment of the checkout, all three of its folders, into the course folder `course`;
+    return the copy's assignment folder (course/assignments/<id>)."""
+    for top in COURSE_FOLDERS:
+        source = ROOT / top / assignment_id
+        if source.is_dir():
+            shutil.copytree(source, course / top / assignment_id, ignore=shutil.ignore_patterns("__pycache__"))
+    return course / "assignments" / assignment_id
+
+
+def all_traps(results: dict[str, Any]) -> list[str]:
+    """Every trap a results.json names, hidden cases' included: the union of its tests' traps, in order.
+    (Its top-level extra_data.traps names only what the public cases show: students may see the top level.)"""
+    return list(dict.fromkeys(t for test in results["tests"] for t in test["extra_data"]["traps"]))
+
+
 def _reject_constant(name: str) -> None:
     raise ValueError(f"results.json contains {name}, which is not JSON")
 
@@ -89,14 +109,14 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def reference_source() -> str:
-    return (ROOT / "assignments" / "fused_layers" / "reference.py").read_text(encoding="utf-8")
+    return (ROOT / "reference" / "fused_layers" / "reference.py").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="session")
 def planted() -> Callable[..., str]:
     """`planted(old, new, count=1, into=None)`: the reference's text (or `into`) with one bug planted by
     string replacement; chain calls through `into` to plant several."""
-    source = (ROOT / "assignments" / "fused_layers" / "reference.py").read_text(encoding="utf-8")
+    source = (ROOT / "reference" / "fused_layers" / "reference.py").read_text(encoding="utf-8")
 
     def make(old: str, new: str, count: int = 1, into: str | None = None) -> str:
         return plant(source if into is None else into, old, new, count)

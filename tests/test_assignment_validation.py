@@ -3,7 +3,6 @@ message that names the file and key."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from grader.authoring.discovery import list_assignment_ids, load_validated
 from grader.authoring.spec import SpecError
 from grader.authoring.validation import InvalidAssignment
+from tests.conftest import copy_course
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = list_assignment_ids(ROOT / "assignments")
@@ -28,9 +28,7 @@ def test_assignment_folder_validates(assignment_id: str) -> None:
 
 @pytest.fixture
 def softmax_copy(tmp_path: Path) -> Path:
-    folder = tmp_path / "softmax"
-    shutil.copytree(ROOT / "assignments" / "softmax", folder, ignore=shutil.ignore_patterns("__pycache__"))
-    return folder
+    return copy_course("softmax", tmp_path)
 
 
 def edit(path: Path, old: str, new: str) -> None:
@@ -79,7 +77,7 @@ def test_a_redefined_generic_trap(softmax_copy: Path) -> None:
 
 
 def test_a_trap_no_mutant_proves(softmax_copy: Path) -> None:
-    toml = softmax_copy / "mutants.toml"
+    toml = softmax_copy.parent.parent / "reference" / "softmax" / "mutants.toml"
     text = toml.read_text(encoding="utf-8")
     assert '"no-max-subtraction"' in text
     toml.write_text(text.replace('"no-max-subtraction"', '"oob-read"'), encoding="utf-8")

@@ -256,18 +256,21 @@ def test_the_key_covers_the_case_definition_not_its_points(assignment: Assignmen
 def test_the_key_covers_the_reference_and_oracle_source(tmp_path: Path, repo_root: Path, perf: PerfCase,
                                                          assignment: Assignment, key: CalibrationKey) -> None:
     problems = load_problems(assignment)
-    copy = tmp_path / "fused_layers"
-    shutil.copytree(repo_root / "assignments" / "fused_layers", copy)
+    course = tmp_path / "course"  # the course's three folders: the contract, the staff's, the students'
+    for folder in ("assignments", "reference"):
+        shutil.copytree(repo_root / folder / "fused_layers", course / folder / "fused_layers")
+    copy = course / "assignments" / "fused_layers"
     copied = load_assignment(copy / "assignment.toml")
     assert calibration_key(copied, perf, problems, H200) == key  # same bytes elsewhere: the same key
-    with (copy / "reference.py").open("a", encoding="utf-8") as f:
+    assert copied.reference_solution is not None
+    with copied.reference_solution.open("a", encoding="utf-8") as f:
         f.write("# a faster reference next term\n")
     edited = calibration_key(copied, perf, problems, H200)
     assert edited.reference != key.reference and edited.digest != key.digest
     with (copy / copied.module).open("a", encoding="utf-8") as f:
         f.write("# another baseline\n")
     assert calibration_key(copied, perf, problems, H200).oracles != key.oracles
-    assert calibration_key(dataclasses.replace(copied, reference=""), perf, problems, H200).reference == ""
+    assert calibration_key(dataclasses.replace(copied, reference_solution=None), perf, problems, H200).reference == ""
 
 
 def test_the_seed_is_not_in_the_key(assignment: Assignment, perf: PerfCase, key: CalibrationKey,

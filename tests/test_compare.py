@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from grader.judging.compare import close_mask, compare
+from grader.judging.compare import close_mask, compare, worst_element
 
 NAN = float("nan")
 INF = float("inf")
@@ -182,3 +182,36 @@ def test_summary_mentions_nan_and_inf_mismatches() -> None:
     assert text.startswith("var: 2 of 3 elements differ")
     assert "1 NaN where a number was expected" in text
     assert "1 infinite where a finite value was expected" in text
+
+
+# ------------------------------------------------------------------------------ the element a report shows
+
+
+def test_worst_element_prefers_a_number_that_shows_the_arithmetic() -> None:
+    expected = torch.tensor([1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
+    actual = torch.tensor([1.0, float("nan"), 3.5, 4.1])
+    wrong = ~close_mask(actual, expected, 1e-5, 1e-5)
+    index, got, want = worst_element(actual, expected, wrong, 1e-5, 1e-5, nonfinite_first=False)
+    assert (index, got, want) == ((2,), 3.5, 3.0)  # furthest beyond tolerance among the numbers
+    assert worst_element(actual, expected, wrong, 1e-5, 1e-5, nonfinite_first=True)[0] == (1,)  # compare's rule
+    only_nan = torch.tensor([False, True, False, False])
+    assert worst_element(actual, expected, only_nan, 1e-5, 1e-5, nonfinite_first=False)[0] == (1,)
+
+
+def test_worst_element_never_shows_nan_against_nan_nor_an_empty_mask() -> None:
+    expected = torch.tensor([float("nan"), 2.0], dtype=torch.float64)
+    actual = torch.tensor([float("nan"), 2.0])
+    everything = torch.ones(2, dtype=torch.bool)
+    assert worst_element(actual, expected, everything, 1e-5, 1e-5)[0] == (1,)  # the NaN pair is never it
+    assert worst_element(actual, expected, torch.tensor([True, False]), 1e-5, 1e-5) is None
+    assert worst_element(actual, expected, torch.zeros(2, dtype=torch.bool), 1e-5, 1e-5) is None
+
+
+def test_compare_worst_is_worst_element_of_the_wrong_ones() -> None:
+    expected = torch.randn(6, 7, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    actual = expected.to(torch.float32).clone()
+    actual[2, 3] += 1.0
+    actual[4, 1] = float("nan")
+    c = compare("out", actual, expected, 1e-5, 1e-5)
+    wrong = ~close_mask(actual, expected, 1e-5, 1e-5)
+    assert c.worst_index == worst_element(actual, expected, wrong, 1e-5, 1e-5)[0] == (4, 1)

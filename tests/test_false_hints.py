@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import triton.language as tl
-from conftest import Graded, corpus_mutant
+from conftest import Graded, all_traps, corpus_mutant
 from triton.runtime.interpreter import InterpretedFunction
 
 from grader import trap_ids
@@ -270,7 +270,7 @@ def test_the_mutant_is_warned_about_and_keeps_full_marks(grade_text) -> None:
     _, text = corpus_mutant("false_hint")
     graded: Graded = grade_text(text)
     results = graded.results
-    assert results["extra_data"]["traps"] == [trap_ids.FALSE_HINT]
+    assert all_traps(results) == [trap_ids.FALSE_HINT]
     assert results["score"] == results["extra_data"]["max_score"]
     (warning,) = [t for t in results["tests"] if trap_ids.FALSE_HINT in t["tags"]]
     assert warning["max_score"] == 0 and warning["extra_data"]["case_id"] == "false-hint-fused_linear_gelu_kernel"

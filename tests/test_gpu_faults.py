@@ -37,7 +37,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 ROOT = Path(__file__).resolve().parents[1]
 SOFTMAX = ROOT / "assignments" / "softmax" / "assignment.toml"
-REFERENCE = ROOT / "assignments" / "softmax" / "reference.py"
+REFERENCE = ROOT / "reference" / "softmax" / "reference.py"
 SEED = 1
 FAULTED = "softmax-long-rows"  # 3 x 5000: the wrapper launches the online kernel, whose stores walk 25M elements
 # the held-out twin (tests/test_memory_safety.py): `out_row = out_ptr + row`, stores at `out_row + offs * stride`

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import statistics
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 import torch
 
 from grader.cli import main
+from tests.conftest import copy_course
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
@@ -85,8 +85,7 @@ def test_reference_is_timed_with_plausible_numbers(tmp_path, repo_root, referenc
 
 def test_thresholds_award_points(tmp_path, repo_root, reference_source, capsys) -> None:
     """A copy of the assignment with one scored performance case: the reference reaches 0.8x itself."""
-    assignments = tmp_path / "assignments"
-    shutil.copytree(repo_root / "assignments" / "fused_layers", assignments / "fused_layers")
+    assignments = copy_course("fused_layers", tmp_path).parent
     spec = assignments / "fused_layers" / "assignment.toml"
     text = spec.read_text(encoding="utf-8")
     text = text[: text.index("[[performance]]")] + (
@@ -128,7 +127,7 @@ def test_timing_fidelity_same_kernel_five_times(repo_root) -> None:
     from grader.running.worker import timing
 
     spec = importlib.util.spec_from_file_location(
-        "reference_fused_layers", repo_root / "assignments" / "fused_layers" / "reference.py"
+        "reference_fused_layers", repo_root / "reference" / "fused_layers" / "reference.py"
     )
     ref = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ref)

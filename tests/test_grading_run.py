@@ -24,10 +24,8 @@ def assignment(repo_root: Path) -> Assignment:
 
 def template_copy(assignment: Assignment, tmp_path: Path) -> Path:
     """The student template (its kernels store nothing yet): every case fails fast."""
-    folder = assignment.root.parent.parent
-    candidates = [folder / "student_template" / assignment.id / assignment.submission_file,
-                  assignment.root / "template" / assignment.submission_file]
-    source = next(p for p in candidates if p.is_file())
+    assert assignment.template_dir is not None
+    source = assignment.template_dir / assignment.submission_file
     path = tmp_path / "student" / assignment.submission_file
     path.parent.mkdir()
     shutil.copyfile(source, path)

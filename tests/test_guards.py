@@ -13,6 +13,7 @@ import torch
 from grader.authoring.spec import load_assignment
 from grader.running import guards
 from grader.running.guards import build_storage, check_storage, plan_buffer, unwritten_mask, view_of
+from tests.conftest import all_traps
 
 VALUES_2D = torch.arange(15, dtype=torch.float32).reshape(3, 5) + 1.0
 
@@ -288,7 +289,7 @@ def assert_full_marks(graded, case_ids: list[str]) -> None:
 @pytest.mark.slow
 def test_grading_a_kernel_with_mask_bugs_completes(mask_bugs, reference_graded) -> None:
     assert mask_bugs.exit_code == 0
-    traps = mask_bugs.results["extra_data"]["traps"]
+    traps = all_traps(mask_bugs.results)
     assert {"oob-read", "oob-write", "unwritten-output"} <= set(traps)
     assert len(mask_bugs.results["tests"]) == len(reference_graded.results["tests"])
     assert 0 < mask_bugs.results["score"] < reference_graded.results["score"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Graded, read_results
+from conftest import ROOT, Graded, all_traps, read_results
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment, load_assignment
@@ -90,7 +90,7 @@ def assert_expected_traps(name: str, results: dict[str, Any]) -> None:
     """The run names exactly the `# expect:` traps, give or take the assignment's formula traps (which
     trap signatures may name beside an output the kernel never wrote: that is diagnosis, not security)."""
     _, expected = header(HOSTILE / name)
-    named = set(results["extra_data"]["traps"])
+    named = set(all_traps(results))
     assert expected <= named, (name, sorted(named))
     assert named - expected <= set(fused_layers().traps), (name, sorted(named - expected))
 
@@ -274,7 +274,7 @@ def test_reads_reference_from_disk(grade_text, reference_graded) -> None:
     graded = grade_text(hostile_text("reads_reference_from_disk.py"))
     assert graded.exit_code == 0
     # Honest score 0: the kernels store nothing. 40/40 means the worker read and ran reference/.
-    assert graded.results["score"] == 0, "the worker could read assignments/fused_layers/reference.py from disk"
+    assert graded.results["score"] == 0, "the worker could read reference/fused_layers/reference.py from disk"
     assert_outcome(graded.results, reference_graded, {}, everything_fails=True)
     assert_expected_traps("reads_reference_from_disk.py", graded.results)
 

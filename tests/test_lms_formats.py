@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from grader.authoring.spec import load_assignment
 from grader.cli import main
+from grader.publishing.classroom import classroom_steps
 from grader.publishing.gradebook import Gradebook, Student, canvas_csv, graded_row, ungraded_row
 from grader.publishing.prairielearn import HIDDEN_MESSAGE, prairielearn_json
 from grader.results import CaseResult, GradeResult, PerfResult
@@ -121,15 +123,36 @@ def test_classroom_workflow_shape(tmp_path: Path, repo_root: Path, capsys: pytes
     assert [g["with"]["test-name"] for g in graders] == public_targets
     for step in graders:
         target = step["with"]["test-name"]
-        points = sum(c.points for c in spec.cases_for("interpreter") if c.target == target)
+        # worth the cases it runs: `check --target T` runs T's public cases
+        points = sum(c.points for c in spec.cases_for("interpreter", public_only=True) if c.target == target)
         assert set(step["with"]) == {"test-name", "setup-command", "command", "timeout", "max-score"}
         assert step["with"]["max-score"] == points and step["with"]["timeout"] == 10
-        assert step["with"]["command"].endswith(f"check fused_layers.py --assignment {ASSIGNMENT} "
-                                                f"--target {target} --backend interpreter")
+        assert step["with"]["command"] == (f"grader --assignments assignments check fused_layers.py --assignment "
+                                           f"{ASSIGNMENT} --target {target} --backend interpreter")
         assert reporter["env"][f"{step['id'].upper()}_RESULTS"] == f"${{{{steps.{step['id']}.outputs.result}}}}"
     assert reporter["with"]["runners"] == ",".join(g["id"] for g in graders)
-    checkout = [s for s in steps if s.get("with", {}).get("repository")]
-    assert checkout[0]["with"] == {"repository": "course/kernel-grader", "path": ".grader"}
+    public_points = sum(c.points for c in spec.cases if c.is_public)
+    assert sum(g["with"]["max-score"] for g in graders) == public_points == 6 < spec.max_score
+    # nothing of the course is checked out where the student's code (and workflow) runs: the grader is a
+    # package, the public assignment is the template repository's own assignments/ (the student bundle's)
+    assert not [s for s in steps if s.get("with", {}).get("repository")]
+    (install,) = [s for s in steps if "pip install" in s.get("run", "")]
+    assert '"kernel-grader @ git+https://github.com/course/kernel-grader"' in install["run"]
+    assert "-e " not in install["run"] and ".grader" not in out.read_text(encoding="utf-8")
+    assert "public cases only" in out.read_text(encoding="utf-8").lower()
+
+
+def test_classroom_commands_run_against_the_student_bundle_layout(tmp_path: Path, repo_root: Path) -> None:
+    """The template repository is the student bundle's folder: the steps' `--assignments assignments` is there."""
+    assert main(["--assignments", str(repo_root / "assignments"), "student-bundle", "--assignment", ASSIGNMENT,
+                 "--out", str(tmp_path / "s.zip")]) == 0
+    zipfile.ZipFile(tmp_path / "s.zip").extractall(tmp_path / "repo")
+    repo = tmp_path / "repo" / ASSIGNMENT
+    spec = load_assignment(repo_root / "assignments" / ASSIGNMENT / "assignment.toml")
+    for step in classroom_steps(spec):
+        assignments = step.command.split("--assignments ")[1].split()[0]
+        assert (repo / assignments / ASSIGNMENT / "assignment.toml").is_file()
+        assert (repo / step.command.split(" check ")[1].split()[0]).is_file()  # the submission file
 
 
 def test_check_rejects_an_unknown_target(tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -32,7 +32,7 @@ from grader.running.worker.harness import _Recorder, _TorchOps, allocation_findi
 from grader.running.worker.launch_record import describe_tensor, storage_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = ROOT / "assignments" / "softmax" / "reference.py"
+REFERENCE = ROOT / "reference" / "softmax" / "reference.py"
 SEED = 1  # the seed the measurements used
 
 # ------------------------------------------------------------------------------------ guard sizing

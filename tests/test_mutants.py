@@ -31,7 +31,7 @@ def reference_text(assignment: Assignment) -> str:
 
 
 def patches(assignment_id: str) -> list[Mutant]:
-    return [m for m in load_mutants(ROOT / "assignments" / assignment_id) if m.kind == "patch"]
+    return [m for m in load_mutants(ROOT / "reference" / assignment_id) if m.kind == "patch"]
 
 
 def run_cli(*argv: str) -> tuple[int, str]:
@@ -67,7 +67,7 @@ def test_every_patch_applies_with_its_exact_counts(assignment_id: str) -> None:
 def test_every_expected_trap_is_known_on_both_backends(assignment_id: str) -> None:
     assignment = spec(assignment_id)
     catalog = trap_catalog(assignment)
-    for mutant in load_mutants(assignment.root):
+    for mutant in load_mutants(assignment.reference_dir):
         assert mutant.mistake and "\n" not in mutant.mistake, mutant.id
         for backend in BACKENDS:
             for trap in mutant.expected(backend):
@@ -76,7 +76,7 @@ def test_every_expected_trap_is_known_on_both_backends(assignment_id: str) -> No
 
 @pytest.mark.parametrize("assignment_id", ASSIGNMENTS)
 def test_whole_files_say_what_the_selftest_expects(assignment_id: str) -> None:
-    wholes = [m for m in load_mutants(ROOT / "assignments" / assignment_id) if m.kind != "patch"]
+    wholes = [m for m in load_mutants(ROOT / "reference" / assignment_id) if m.kind != "patch"]
     for mutant in wholes:
         assert mutant.text == mutant.origin.read_text(encoding="utf-8")
         for backend in BACKENDS:
@@ -270,7 +270,8 @@ def test_cli_writes_mutants_as_submission_files(tmp_path: Path) -> None:
 def test_cli_writes_every_mutant_with_all(tmp_path: Path) -> None:
     code, _ = run_cli("mutant", "--all", "--assignment", "softmax", "--write", str(tmp_path))
     assert code == 0
-    assert sorted(p.stem for p in tmp_path.iterdir()) == sorted(m.id for m in load_mutants(spec("softmax").root))
+    written = sorted(p.stem for p in tmp_path.iterdir())
+    assert written == sorted(m.id for m in load_mutants(spec("softmax").reference_dir)) and len(written) > 10
 
 
 def test_cli_diff_and_list() -> None:

@@ -1,8 +1,10 @@
 """The grader as an installed package, outside the checkout.
 
-Fast: `--assignments` before or after the subcommand, $GRADER_ASSIGNMENTS, the checkout's default, and
-setup.py leaving out what the Gradescope bundle leaves out (but the template).
-Slow (minutes: a fresh virtual environment with torch): the wheel built from a copy of the checkout,
+Fast: `--assignments` before or after the subcommand, $GRADER_ASSIGNMENTS, the checkout's default, and the
+wheel built from a copy of the checkout (reference/ included, seconds: this venv's setuptools, no
+install): it ships each example's public form, oracles and template, and no hidden case and nothing of
+reference/, by name or by content.
+Slow (minutes: a fresh virtual environment with torch): that wheel,
 installed in a temporary venv, and its `grader` run from outside the checkout on the bundled examples and
 on a student bundle: list, check, grade. It needs torch==2.13.0 and the grader's dependencies from the
 package indexes pip is configured with (offline mirrors here); it skips when pip cannot install them.
@@ -10,7 +12,6 @@ package indexes pip is configured with (offline mirrors here); it skips when pip
 
 from __future__ import annotations
 
-import ast
 import os
 import shutil
 import subprocess
@@ -20,13 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from grader.authoring.discovery import assignments_root
-from grader.authoring.spec import AUTHORING_ONLY, TEMPLATE_DIR
+from grader.authoring.discovery import BUNDLED_EXAMPLES, assignments_root, list_assignment_ids, load_validated
+from grader.authoring.public import hidden_case_ids
+from grader.authoring.spec import read_spec
 from grader.cli import main
 
 TORCH = "torch==2.13.0"  # the local CPU wheel; an unpinned torch would pull the CUDA build
 EXAMPLES = ("fused_layers", "softmax")
-SOURCES = ("pyproject.toml", "setup.py", "README.md", "grader", "assignments")  # what the wheel is built from
+# what the wheel is built from: the whole course folder, reference/ included, so leaving it out is tested
+SOURCES = ("pyproject.toml", "setup.py", "README.md", "grader", "assignments", "reference", "student_template")
 
 
 def _listed(capsys: pytest.CaptureFixture[str]) -> list[str]:
@@ -51,13 +54,6 @@ def test_assignments_root_default_and_environment(repo_root: Path, tmp_path: Pat
     assert assignments_root(repo_root) == repo_root.resolve()  # the option wins
 
 
-def test_setup_leaves_out_the_authoring_material_but_the_template(repo_root: Path) -> None:
-    tree = ast.parse((repo_root / "setup.py").read_text())
-    shipped_out = next(ast.literal_eval(node.value) for node in tree.body
-                       if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "NOT_SHIPPED")
-    assert set(shipped_out) == set(AUTHORING_ONLY) - {TEMPLATE_DIR}
-
-
 # ------------------------------------------------------------------------------------------- slow: the wheel
 
 
@@ -68,30 +64,66 @@ def _run(argv: list[str], cwd: Path, timeout: float = 900, env: dict[str, str] |
                           timeout=timeout, check=False)
 
 
-@pytest.fixture(scope="module")
-def installed(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bin/ folder of a fresh venv with torch and the wheel built from a copy of the checkout."""
-    work = tmp_path_factory.mktemp("package")
+def _build_wheel(repo_root: Path, work: Path) -> Path:
+    """The wheel built from a copy of the checkout (no install): `pip wheel --no-deps`, with this venv's
+    setuptools (offline), else with the setuptools pip fetches from the configured indexes."""
     source = work / "source"
     source.mkdir()
     for name in SOURCES:
         src = repo_root / name
         if src.is_dir():
-            shutil.copytree(src, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(src, source / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
         else:
             shutil.copy2(src, source / name)
     wheel_cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(source)]
-    built = _run([*wheel_cmd, "--no-build-isolation"], cwd=work)  # this venv's setuptools: offline
-    if built.returncode != 0:  # no setuptools here: pip fetches it from the configured indexes
+    built = _run([*wheel_cmd, "--no-build-isolation"], cwd=work)
+    if built.returncode != 0:
         built = _run(wheel_cmd, cwd=work)
     assert built.returncode == 0, built.stderr
-    wheel = next((work / "dist").glob("kernel_grader-*.whl"))
-    names = zipfile.ZipFile(wheel).namelist()
-    for example in EXAMPLES:
-        assert f"grader/examples/assignments/{example}/assignment.toml" in names
-    assert not any(n.endswith(("/reference.py", "/mutants.toml")) or "/mutants/" in n or "/variants/" in n
-                   for n in names)
+    return next((work / "dist").glob("kernel_grader-*.whl"))
 
+
+@pytest.fixture(scope="module")
+def wheel(repo_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build_wheel(repo_root, tmp_path_factory.mktemp("wheel"))
+
+
+def test_the_wheel_ships_public_forms_and_templates_only(wheel: Path, repo_root: Path, tmp_path: Path) -> None:
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        everything = b"\n".join(zf.read(n) for n in names)
+        shipped_examples = b"\n".join(zf.read(n) for n in names if n.startswith("grader/examples/"))
+        zf.extractall(tmp_path / "installed")
+    examples = sorted(n for n in names if n.startswith("grader/examples/"))
+    assert examples == sorted(
+        [f"grader/examples/assignments/{e}/{f}" for e in EXAMPLES for f in ("assignment.toml", "oracles.py")]
+        + [f"grader/examples/student_template/{e}/{f}" for e in EXAMPLES for f in ("README.md", f"{e}.py")])
+    # nothing of reference/ by content (each file, and each reference's first kernel), nor by name
+    secrets = [p for p in (repo_root / "reference").rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    assert len(secrets) >= 10
+    assert not [str(p) for p in secrets if p.read_bytes() in everything]
+    for example in EXAMPLES:
+        text = (repo_root / "reference" / example / "reference.py").read_text()
+        start = text.index("@triton.jit")
+        assert text[start:text.index("\n\n", start)].encode() not in everything, example
+    # no hidden case in what the wheel ships of the course: each example has exactly its public cases
+    installed = tmp_path / "installed" / "grader" / BUNDLED_EXAMPLES
+    assert list_assignment_ids(installed) == list(EXAMPLES)
+    for example in EXAMPLES:
+        raw = read_spec(repo_root / "assignments" / example / "assignment.toml")
+        hidden = hidden_case_ids(raw)
+        assert len(hidden) >= 10
+        assert not [h for h in hidden if f'"{h}"'.encode() in shipped_examples], example
+        shipped = load_validated(installed / example / "assignment.toml")
+        assert [c.id for c in shipped.cases] == [c["id"] for c in raw["cases"] if c["visibility"] == "public"]
+        assert shipped.reference_solution is None and shipped.reference_dir is None
+        assert shipped.template_dir == installed.parent / "student_template" / example
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bin/ folder of a fresh venv with torch and the wheel built from a copy of the checkout."""
+    work = tmp_path_factory.mktemp("package")
     venv = work / "venv"
     made = _run([sys.executable, "-m", "venv", str(venv)], cwd=work)
     assert made.returncode == 0, made.stderr
@@ -126,6 +158,6 @@ def test_installed_grader_lists_checks_and_grades_outside_the_checkout(installed
     assert "FAIL  softmax_kernel: 4 rows of 10, N(0, 2) logits  [unwritten-output]" in checked.stdout
 
     graded = _run([grader, "grade", str(folder / "softmax.py"), "--assignment", "softmax", "--out", "out",
-                   "--backend", "interpreter", "--seed", "1"], cwd=tmp_path)  # the bundled example: hidden cases
+                   "--backend", "interpreter", "--seed", "1"], cwd=tmp_path)  # the bundled example: public cases
     assert graded.returncode == 0, graded.stderr
     assert graded.stdout.startswith("softmax.py: 0 / ") and (tmp_path / "out" / "results.json").is_file()

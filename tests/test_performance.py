@@ -326,7 +326,7 @@ def test_time_op_binds_kernels_and_wrappers_like_correctness_cases(
         PerfCase(id="p-stats", target="row_mean_var", dims={"M": 7, "N": 33}, tolerance="rowwise"),
         PerfCase(id="p-mm", target="fused_linear_gelu", dims={"M": 20, "N": 16, "K": 12}, tolerance="matmul"),
     ]
-    battery = Battery(assignment, repo_root / "assignments" / "fused_layers" / "reference.py", "interpreter", 1)
+    battery = Battery(assignment, repo_root / "reference" / "fused_layers" / "reference.py", "interpreter", 1)
     try:
         assert battery.symbol_problem("layernorm") is None
         for perf in perfs:
@@ -456,7 +456,7 @@ def test_measure_path_on_a_fake_clock(
 
     def new_reference():  # started by the runner, which sends it the same requests as on CUDA
         worker = Worker(
-            repo_root / "assignments" / "fused_layers" / "reference.py",
+            repo_root / "reference" / "fused_layers" / "reference.py",
             list(assignment.required_symbols),
             WorkerOptions(backend="interpreter", import_timeout_s=60),
         )

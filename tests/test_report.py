@@ -367,32 +367,45 @@ def test_html_shows_score_targets_trap_input_fix_and_map(assignment: Assignment)
     assert "<script" not in html and "<link" not in html and not re.search(r'(src|href)="(https?:)?//', html)
 
 
-def test_students_see_hidden_cases_by_name_and_result_only(assignment: Assignment) -> None:
+def test_students_see_hidden_cases_as_a_count_with_their_points(assignment: Assignment) -> None:
     result = sample_result()
     full = report.html(result, assignment, show_hidden_details=True)
     student = report.html(result, assignment, show_hidden_details=False)
-    assert "hidden detail: M=37 N=19" in full and "Instructor view" in full
-    assert "hidden detail" not in student and "Instructor view" not in student
-    assert "fused_linear_gelu_kernel: linear-kernel-primes" in student  # listed by name ...
-    row = student[student.index('data-case="linear-kernel-primes"') :]
-    row = row[: row.index("</tr>")]
-    # ... with pass/fail only
-    assert 'data-passed="false"' in row and "<details" not in row and "errmap" not in row
+    md = report.markdown(result, assignment, show_hidden_details=False)
+    assert "hidden detail: M=37 N=19" in full and "Instructor view" in full and "linear-kernel-primes" in full
+    for text in (student, md):
+        assert "hidden detail" not in text and "Instructor view" not in text
+        assert "linear-kernel-primes" not in text  # no hidden case by id ...
+        assert "1 hidden case worth 2 points: results after the due date." in text  # ... only counted
+        assert "(hidden)" not in text and "hidden cases:" not in text  # nor their pass/fail
+    assert "**Public cases: 1 / 4**" in md  # the score a student may see now: public cases only
+    assert '<span class="small muted">Public cases</span> 1 / 4</div>' in student
     # the public case's map: in both its trap cards (bias-wrong-axis, oob-read) and in its details
     assert student.count('<figure class="errmap"') == 3
-    md = report.markdown(result, assignment, show_hidden_details=False)
-    assert "hidden detail" not in md and "linear-kernel-primes" in md
 
 
-def test_hidden_visibility_hidden_lists_nothing(assignment: Assignment) -> None:
-    secret = dataclasses.replace(assignment, hidden_visibility="hidden")
+def test_a_trap_only_hidden_cases_show_is_not_in_the_student_view(assignment: Assignment) -> None:
+    base = sample_result()
+    hidden_only = dataclasses.replace(base.cases[2], traps=("affine-ignored",), message="Failed: [affine-ignored]")
+    result = dataclasses.replace(base, cases=(*base.cases[:2], hidden_only, base.cases[3]))
+    for show_hidden_details, seen in ((True, True), (False, False)):
+        md = report.markdown(result, assignment, show_hidden_details=show_hidden_details)
+        html = report.html(result, assignment, show_hidden_details=show_hidden_details)
+        title = assignment.traps["affine-ignored"].title
+        assert (title in md, "affine-ignored" in md, title in html) == (seen, seen, seen)
+
+
+@pytest.mark.parametrize(("visibility", "when"), [("hidden", "results not shown"),
+                                                  ("after_published", "results when grades are published")])
+def test_hidden_visibility_says_when_results_come(assignment: Assignment, visibility: str, when: str) -> None:
+    secret = dataclasses.replace(assignment, hidden_visibility=visibility)
     result = sample_result()
     for text in (
         report.html(result, secret, show_hidden_details=False),
         report.markdown(result, secret, show_hidden_details=False),
     ):
         assert "linear-kernel-primes" not in text
-        assert "1 hidden case(s) not listed: 0 / 2 points." in text
+        assert f"1 hidden case worth 2 points: {when}." in text
     assert "linear-kernel-primes" in report.html(result, secret, show_hidden_details=True)
 
 

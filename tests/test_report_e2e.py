@@ -7,11 +7,12 @@ fixtures) and asserted on by the tests that need it.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import corpus_mutant
+from conftest import all_traps, corpus_mutant
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment, load_assignment
@@ -111,7 +112,7 @@ def test_reference_report_is_all_green(reference_graded, spec: Assignment) -> No
 def test_mutant_report_names_every_trap_with_its_fix(name: str, mutant, spec: Assignment) -> None:
     graded = mutant(name)
     catalog = trap_catalog(spec)
-    traps = graded.results["extra_data"]["traps"]
+    traps = all_traps(graded.results)
     assert traps, "the mutant was graded as correct"
     html, md = read(graded, "report.html"), read(graded, "report.md")
     assert f'<div class="score" id="score">{graded.results["score"]:g} / {spec.max_score:g}</div>' in html
@@ -155,5 +156,87 @@ def test_failing_report_in_chromium(mutant, tmp_path: Path, spec: Assignment) ->
     dom = open_in_chromium(graded.out_dir / "report.html", tmp_path, tmp_path / "bias_wrong_axis.png")
     assert f'id="score">{graded.results["score"]:g} / {spec.max_score:g}<' in dom
     catalog = trap_catalog(spec)
-    for trap in graded.results["extra_data"]["traps"]:
+    for trap in all_traps(graded.results):
         assert html_escape(catalog[trap].title) in dom, trap
+
+
+# ------------------------------------------------------------------------------------ what students read
+
+
+def _section(md: str, title: str) -> str:
+    part = md[md.index(f"### {title}") + 4:]
+    return part[: part.index("\n### ")]
+
+
+def test_gradescope_shows_public_cases_only_before_the_due_date(mutant, spec: Assignment) -> None:
+    graded = mutant("eps_outside_sqrt")
+    results = graded.results
+    visible = json.dumps({k: v for k, v in results.items() if k != "tests"}) + json.dumps(
+        [t for t in results["tests"] if t["visibility"] == "visible"])
+    hidden = [c for c in spec.cases if not c.is_public]
+    for case in hidden:
+        assert f'"{case.id}"' not in visible and case.id not in results["output"], case.id
+        assert f"{case.target}: {case.description}" not in visible.replace("\\\\", ""), case.id
+    assert f"{len(hidden)} hidden cases worth {sum(c.points for c in hidden):g} points: results after the due date" \
+        in results["output"]
+    assert "hidden cases:" not in results["output"] and "(hidden)" not in results["output"]
+    assert {t["visibility"] for t in results["tests"] if t["extra_data"]["case_id"] in {c.id for c in hidden}} == {
+        "after_due_date"}
+    public_traps = {t for test in results["tests"] if test["visibility"] == "visible" for t in test["tags"]}
+    assert set(results["extra_data"]["traps"]) <= public_traps
+
+
+def test_a_trap_explained_away_is_named_nowhere_in_its_case(mutant) -> None:
+    cases = json.loads(read(mutant("eps_outside_sqrt"), "grade.json"))["cases"]
+    away = [c for c in cases if c["evidence"].get("explained_away")]
+    assert away, "eps_outside_sqrt has cases where eps-missing gives the same output"
+    for case in cases:
+        head = case["message"].splitlines()[0]
+        if head.startswith("Failed: "):
+            assert sorted(re.findall(r"\[([a-z0-9-]+)\]", head)) == sorted(case["traps"]), case["case_id"]
+        assert "not named" not in case["message"]
+    for case in away:
+        for trap in case["evidence"]["explained_away"]:
+            assert trap not in case["message"] and trap not in case["traps"]
+
+
+def test_each_trap_shows_an_element_that_shows_it(mutant) -> None:
+    md = read(mutant("bias_wrong_axis"), "report.md")
+    bias = _section(md, "Bias broadcast along the wrong axis")
+    oob = _section(md, "Out-of-bounds read")
+    (bias_element,) = re.findall(r"\*\*Worst element\*\* in .*` is (\S+), expected", bias)
+    (oob_element,) = re.findall(r"\*\*Worst element\*\* in .*` is (\S+), expected", oob)
+    assert bias_element != "nan" and oob_element == "nan"  # the bias's arithmetic; the NaN read from outside
+
+
+def test_the_trap_example_is_the_case_that_shows_it_best(mutant) -> None:
+    """Not the first failing case (eps-missing can leave a random row one element barely off): the one whose
+    element showing the trap is furthest beyond tolerance (a NaN from 0/0 on a constant row counts as furthest)."""
+    graded = mutant("eps_missing")
+    section = _section(read(graded, "report.md"), "No eps in the normalisation")
+    (shown,) = re.findall(r"\*\*Worst element\*\* in (.*?): `", section)
+    cases = [c for c in json.loads(read(graded, "grade.json"))["cases"] if "eps-missing" in c["traps"]]
+
+    def strength(case: dict) -> float:
+        tol = case["evidence"]["tolerance"]
+        best = 0.0
+        for element in case["evidence"].get("illustrations", {}).get("eps-missing", {}).values():
+            if isinstance(element["actual"], str) or isinstance(element["expected"], str):
+                return float("inf")
+            allowed = tol["atol"] + tol["rtol"] * abs(element["expected"])
+            best = max(best, abs(element["actual"] - element["expected"]) / allowed)
+        return best
+
+    best = max(strength(c) for c in cases)
+    assert len(cases) > 3 and strength(cases[0]) < best  # the first failing case is not the clearest one
+    assert [strength(c) for c in cases if c["title"].replace("_", "\\_") == shown or c["title"] == shown] == [best]
+
+
+def test_an_untouched_template_is_told_it_writes_nothing(grade_text, repo_root: Path) -> None:
+    template = (repo_root / "student_template" / "fused_layers" / "fused_layers.py").read_text(encoding="utf-8")
+    graded = grade_text(template)
+    md = read(graded, "report.md")
+    assert "Your kernel has not written any output yet: the template's TODO is still there" in md
+    cases = json.loads(read(graded, "grade.json"))["cases"]
+    kernel_cases = [c for c in cases if c["target"].endswith("_kernel") and "unwritten-output" in c["traps"]]
+    assert kernel_cases and all(": your kernel wrote nothing to " in c["message"] for c in kernel_cases)

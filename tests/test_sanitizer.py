@@ -96,7 +96,7 @@ def test_a_kernel_case_under_the_tool_names_what_it_reports(tmp_path, repo_root)
     # The plumbing of --sanitize on the CPU: a stand-in tool wraps the worker and reports a read past
     # the first buffer of each launch; the case fails with oob-read naming that buffer and the line.
     submission = tmp_path / "fused_layers.py"
-    shutil.copyfile(repo_root / "assignments" / "fused_layers" / "reference.py", submission)
+    shutil.copyfile(repo_root / "reference" / "fused_layers" / "reference.py", submission)
     assignment = load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
     tool = (sys.executable, str(Path(__file__).parent / "data" / "fake_memcheck.py"))
     battery = Battery(assignment, submission, "interpreter", 3, sanitizer=tool)

@@ -86,5 +86,6 @@ def test_corpus_is_the_reference_then_every_mutant(repo_root: Path) -> None:
     assignment = load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
     reference, *mutants = corpus(assignment)
     assert (reference.id, reference.kind, reference.traps, reference.edits) == ("reference", "reference", (), ())
-    assert reference.origin == (repo_root / "assignments" / "fused_layers" / "reference.py").resolve()
-    assert tuple(mutants) == load_mutants(assignment.root)
+    assert reference.origin == (repo_root / "reference" / "fused_layers" / "reference.py").resolve()
+    assert tuple(mutants) == load_mutants(assignment.reference_dir)
+    assert assignment.reference_dir == repo_root / "reference" / "fused_layers"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import corpus_mutant
+from conftest import all_traps, corpus_mutant
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import InputMaker
@@ -121,7 +121,7 @@ def test_every_trap_is_documented_exposed_and_has_a_mutant(spec, problem) -> Non
     for case in spec.cases:
         for trap in case.exposes:
             assert trap in catalog, (case.id, trap)
-    mutants = load_mutants(spec.root)
+    mutants = load_mutants(spec.reference_dir)
     expected = {t for m in mutants for backend in BACKENDS for t in m.expected(backend)}
     for trap in spec.traps:
         assert any(trap in c.exposes for c in spec.cases), trap
@@ -309,11 +309,11 @@ def grade_copy(text: str, tmp_path: Path) -> tuple[int, dict[str, Any], str]:
 
 @pytest.mark.slow
 def test_reference_gets_full_marks(spec, tmp_path: Path) -> None:
-    reference = (ROOT / "assignments" / "softmax" / "reference.py").read_text(encoding="utf-8")
+    reference = (ROOT / "reference" / "softmax" / "reference.py").read_text(encoding="utf-8")
     code, results, printed = grade_copy(reference, tmp_path)
     assert code == 0
     assert results["score"] == results["extra_data"]["max_score"] == spec.max_score == 27
-    assert results["extra_data"]["traps"] == []
+    assert all_traps(results) == []
     assert results["extra_data"]["assignment"] == "softmax" and results["extra_data"]["seed"] == SEED
     case_ids = [t["extra_data"]["case_id"] for t in results["tests"]]
     assert case_ids[: len(spec.cases)] == [c.id for c in spec.cases]
@@ -330,8 +330,8 @@ def test_each_trap_is_named_on_its_mutant(spec, mutant: str, tmp_path: Path) -> 
     corpus_entry, text = corpus_mutant(mutant, "softmax")
     code, results, _ = grade_copy(text, tmp_path)
     assert code == 0
-    assert trap in results["extra_data"]["traps"]
-    assert set(results["extra_data"]["traps"]) == set(corpus_entry.expected("interpreter"))
+    assert trap in all_traps(results)
+    assert set(all_traps(results)) == set(corpus_entry.expected("interpreter"))
     assert results["score"] < results["extra_data"]["max_score"]
     by_id = {t["extra_data"]["case_id"]: t for t in results["tests"]}
     exposing = [c.id for c in spec.cases if trap in c.exposes and c.target in targets]

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from grader.authoring.discovery import find_assignment, load_validated
+from grader.authoring.public import dump_toml, public_spec
 from grader.authoring.spec import Assignment
 from grader.cli import main
-from grader.operations.student_bundle import dump_toml, public_spec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -49,16 +49,16 @@ def test_zip_holds_no_secret(repo_root: Path, assignment_id: str, tmp_path: Path
     assert set(files) == {f"{top}/README.md", f"{top}/{assignment.submission_file}",
                           f"{top}/assignments/{top}/assignment.toml", f"{top}/assignments/{top}/oracles.py"}
     assert files[f"{top}/{assignment.submission_file}"] == (
-        assignment.root / "template" / assignment.submission_file).read_bytes()
+        repo_root / "student_template" / top / assignment.submission_file).read_bytes()
 
-    # no reference, mutant or variant: neither by name nor by content
-    secret_files = [assignment.root / "reference.py", assignment.root / "mutants.toml",
-                    *(assignment.root / "mutants").glob("*.py"), *(assignment.root / "variants").glob("*.py")]
+    # nothing of reference/<id>/ (reference, mutants, variants): neither by name nor by content
+    secret_files = [p for p in (repo_root / "reference" / top).rglob("*") if p.is_file()]
+    assert len(secret_files) >= 4
     names = "\n".join(files)
     for secret in secret_files:
         assert secret.name not in names
         assert secret.read_bytes() not in files.values()
-    reference_kernel = _first_jit_body(assignment.root / "reference.py")
+    reference_kernel = _first_jit_body(repo_root / "reference" / top / "reference.py")
     assert not any(reference_kernel in data for data in files.values())
 
     # no hidden case: the spec in the zip has exactly the public cases, and no hidden case id anywhere
@@ -66,7 +66,7 @@ def test_zip_holds_no_secret(repo_root: Path, assignment_id: str, tmp_path: Path
     zipfile.ZipFile(zip_path).extractall(unzipped)
     public = load_validated(unzipped / top / "assignments" / top / "assignment.toml")
     assert [c.id for c in public.cases] == [c.id for c in assignment.cases if c.visibility == "public"]
-    assert public.reference == ""
+    assert public.reference_dir is None and public.reference_solution is None
     for case in assignment.cases:
         if case.visibility != "public":
             assert f'"{case.id}"'.encode() not in b"".join(files.values()), case.id

@@ -78,7 +78,7 @@ def test_the_reduced_module_runs_no_student_statement(tmp_path: Path) -> None:
     assert "scale_kernel" in namespace and "wrapper" not in namespace
 
 
-@pytest.mark.parametrize("relative", ["assignments/fused_layers/reference.py", "assignments/softmax/reference.py"])
+@pytest.mark.parametrize("relative", ["reference/fused_layers/reference.py", "reference/softmax/reference.py"])
 def test_reference_kernels_survive_the_reduction(relative: str) -> None:
     source = (ROOT / relative).read_text(encoding="utf-8")
     reduced = kernels_only(source)
@@ -166,7 +166,7 @@ def test_recorded_launches_replay_in_a_worker_that_loaded_only_the_kernels(
     problem = load_problems(fused_layers)[spec.problem]
     inputs = problem.make_inputs(perf.as_case(), InputMaker(5))
     call = encode_call(perf, fused_layers, problem, inputs)
-    reference = ROOT / "assignments" / "fused_layers" / "reference.py"
+    reference = ROOT / "reference" / "fused_layers" / "reference.py"
     options = WorkerOptions(backend="interpreter", import_timeout_s=60)
     student = Worker(reference, list(fused_layers.required_symbols), options)
     reduced = tmp_path / "fused_layers.py"

@@ -1,6 +1,9 @@
 """Find assignments: `--assignments DIR`, else $GRADER_ASSIGNMENTS, else the checkout's assignments/ (in a
 source checkout) or the example assignments shipped inside the installed package (grader/examples/assignments,
-copied there by setup.py's build step, without the reference solutions and mutant corpora)."""
+written there by setup.py's build step in their public form: public cases only, no reference).
+
+An assignments folder sits in a course folder beside reference/ and student_template/ (grader.authoring.spec);
+each assignment loads with the paths of its own two."""
 
 from __future__ import annotations
 
@@ -9,8 +12,9 @@ from pathlib import Path
 
 from grader.authoring.mutants import CORPUS_NAMES, load_mutants
 from grader.authoring.oracle_loader import load_problems
-from grader.authoring.spec import Assignment, load_assignment
+from grader.authoring.spec import Assignment, load_assignment, load_public_assignment
 from grader.authoring.validation import validate
+from grader.submission_file import fit
 
 SPEC_NAME = "assignment.toml"
 BUNDLED_EXAMPLES = Path("examples") / "assignments"  # under the installed grader package
@@ -21,6 +25,20 @@ class AssignmentNotFound(Exception):
         super().__init__(
             f"no assignment {assignment_id!r} under {root} (known: {', '.join(known) or 'none'})"
         )
+
+
+class NoAssignmentsFolder(AssignmentNotFound):
+    """`--assignments` (or $GRADER_ASSIGNMENTS) names a folder that is not there."""
+
+    def __init__(self, root: Path) -> None:
+        Exception.__init__(self, f"no assignments folder at {root} (check --assignments or $GRADER_ASSIGNMENTS)")
+        self.root = root
+
+
+def require_folder(root: Path) -> Path:
+    if not Path(root).is_dir():
+        raise NoAssignmentsFolder(Path(root))
+    return Path(root)
 
 
 def assignments_root(explicit: str | os.PathLike[str] | None = None) -> Path:
@@ -47,41 +65,50 @@ def list_assignment_ids(root: Path) -> list[str]:
     return sorted(p.parent.name for p in root.glob(f"*/{SPEC_NAME}"))
 
 
-def find_assignment(assignment_id: str, root: Path) -> Assignment:
-    spec = root / assignment_id / SPEC_NAME
+def find_assignment(assignment_id: str, root: Path, public: bool = False) -> Assignment:
+    """The assignment `assignment_id` of the folder `root`, validated; with `public`, its public form."""
+    spec = require_folder(root) / assignment_id / SPEC_NAME
     if not spec.is_file():
         raise AssignmentNotFound(assignment_id, root, list_assignment_ids(root))
-    return load_validated(spec)
+    return load_validated(spec, public)
 
 
-def load_validated(spec: Path) -> Assignment:
-    """Load an assignment folder and validate it as a whole (spec, oracles, mutant corpus)."""
-    assignment = load_assignment(spec)
+def load_validated(spec: Path, public: bool = False) -> Assignment:
+    """Load an assignment and validate it as a whole (spec, oracles, mutant corpus); with `public`, its
+    public form (grader.authoring.public), which has no reference and so no corpus to check against."""
+    assignment = load_public_assignment(spec) if public else load_assignment(spec)
     validate(assignment, load_problems(assignment), proven_traps(assignment))
     return assignment
 
 
 def proven_traps(assignment: Assignment) -> set[str] | None:
-    """Every trap some mutant of the folder's corpus must get (any backend); None without a corpus."""
-    if not any((assignment.root / name).exists() for name in CORPUS_NAMES):
+    """Every trap some mutant of the corpus (reference/<id>/) must get (any backend); None without a corpus."""
+    folder = assignment.reference_dir
+    if folder is None or not any((folder / name).exists() for name in CORPUS_NAMES):
         return None
     proven: set[str] = set()
-    for mutant in load_mutants(assignment.root):
+    for mutant in load_mutants(folder):
         proven.update(mutant.traps)
         for _, traps in mutant.overrides:
             proven.update(traps)
     return proven
 
 
-def assignment_for_submission(submission: Path, root: Path) -> Assignment | None:
-    """The assignment whose submission_file has this file's name (or, for a notebook, its stem), if exactly
-    one does."""
-    matches = []
-    for assignment_id in list_assignment_ids(root):
-        assignment = find_assignment(assignment_id, root)
-        wanted = assignment.submission_file
-        if submission.suffix.lower() == ".ipynb":
-            wanted = Path(wanted).stem + submission.suffix
-        if wanted == submission.name:
-            matches.append(assignment)
+def assignments_fitting(submission: Path, root: Path, public: bool = False) -> list[Assignment]:
+    """The assignments whose submission file this file's name fits (grader.submission_file.fit): those it
+    names exactly (`fused_layers.py`, `fused_layers.ipynb`) if any, else those it names once renamed
+    (`Copy of fused_layers.py`, `fused_layers (1).py`, `softmax_final.ipynb`)."""
+    exact: list[Assignment] = []
+    renamed: list[Assignment] = []
+    for assignment_id in list_assignment_ids(require_folder(root)):
+        assignment = find_assignment(assignment_id, root, public)
+        fits = fit(submission.name, assignment.submission_file)
+        if fits is not None:
+            (renamed if fits.renamed else exact).append(assignment)
+    return exact or renamed
+
+
+def assignment_for_submission(submission: Path, root: Path, public: bool = False) -> Assignment | None:
+    """The assignment this file's name fits, if exactly one does."""
+    matches = assignments_fitting(submission, root, public)
     return matches[0] if len(matches) == 1 else None

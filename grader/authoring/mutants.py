@@ -1,6 +1,7 @@
 """An assignment's mutant corpus: student mistakes as patches of the reference, and a few whole files.
 
-Everything lives in the assignment's folder, `assignments/<id>/`, and is found by name:
+Everything lives in the assignment's reference folder, `reference/<id>/` of the course (course staff
+only: it never ships and workers cannot see it), beside the reference solution, and is found by name:
 
 * `mutants.toml`: one `[[mutant]]` table per mistake that is a few local edits of the reference::
 
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grader.authoring.spec import BACKENDS, MUTANTS_DIR, MUTANTS_FILE, VARIANTS_DIR
+from grader.authoring.spec import BACKENDS
 from grader.publishing.atomic import write_text
 
 if sys.version_info >= (3, 11):
@@ -41,10 +42,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-PATCHES = MUTANTS_FILE
-WHOLE_MUTANTS = MUTANTS_DIR
-VARIANTS = VARIANTS_DIR
-CORPUS_NAMES = (PATCHES, WHOLE_MUTANTS, VARIANTS)  # what of an assignment's folder is the corpus
+PATCHES = "mutants.toml"  # single-mistake mutants as edits of the reference
+WHOLE_MUTANTS = "mutants"  # whole-file mutants: structural mistakes (syntax, missing symbol, torch, hang)
+VARIANTS = "variants"  # whole-file correct solutions in other styles
+CORPUS_NAMES = (PATCHES, WHOLE_MUTANTS, VARIANTS)  # what of reference/<id>/ is the corpus
 KINDS = ("reference", "patch", "mutant", "variant")
 RESERVED_ID = "reference"  # the reference's own id in a corpus
 
@@ -137,10 +138,13 @@ def write_mutant(mutant: Mutant, reference_text: str, folder: Path, filename: st
     return path
 
 
-def load_mutants(assignment_dir: Path) -> tuple[Mutant, ...]:
-    """Every mutant and variant of the assignment in `assignment_dir`, checked as it loads: patches
-    in mutants.toml order, then whole-file mutants, then variants (each sorted by id)."""
-    folder = Path(assignment_dir)
+def load_mutants(reference_dir: Path | None) -> tuple[Mutant, ...]:
+    """Every mutant and variant in an assignment's reference folder (`Assignment.reference_dir`; none
+    without one), checked as it loads: patches in mutants.toml order, then whole-file mutants, then
+    variants (each sorted by id)."""
+    if reference_dir is None:
+        return ()
+    folder = Path(reference_dir)
     found = list(_load_patches(folder / PATCHES)) if (folder / PATCHES).is_file() else []
     for kind, sub in (("mutant", WHOLE_MUTANTS), ("variant", VARIANTS)):
         found.extend(_load_whole_file(path, kind) for path in sorted((folder / sub).glob("*.py")))

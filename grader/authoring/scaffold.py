@@ -1,10 +1,17 @@
-"""`grader new-assignment ID`: a new assignment folder that validates and passes its selftest as written.
+"""`grader new-assignment ID`: a new assignment that validates and passes its selftest as written.
 
 The scaffold is a small, complete assignment: a row-sum kernel (`row_sum_kernel`, one program per row),
 its oracle (torch's float64 sum), one assignment trap with its trap function (the last column dropped by
 an off-by-one mask), one public and one hidden case, the reference solution, the student's template and
-assignment text, and one mutant that proves the trap. An author replaces the problem piece by piece and
-runs `grader selftest --assignment ID` after each step (docs/writing-an-assignment.md).
+assignment text, and one mutant that proves the trap. It is written into the three folders of the course
+(grader.authoring.spec), split by who may see them:
+
+    assignments/<id>/        assignment.toml, oracles.py    the contract the grader needs
+    reference/<id>/          reference.py, mutants.toml     course staff only
+    student_template/<id>/   <id>.py, README.md             what students start from
+
+An author replaces the problem piece by piece and runs `grader selftest --assignment ID` after each step
+(docs/writing-an-assignment.md).
 """
 
 from __future__ import annotations
@@ -12,6 +19,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from grader.authoring.spec import REFERENCE_DIR, REFERENCE_FILE, TEMPLATE_DIR
+
+ASSIGNMENTS = "assignments"
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")  # a folder name and a Python module name
 
 
@@ -19,39 +29,47 @@ class ScaffoldError(Exception):
     """The scaffold cannot be written; the message is for the author."""
 
 
-def write_scaffold(root: Path, assignment_id: str) -> Path:
-    """Write assignments root/<id>/ (refusing an existing folder); return the folder."""
+def write_scaffold(root: Path, assignment_id: str) -> list[Path]:
+    """Write the assignment into the course whose assignments folder is `root` (refusing to touch an existing
+    folder of that id in any of the three); return the three folders written."""
     if not ID_PATTERN.match(assignment_id):
         raise ScaffoldError(f"assignment id {assignment_id!r} must be lower case letters, digits and _, "
                             "starting with a letter (it names the folder and the submission file)")
-    folder = Path(root) / assignment_id
-    if folder.exists():
-        raise ScaffoldError(f"{folder} already exists; choose another id or remove it")
-    files = scaffold_files(assignment_id)
-    for name, text in files.items():
-        path = folder / name
+    files = {_placed(rel, Path(root)): text for rel, text in scaffold_files(assignment_id).items()}
+    folders = list(dict.fromkeys(path.parent for path in files))
+    for folder in folders:
+        if folder.exists():
+            raise ScaffoldError(f"{folder} already exists; choose another id or remove it")
+    for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
-    return folder
+    return folders
+
+
+def _placed(relative: str, root: Path) -> Path:
+    """Where a course-relative path goes when the assignments folder is `root` (whatever its name)."""
+    top, rest = relative.split("/", 1)
+    return root / rest if top == ASSIGNMENTS else root.parent / relative
 
 
 def scaffold_files(assignment_id: str) -> dict[str, str]:
-    """Pure: relative path -> text of every file of the scaffold."""
+    """Pure: path relative to the course folder -> text, for every file of the scaffold."""
     def fill(text: str) -> str:
         return text.replace("__ID__", assignment_id)
 
     return {
-        "assignment.toml": fill(SPEC),
-        "oracles.py": fill(ORACLES),
-        "reference.py": fill(REFERENCE),
-        f"template/{assignment_id}.py": fill(TEMPLATE),
-        "template/README.md": fill(README),
-        "mutants.toml": fill(MUTANTS),
+        f"{ASSIGNMENTS}/{assignment_id}/assignment.toml": fill(SPEC),
+        f"{ASSIGNMENTS}/{assignment_id}/oracles.py": fill(ORACLES),
+        f"{REFERENCE_DIR}/{assignment_id}/{REFERENCE_FILE}": fill(REFERENCE),
+        f"{REFERENCE_DIR}/{assignment_id}/mutants.toml": fill(MUTANTS),
+        f"{TEMPLATE_DIR}/{assignment_id}/{assignment_id}.py": fill(TEMPLATE),
+        f"{TEMPLATE_DIR}/{assignment_id}/README.md": fill(README),
     }
 
 
 SPEC = '''# Assignment `__ID__` (written by `grader new-assignment`): a row-sum kernel to start from. Replace the
 # contract, the cases and the traps with your own; `grader selftest --assignment __ID__` after each step.
+# The reference solution and the mutants are in reference/__ID__/, the template in student_template/__ID__/.
 
 [assignment]
 id = "__ID__"
@@ -61,7 +79,6 @@ submission_file = "__ID__.py"
 chapter = "Reductions"
 call_timeout_s = 15
 import_timeout_s = 60
-reference = "reference.py"
 
 # ---------------------------------------------------------------------------------- tolerances
 # A float32 sum of N values ~ N(0, 1) against float64: off by ~log2(N) ulps of sum(|x|) (tree sum), at

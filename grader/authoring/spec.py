@@ -3,6 +3,16 @@
 Every error names the file and the key so an instructor can fix the spec without reading grader code.
 The spec is declarative data; the per-assignment Python module (named by `assignment.module`) holds
 the oracles and trap signatures and is loaded by `grader.authoring.oracle_loader`.
+
+A course folder (the checkout is one) holds three folders, split by who may see them:
+
+    assignments/<id>/       the contract the grader needs: assignment.toml and its oracle module
+    reference/<id>/         course staff only: reference.py, mutants.toml, mutants/, variants/
+    student_template/<id>/  what students start from: the starting file and README.md
+
+`load_assignment` derives the other two from where the spec sits (the course root is the assignments
+folder's parent) and records them as paths (None where a folder is absent). `load_public_assignment`
+loads the public form instead (grader.authoring.public): the public cases only, and no reference.
 """
 
 from __future__ import annotations
@@ -14,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import trap_ids
+from grader.authoring.public import public_spec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -27,21 +38,22 @@ VISIBILITIES = ("public", "hidden")
 # How a case places its tensors, with the words a report uses for each.
 LAYOUTS = {"contiguous": "contiguous", "row-gap": "padded rows (row stride > row length)"}
 
-# An assignment is one folder: its spec and oracles (what grading needs) and the authoring material
-# beside them, which never leaves the instructor's side (not in a Gradescope bundle, hidden from workers).
-REFERENCE_FILE = "reference.py"  # the reference solution
-TEMPLATE_DIR = "template"  # the student's starting file and the assignment text
-MUTANTS_FILE = "mutants.toml"  # single-mistake mutants as edits of the reference
-MUTANTS_DIR = "mutants"  # whole-file mutants: structural mistakes (syntax, missing symbol, torch, hang)
-VARIANTS_DIR = "variants"  # whole-file correct solutions in other styles
-AUTHORING_ONLY = (REFERENCE_FILE, TEMPLATE_DIR, MUTANTS_FILE, MUTANTS_DIR, VARIANTS_DIR)
+# The three folders of a course (module docstring). Nothing under REFERENCE_DIR ships anywhere (wheel,
+# student bundle, Gradescope bundle, Classroom) and workers cannot see it.
+REFERENCE_DIR = "reference"
+TEMPLATE_DIR = "student_template"
+REFERENCE_FILE = "reference.py"  # the reference solution, in reference/<id>/: what mutants patch
+# What older layouts kept inside assignments/<id>/, and where it belongs now (a spec that still has it
+# fails to load, so nothing secret is left beside the contract).
+MOVED = {"reference.py": REFERENCE_DIR, "mutants.toml": REFERENCE_DIR, "mutants": REFERENCE_DIR,
+         "variants": REFERENCE_DIR, "template": TEMPLATE_DIR}
 
 
 class SpecError(Exception):
     """A problem in an assignment spec, located by file and key."""
 
     def __init__(self, path: Path, key: str, problem: str) -> None:
-        super().__init__(f"{path}: [{key}] {problem}")
+        super().__init__(f"{path}: [{key}] {problem}" if key else f"{path}: {problem}")
         self.path = path
         self.key = key
         self.problem = problem
@@ -201,9 +213,17 @@ class Assignment:
     import_timeout_s: float
     hidden_visibility: str
     chapter: str = ""
-    reference: str = REFERENCE_FILE  # path (relative to the spec) of the reference solution
     performance: tuple[PerfCase, ...] = ()  # timed cases ([[performance]]), CUDA only
     input_kinds: Mapping[str, str] = field(default_factory=dict)  # the assignment's own input kinds, in words
+    reference_dir: Path | None = None  # reference/<id>/ of the course; None when absent or public
+    template_dir: Path | None = None  # student_template/<id>/ of the course; None when absent
+    reference_solution: Path | None = None  # reference/<id>/reference.py; None when absent or public
+    public: bool = False  # loaded from the public form: public cases only, no reference
+
+    @property
+    def course_root(self) -> Path:
+        """The folder holding assignments/, reference/ and student_template/: the assignments folder's parent."""
+        return self.root.parent.parent
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -296,19 +316,55 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in kinds)
 
 
-def load_assignment(spec_path: Path) -> Assignment:
-    """Load and validate `assignment.toml`; raise SpecError naming file and key on any problem."""
-    spec_path = Path(spec_path).resolve()
+def read_spec(spec_path: Path) -> dict[str, Any]:
+    """The parsed `assignment.toml` (SpecError when it is missing or not TOML)."""
     try:
-        raw = tomllib.loads(spec_path.read_text(encoding="utf-8"))
+        return tomllib.loads(Path(spec_path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecError(spec_path, "", "file not found") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(spec_path, "", f"not valid TOML: {exc}") from None
+
+
+def load_assignment(spec_path: Path) -> Assignment:
+    """Load and validate `assignment.toml`; raise SpecError naming file and key on any problem."""
+    spec_path = Path(spec_path).resolve()
+    return assignment_from_raw(read_spec(spec_path), spec_path)
+
+
+def load_public_assignment(spec_path: Path) -> Assignment:
+    """The public form of the spec (grader.authoring.public): its public cases and no reference. What
+    `grader check` grades with, and what the wheel and the student bundle ship."""
+    spec_path = Path(spec_path).resolve()
+    return assignment_from_raw(public_spec(read_spec(spec_path)), spec_path, public=True)
+
+
+def course_folders(spec_path: Path, assignment_id: str) -> tuple[Path | None, Path | None]:
+    """(reference/<id>/, student_template/<id>/) of the course the spec belongs to, each None if absent."""
+    course = Path(spec_path).parent.parent.parent
+    reference, template = course / REFERENCE_DIR / assignment_id, course / TEMPLATE_DIR / assignment_id
+    return (reference if reference.is_dir() else None), (template if template.is_dir() else None)
+
+
+def _reject_moved(spec_path: Path) -> None:
+    """Older layouts kept the reference, mutants and template beside the spec: say where they belong."""
+    for name, home in MOVED.items():
+        if (spec_path.parent / name).exists():
+            raise SpecError(spec_path.parent / name, "", f"does not belong beside the spec (assignments/ holds "
+                            f"only the contract: the spec and its oracle module); move it to {home}/"
+                            f"{spec_path.parent.name}/ of the course (docs/writing-an-assignment.md)")
+
+
+def assignment_from_raw(raw: Mapping[str, Any], spec_path: Path, public: bool = False) -> Assignment:
+    """The Assignment of a parsed spec at `spec_path`. It looks at the disk only around the spec: the oracle
+    module exists, nothing of an older layout is left beside it, and which course folders exist."""
     top = _Reader(spec_path, raw, "")
     top.reject_unknown({"assignment", "tolerances", "kernels", "functions", "cases", "traps", "performance",
                         "input_kinds"})
     head = top.sub("assignment")
+    if head.table.get("reference", "") != "":  # "" is how student bundles before the layout said "none"
+        raise head.fail("reference", f"is no longer read: the reference solution is {REFERENCE_DIR}/<id>/"
+                        f"{REFERENCE_FILE} of the course (beside assignments/); remove the key")
     head.reject_unknown(
         {"id", "title", "module", "submission_file", "chapter", "call_timeout_s", "import_timeout_s",
          "hidden_visibility", "reference"}
@@ -329,8 +385,14 @@ def load_assignment(spec_path: Path) -> Assignment:
     module = head.get("module", str)
     if not (spec_path.parent / module).is_file():
         raise head.fail("module", f"names {module!r}, which is not a file next to the spec")
+    _reject_moved(spec_path)
+    assignment_id = head.get("id", str)
+    reference_dir, template_dir = course_folders(spec_path, assignment_id)
+    if public:
+        reference_dir = None
+    solution = reference_dir / REFERENCE_FILE if reference_dir is not None else None
     return Assignment(
-        id=head.get("id", str),
+        id=assignment_id,
         title=head.get("title", str),
         root=spec_path.parent,
         spec_path=spec_path,
@@ -347,9 +409,12 @@ def load_assignment(spec_path: Path) -> Assignment:
             "hidden_visibility", ("hidden", "after_due_date", "after_published"), "after_due_date"
         ),
         chapter=head.get("chapter", str, ""),
-        reference=head.get("reference", str, REFERENCE_FILE),
         performance=performance,
         input_kinds=dict(kinds),
+        reference_dir=reference_dir,
+        template_dir=template_dir,
+        reference_solution=solution if solution is not None and solution.is_file() else None,
+        public=public,
     )
 
 

@@ -72,14 +72,9 @@ def compare(name: str, actual: torch.Tensor, expected: torch.Tensor, atol: float
     err = torch.where(finite, (a - e).abs(), torch.zeros_like(a))
     max_abs = float(err.max()) if err.numel() else 0.0
     worst_index = worst_actual = worst_expected = None
-    if bad.any():
-        # Worst = a NaN/inf disagreement first, else the largest error beyond tolerance.
-        score = torch.where(finite, err - (atol + rtol * e.abs()), torch.full_like(a, float("inf")))
-        score = torch.where(bad, score, torch.full_like(a, -float("inf")))
-        flat = int(torch.argmax(score))
-        worst_index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape))
-        worst_actual = float(a.reshape(-1)[flat])
-        worst_expected = float(e.reshape(-1)[flat])
+    worst = worst_element(a, e, bad, atol, rtol, nonfinite_first=True)
+    if worst is not None:
+        worst_index, worst_actual, worst_expected = worst
     return Comparison(
         name=name,
         shape=tuple(a.shape),
@@ -94,3 +89,24 @@ def compare(name: str, actual: torch.Tensor, expected: torch.Tensor, atol: float
         worst_actual=worst_actual,
         worst_expected=worst_expected,
     )
+
+
+def worst_element(actual: torch.Tensor, expected: torch.Tensor, among: torch.Tensor, atol: float, rtol: float,
+                  nonfinite_first: bool = True) -> tuple[tuple[int, ...], float, float] | None:
+    """(index, actual, expected) of the element of `among` (a boolean mask, e.g. the wrong elements) that is
+    furthest beyond the tolerance, or None when `among` is empty. A NaN/inf disagreement counts as furthest
+    with `nonfinite_first`; without it, as nearest (an element with a number in it shows the mistake's
+    arithmetic; a NaN is shown only where no such element is among them)."""
+    a = actual.detach().to(torch.float64).cpu()
+    e = expected.detach().to(torch.float64).cpu()
+    among = among.cpu() & ~(torch.isnan(a) & torch.isnan(e))  # NaN where NaN is right shows nothing
+    if not bool(among.any()):
+        return None
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    excess = (a - e).abs() - (atol + rtol * e.abs())
+    nonfinite = torch.full_like(a, float("inf") if nonfinite_first else -1e300)
+    score = torch.where(finite, torch.where(finite, excess, torch.zeros_like(a)), nonfinite)
+    score = torch.where(among, score, torch.full_like(a, -float("inf")))
+    flat = int(torch.argmax(score))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), a.shape))
+    return index, float(a.reshape(-1)[flat]), float(e.reshape(-1)[flat])

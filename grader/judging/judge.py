@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -11,8 +11,8 @@ from grader import trap_ids
 from grader.authoring.catalog import trap_catalog, trap_title
 from grader.authoring.problem import TrapFunction
 from grader.authoring.spec import Assignment, Case, Tolerance
-from grader.judging.compare import Comparison, close_mask, compare
-from grader.judging.diagnosis import classify_unmatched, locate, match_traps
+from grader.judging.compare import Comparison, close_mask, compare, worst_element
+from grader.judging.diagnosis import TrapMatch, classify_unmatched, locate, match_traps
 from grader.judging.error_maps import error_maps
 from grader.judging.false_hints import evidence as false_hint_evidence
 from grader.judging.replay import launch_meta
@@ -107,9 +107,18 @@ def judge_case(
         lines.append(f"{', '.join(observation.nondeterministic)} differed between two runs on identical inputs: "
                      "a race between programs, or a read of memory nothing wrote")
 
+    # Not one element of an output written: in every case, the untouched template's signature (report.py's
+    # advice); in some, a store mask that is never true on that input.
+    nothing_written = [name for name, mask in observation.unwritten.items() if mask.numel() and bool(mask.all())]
+    if nothing_written:
+        evidence["nothing_written"] = nothing_written
     for finding in observation.guard_findings:
         named.append(GUARD_TRAPS[finding.kind])
-        lines.append(finding.message())
+        line = finding.message()
+        if finding.kind == trap_ids.UNWRITTEN_OUTPUT and finding.buffer in nothing_written:
+            line += (f": your kernel wrote nothing to {finding.buffer} (the template's TODO is still there, or its "
+                     "tl.store never runs, or its mask is never true)")
+        lines.append(line)
     for extra in observation.sanitizer_findings:
         named.append(extra.trap)
         lines.append(extra.message)
@@ -120,6 +129,7 @@ def judge_case(
         matches = match_traps(traps, trap_inputs(inputs, observation, case),
                               observation.outputs, expected, tolerance, observation.unwritten)
         named.extend(m.trap for m in matches)
+        evidence["illustrations"] = illustrations(matches, observation, expected, tolerance)
         if observation.guard_reads:
             named.append(trap_ids.OOB_READ)
             for name, reads in observation.guard_reads.items():
@@ -134,8 +144,65 @@ def judge_case(
     if passed:
         worst = max((c.max_abs_error for c in comparisons), default=0.0)
         return result(True, f"passed (max |error| {worst:.3g}; atol={tolerance.atol:g}, rtol={tolerance.rtol:g})", [])
-    head = "; ".join(f"{trap_title(catalog, t)} [{t}]" for t in dict.fromkeys(named))
-    return result(False, "\n".join([f"Failed: {head}"] + lines), named)
+    return result(False, "\n".join([failure_head(named, catalog)] + lines), named)
+
+
+FAILED = "Failed: "
+
+
+def failure_head(traps: Sequence[str], catalog: Mapping[str, Any]) -> str:
+    """A failed case message's first line: every trap it names, by title and id."""
+    return FAILED + "; ".join(f"{trap_title(catalog, t)} [{t}]" for t in dict.fromkeys(traps))
+
+
+def renamed_head(message: str, traps: Sequence[str], catalog: Mapping[str, Any]) -> str:
+    """`message` with its first line naming `traps` (when it starts with a failure head; else unchanged)."""
+    first, _, rest = message.partition("\n")
+    if not first.startswith(FAILED) or not traps:
+        return message
+    return failure_head(traps, catalog) + ("\n" + rest if rest else "")
+
+
+def illustrations(matches: list[TrapMatch], observation: Observation, expected: Mapping[str, torch.Tensor],
+                  tol: Tolerance) -> dict[str, dict[str, dict[str, Any]]]:
+    """trap -> output -> the element that shows that trap: among the elements the oracle rejects, one the
+    trap accounts for (where its signature predicts the student's value; where the output was never
+    written; where a NaN came from outside an input), the furthest beyond tolerance, a number before a NaN.
+    The comparison's own worst element is any wrong one; a report shows this one under the trap."""
+    outputs = observation.outputs
+    wrong = {name: ~close_mask(outputs[name], exp, tol.atol, tol.rtol) for name, exp in expected.items()
+             if name in outputs and tuple(outputs[name].shape) == tuple(exp.shape)}
+    masks: dict[str, dict[str, torch.Tensor]] = {}
+    for match in matches:
+        sig = match.signature
+        for name, predicted in (sig.outputs.items() if sig.predicate is None else ()):
+            if name in wrong and tuple(predicted.shape) == tuple(outputs[name].shape):
+                fits = close_mask(outputs[name], predicted, tol.atol, tol.rtol)
+                if name in sig.slack:
+                    fits = fits | ((outputs[name].to(torch.float64) - predicted).abs() <= sig.slack[name] + tol.atol)
+                masks.setdefault(match.trap, {})[name] = fits
+        if sig.predicate is not None:  # a property of the whole output: any wrong element shows it
+            masks.setdefault(match.trap, {}).update({name: torch.ones_like(w) for name, w in wrong.items()})
+    structural = ((trap_ids.UNWRITTEN_OUTPUT, observation.unwritten), (trap_ids.OOB_READ, observation.guard_reads))
+    for trap, found in structural:
+        for name, mask in found.items():
+            masks.setdefault(trap, {})[name] = mask.to(torch.bool)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for trap, per_output in masks.items():
+        for name, mask in per_output.items():
+            if name not in wrong or tuple(mask.shape) != tuple(wrong[name].shape):
+                continue
+            worst = worst_element(outputs[name], expected[name], mask & wrong[name], tol.atol, tol.rtol,
+                                  nonfinite_first=trap in NAN_TRAPS)
+            if worst is not None:
+                index, actual, want = worst
+                out.setdefault(trap, {})[name] = {"index": list(index), "actual": _json_float(actual),
+                                                  "expected": _json_float(want)}
+    return out
+
+
+# Traps whose mark is a NaN in the output (never written: the poison; read from outside: the guards)
+NAN_TRAPS = frozenset({trap_ids.UNWRITTEN_OUTPUT, trap_ids.OOB_READ})
 
 
 def trap_inputs(inputs: Mapping[str, Any], observation: Observation, case: Case) -> dict[str, Any]:

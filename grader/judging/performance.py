@@ -110,10 +110,14 @@ def correctness_gate(target: str, cases: Sequence[CaseResult]) -> str | None:
     mine = [c for c in cases if c.target == target]
     if not mine:
         return f"no correctness case of {target} ran in this run, so its speed is not measured"
-    failed = [c.case_id for c in mine if not c.passed]
-    if failed:
+    failed = [c.case_id for c in mine if not c.passed and c.visibility == "public"]
+    hidden = sum(not c.passed for c in mine if c.visibility != "public")  # counted, never named: this is public
+    if failed or hidden:
         shown = ", ".join(failed[:5]) + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
-        return f"{target} failed correctness case(s) {shown}: speed is only measured once every case passes"
+        what = f"correctness case(s) {shown}" if shown else f"{hidden} hidden correctness case(s)"
+        if shown and hidden:
+            what += f" and {hidden} hidden case(s)"
+        return f"{target} failed {what}: speed is only measured once every case passes"
     return None
 
 

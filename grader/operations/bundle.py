@@ -8,8 +8,10 @@ The zip holds, at its root (Gradescope unpacks it into /autograder/source):
     run_autograder     run as root for every submission (Gradescope copies it to /autograder/)
     requirements.txt   the grader's dependencies, torch pinned
     bundle.json        what was bundled: assignment, grader version, torch, seed
-    kernel-grader/     the grader package and this one assignment (never the reference solution, nor the
-                       mutant corpus: its variants are correct solutions too)
+    kernel-grader/     the grader package and this one assignment's contract: its assignment.toml (all
+                       cases: Gradescope grades the hidden ones) and the oracle module it names. Nothing
+                       of the course's reference/ (reference solution, mutants, variants: correct
+                       solutions too) nor its student_template/ is named, so none of it ships
 
 `run_autograder` calls `python -m grader.operations.bundle run`, which finds the submission file in
 /autograder/submission, grades it in a process of its own with a wall-clock limit, the way
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grader.authoring.spec import AUTHORING_ONLY, Assignment
+from grader.authoring.spec import Assignment
 from grader.publishing.atomic import write_json
 
 BUNDLE_FORMAT_VERSION = 1
@@ -73,6 +75,11 @@ def package_root() -> Path:
 def _tree(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*")
                   if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".pyc", ".pyo"))
+
+
+def contract_files(assignment: Assignment) -> tuple[Path, ...]:
+    """What grading the assignment needs, by name: its spec and the oracle module the spec names."""
+    return (assignment.spec_path, assignment.root / assignment.module)
 
 
 def grader_requirements(torch_version: str) -> list[str]:
@@ -114,9 +121,7 @@ def bundle_files(options: BundleOptions) -> dict[str, tuple[bytes, int]]:
             continue
         name = f"{PROJECT_DIR}/grader/{path.relative_to(package_root()).as_posix()}"
         files[name] = (path.read_bytes(), 0o644)
-    assignment_files = [p for p in _tree(assignment.root)
-                        if p.relative_to(assignment.root).parts[0] not in AUTHORING_ONLY]
-    for path in assignment_files:
+    for path in contract_files(assignment):
         name = f"{PROJECT_DIR}/assignments/{assignment.id}/{path.relative_to(assignment.root).as_posix()}"
         files[name] = (path.read_bytes(), 0o644)
     requirements = grader_requirements(options.torch_version)

@@ -5,12 +5,19 @@ inherited, interpreter limits, the GPU compile check, false hints) and returns t
 pytest-json-report writes the raw record of what ran (pytest-report.json); it is handed back as text for
 the output folder and never parsed. A case whose item broke inside the grader (never expected, but
 possible) still becomes a failed case with a message, so the result always has every case of the battery.
+
+Before anything runs, the file is read (grader.submission_file): one that is not Python source (an image,
+a PDF, NUL bytes, not UTF-8; a notebook that is not a notebook) is not run at all. Its result still has
+every case of the battery, each 0 with that one reason, and `rejected` says it. A file whose name is a
+renamed copy of the assignment's (`Copy of fused_layers.py`) is graded under its own name, with a note.
+A public run (`grader check`) grades the spec's public form (grader.authoring.public), never the full spec.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -19,19 +26,22 @@ from pathlib import Path
 import pytest
 
 from grader import trap_ids
-from grader.authoring.spec import Assignment
+from grader.authoring.catalog import trap_catalog, trap_title
+from grader.authoring.spec import Assignment, load_public_assignment
 from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
 from grader.judging.false_hints import as_cpu_grade, false_hint_checks, with_cpu_evidence
 from grader.judging.faults import name_from_other_cases
-from grader.judging.performance import by_id, errored
+from grader.judging.judge import renamed_head
+from grader.judging.performance import by_id, errored, not_run, skipped
 from grader.operations.environment import backend_label, versions
 from grader.operations.grading_run import GradingRun, start_sandbox
-from grader.operations.notebook import is_notebook, materialise
+from grader.operations.notebook import NotebookError, is_notebook, materialise, read_notebook
 from grader.results import CaseResult, GradeResult, PerfResult
 from grader.running.calibration import CalibrationStore
 from grader.running.sandbox import Sandbox
 from grader.running.sanitizer import sanitizer_command
 from grader.seeds import fresh_seed
+from grader.submission_file import fit, notebook_problem, source_problem
 
 INHERITED_TRAPS = {trap_ids.OOB_WRITE, trap_ids.OOB_READ, trap_ids.UNWRITTEN_OUTPUT}
 
@@ -52,19 +62,74 @@ class GradeRequest:
     concurrent_grades: int = 1  # grades sharing this GPU (a batch's): each worker's GPU memory budget
     sandbox: Sandbox | None = None  # the submission's sandbox, started ahead (prepare_sandbox); None: at the grade
 
+    @property
+    def public_run(self) -> bool:
+        """Public cases only: asked for, or the assignment is its public form (`grader check`)."""
+        return self.public_only or self.assignment.public
+
 
 def grade(request: GradeRequest) -> tuple[GradeResult, str]:
     """Grade; return the result and pytest-json-report's record (JSON text, the pytest-report.json artifact).
     A notebook (`.ipynb`) is graded as its code cells (grader.operations.notebook), written under the
     assignment's submission_file name in a temporary folder; the result keeps the notebook's name and notes
-    the lines that were dropped."""
+    the lines that were dropped. A file that is not Python source (or not a notebook) is not run: see
+    `rejected_result`."""
+    if request.public_run and not request.assignment.public:  # the public form, computed in one place
+        request = replace(request, assignment=load_public_assignment(request.assignment.spec_path))
+    problem = unreadable(request.submission)
+    if problem:
+        if request.sandbox is not None:
+            request.sandbox.close()
+        return rejected_result(request, problem), json.dumps({"rejected": problem, "tests": []})
+    fits = fit(request.submission.name, request.assignment.submission_file)
+    renamed = fits.note(request.submission.name) if fits else ""
     if not is_notebook(request.submission):
-        return _grade_file(request)
-    with tempfile.TemporaryDirectory(prefix="grader-notebook-") as tmp:
-        path, source = materialise(request.submission, request.assignment.submission_file, Path(tmp))
-        result, report = _grade_file(replace(request, submission=path))
-    note = source.note(request.submission.name)
-    return replace(result, submission=request.submission.name, notes=((note,) if note else ()) + result.notes), report
+        result, report = _grade_file(request)
+        notes: tuple[str, ...] = ()
+    else:
+        with tempfile.TemporaryDirectory(prefix="grader-notebook-") as tmp:
+            path, source = materialise(request.submission, request.assignment.submission_file, Path(tmp))
+            result, report = _grade_file(replace(request, submission=path))
+        note = source.note(request.submission.name)
+        notes = (note,) if note else ()
+    notes = ((renamed,) if renamed else ()) + notes
+    return replace(result, submission=request.submission.name, notes=notes + result.notes), report
+
+
+def unreadable(submission: Path) -> str:
+    """Why the file cannot be graded at all ('' when it can): not Python source, or not a notebook."""
+    data = submission.read_bytes()
+    if not is_notebook(submission):
+        return source_problem(data, submission.name)
+    problem = notebook_problem(data, submission.name)
+    if problem:
+        return problem
+    try:
+        read_notebook(data.decode("utf-8"), submission.name)
+    except NotebookError as exc:
+        return str(exc)
+    return ""
+
+
+def rejected_result(request: GradeRequest, problem: str) -> GradeResult:
+    """Every case of the battery 0 for the one reason `problem` (nothing ran), and the result says so."""
+    assignment = request.assignment
+    cases = tuple(
+        CaseResult(case_id=case.id, target=case.target, title=f"{case.target}: {case.description or case.id}",
+                   visibility=case.visibility, max_score=case.points, score=0.0, passed=False, message=problem,
+                   traps=(trap_ids.NOT_PYTHON_SOURCE,))
+        for case in assignment.cases_for(request.backend, public_only=request.public_run)
+        if not request.targets or case.target in request.targets
+    )
+    wanted = [p for p in assignment.performance if not request.targets or p.target in request.targets]
+    performance = tuple((not_run(p, problem) if request.backend == "cuda" else skipped(p))
+                        for p in wanted) if request.performance else ()
+    return GradeResult(
+        assignment=assignment.id, submission=request.submission.name, backend=backend_label(request.backend),
+        seed=request.seed if request.seed is not None else fresh_seed(), versions=versions(), cases=cases,
+        execution_time_s=0.0, notes=(problem,), public_only=request.public_run, performance=performance,
+        rejected=problem,
+    )
 
 
 def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
@@ -72,7 +137,7 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
     request = guard_calibration(request)
     seed = request.seed if request.seed is not None else fresh_seed()
     run = GradingRun(request.assignment, request.submission, request.backend, seed,
-                     public_only=request.public_only, hidden=request.hidden, targets=request.targets,
+                     public_only=request.public_run, hidden=request.hidden, targets=request.targets,
                      performance=request.performance, sanitize=request.sanitize, calibration=request.calibration,
                      concurrent_grades=request.concurrent_grades, sandbox=request.sandbox)
     notes: list[str] = list(sanitizer_notes(request))
@@ -107,7 +172,7 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
         cases=tuple(cases),
         execution_time_s=round(time.monotonic() - started, 3),
         notes=tuple(notes),
-        public_only=request.public_only,
+        public_only=request.public_run,
         performance=every_performance(run),
         phases=phases,
     )
@@ -238,19 +303,25 @@ def consolidate_traps(cases: list[CaseResult], assignment: Assignment) -> list[C
         spec = assignment.kernels.get(case.target) or assignment.functions.get(case.target)
         problems.append((spec.problem if spec else case.target, case.target in assignment.functions))
     kept = inherit_kernel_traps(kept, problems, INHERITED_TRAPS)
+    catalog = trap_catalog(assignment)
     out = []
     for case, traps in zip(cases, kept, strict=True):
         if traps != case.traps:
             dropped = [t for t in case.traps if t not in traps]
             added = [t for t in traps if t not in case.traps]
-            note = ""
-            if dropped and not added:
-                note = (f"(On this input the output is also consistent with {', '.join(dropped)}; no other case "
-                        "supports that, so it is not named.)")
+            evidence = dict(case.evidence)
+            if dropped and not added:  # explained away: not named anywhere in the case, only in its evidence
+                shown = ", ".join(f"{trap_title(catalog, t)} [{t}]" for t in traps if t in assignment.traps)
+                note = (f"(On this input another mistake would give the same output; your other cases show "
+                        f"{shown or 'the one named above'}, so that is the diagnosis here.)")
+                evidence["explained_away"] = dropped
             elif added:
                 note = (f"(The kernel this function launches shows {', '.join(added)} in its own cases: that is "
                         "the likely cause here too.)")
-            case = replace(case, traps=traps, message=case.message + "\n" + note)
+            else:
+                note = ""
+            message = renamed_head(case.message, traps, catalog)
+            case = replace(case, traps=traps, message=message + ("\n" + note if note else ""), evidence=evidence)
         out.append(case)
     return out
 

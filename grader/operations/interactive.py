@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grader.authoring.discovery import assignment_for_submission, assignments_root, find_assignment, list_assignment_ids
+from grader.authoring.discovery import assignments_fitting, assignments_root, find_assignment, list_assignment_ids
 from grader.authoring.spec import Assignment
 from grader.operations.environment import detect_backend
 from grader.operations.grade import GradeRequest, grade
@@ -24,13 +24,19 @@ class CheckError(Exception):
 
 
 def resolve_assignment(assignment_id: str | None, path: Path, root: Path) -> Assignment:
+    """The public form of the assignment (grader.authoring.public): `check` never loads hidden cases."""
     if assignment_id:
-        return find_assignment(assignment_id, root)
-    found = assignment_for_submission(path, root)
-    if found is None:
-        raise CheckError(f"cannot tell the assignment from the file name {path.name}; pass --assignment "
-                         f"(known: {', '.join(list_assignment_ids(root))})")
-    return found
+        return find_assignment(assignment_id, root, public=True)
+    found = assignments_fitting(path, root, public=True)
+    if len(found) == 1:
+        return found[0]
+    if found:
+        why = f"it fits several assignments' files ({', '.join(a.id for a in found)})"
+    else:
+        known = [find_assignment(i, root, public=True) for i in list_assignment_ids(root)]
+        files = ", ".join(f"{a.id}: {a.submission_file}" for a in known) or f"no assignments under {root}"
+        why = f"it fits no assignment's file ({files})"
+    raise CheckError(f"cannot tell the assignment from the file name {path.name}: {why}; pass --assignment ID")
 
 
 def run_check(path: Path, assignment: Assignment, backend: str, seed: int | None = None,

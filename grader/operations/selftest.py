@@ -1,7 +1,8 @@
 """Selftest: grade an assignment's reference and mutant corpus; every trap must be named exactly.
 
 The corpus is the reference plus what `grader.authoring.mutants.load_mutants` finds in the assignment's
-folder: patch mutants (mutants.toml), whole-file mutants (mutants/) and variants (variants/). Each is
+reference folder (reference/<id>/ of the course): patch mutants (mutants.toml), whole-file mutants
+(mutants/) and variants (variants/). Each is
 written as a real submission file into a temporary folder and graded like a student's. A row passes
 when the diagnosed traps equal the expected ones; a correct submission must also get full marks.
 """
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.authoring.mutants import RESERVED_ID, Mutant, load_mutants, parse_header, write_mutant
-from grader.authoring.spec import Assignment, SpecError
+from grader.authoring.spec import REFERENCE_DIR, REFERENCE_FILE, Assignment, SpecError
 from grader.operations.grade import GradeRequest, grade
 from grader.publishing.files import write_outputs
 
@@ -44,20 +45,19 @@ def expected_traps(path: Path, backend: str = "interpreter") -> tuple[str, ...] 
 
 
 def reference_path(assignment: Assignment) -> Path:
-    """The reference solution the spec names: what every patch mutant is applied to."""
-    path = (assignment.root / assignment.reference).resolve()
-    if not assignment.reference or not path.is_file():
-        problem = f"names {assignment.reference!r}, which is not a file" if assignment.reference else "is not set"
-        raise SpecError(assignment.spec_path, "assignment.reference", f"{problem}; the selftest and the "
-                        "mutants need the reference solution")
-    return path
+    """The reference solution, reference/<id>/reference.py of the course: what every patch mutant is applied to."""
+    if assignment.reference_solution is None:
+        expected = assignment.course_root / REFERENCE_DIR / assignment.id / REFERENCE_FILE
+        why = " (a public form of the assignment has none)" if assignment.public else ""
+        raise SpecError(expected, "", f"no reference solution here{why}; the selftest and the mutants need it")
+    return assignment.reference_solution.resolve()
 
 
 def corpus(assignment: Assignment) -> tuple[Mutant, ...]:
     """The reference (a patch with no edits), then every mutant and variant of the assignment."""
     path = reference_path(assignment)
     reference = Mutant(RESERVED_ID, "reference", (), "the reference solution", path)
-    return (reference, *load_mutants(assignment.root))
+    return (reference, *load_mutants(assignment.reference_dir))
 
 
 def write_corpus(assignment: Assignment, folder: Path) -> list[tuple[Mutant, Path]]:

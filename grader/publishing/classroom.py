@@ -8,12 +8,17 @@ step ids, and each runner's output reaches it as the environment variable `<STEP
 (https://github.com/classroom-resources/autograding-command-grader,
 https://github.com/classroom-resources/autograding-grading-reporter, GitHub Docs "Use autograding").
 
-Here there is one step per target with public cases, worth the target's points, running
+Here there is one step per target with public cases, worth the points of the cases it runs (the public
+cases of that target: the Classroom score covers public cases only), running
 `grader check SUBMISSION --target T`, which exits 0 exactly when every public case of T passes, on
 Triton's CPU interpreter (GitHub's runners have no GPU). Hidden cases never reach a student repository:
-grade them with `grader grade`/`batch` for the real mark. The workflow checks out the course's copy of the
-grader (`grader_repo`, a repository the student's workflow can read) into `.grader` and installs it
-with a CPU torch.
+grade them with `grader grade`/`batch` (or Gradescope) for the real mark.
+
+A student can read everything their workflow can (they can edit it), so it touches nothing secret: the
+public assignment comes from the template repository itself (`assignments/<id>/`, the public form the
+student bundle holds), and the grader is installed from `grader_repo` as a package (`pip install
+git+https://...`: the wheel ships public forms only). That repository must hold no course secrets: no
+reference/, no hidden cases of the course's assignments.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from grader.authoring.spec import Assignment
 COMMAND_GRADER = "classroom-resources/autograding-command-grader@v1"
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"
 DEFAULT_GRADER_REPO = "your-org/kernel-grader"
-GRADER_FOLDER = ".grader"
+PUBLIC_ASSIGNMENTS = "assignments"  # the template repository's folder holding the public form
 
 
 @dataclass(frozen=True)
@@ -43,22 +48,26 @@ def step_id(target: str) -> str:
 
 
 def classroom_steps(assignment: Assignment, submission: str | None = None) -> list[ClassroomStep]:
-    """One step per target that has public cases on the interpreter, worth all of that target's points."""
+    """One step per target that has public cases on the interpreter, worth the points of those cases: the
+    cases its command runs (`grader check --target T` runs the public ones)."""
     submission = submission or assignment.submission_file
     public: dict[str, float] = {}
-    points: dict[str, float] = {}
-    for case in assignment.cases_for("interpreter"):
-        points[case.target] = points.get(case.target, 0.0) + case.points
-        if case.is_public:
-            public[case.target] = public.get(case.target, 0.0) + case.points
+    for case in assignment.cases_for("interpreter", public_only=True):
+        public[case.target] = public.get(case.target, 0.0) + case.points
     steps = []
     for target in assignment.targets:
         if target not in public:
             continue
-        command = (f"grader --assignments {GRADER_FOLDER}/assignments check {submission} "
+        command = (f"grader --assignments {PUBLIC_ASSIGNMENTS} check {submission} "
                    f"--assignment {assignment.id} --target {target} --backend interpreter")
-        steps.append(ClassroomStep(step_id(target), target, points[target], command))
+        steps.append(ClassroomStep(step_id(target), target, public[target], command))
     return steps
+
+
+def package_source(grader_repo: str) -> str:
+    """What pip installs the grader from: the repository as a package (a wheel: public forms only), never a
+    checkout left on the runner."""
+    return f"kernel-grader @ git+https://github.com/{grader_repo}"
 
 
 def _q(text: str) -> str:
@@ -72,7 +81,10 @@ def classroom_workflow(assignment: Assignment, grader_repo: str = DEFAULT_GRADER
     steps = classroom_steps(assignment, submission)
     lines = [
         f"# GitHub Classroom autograding for {assignment.id}, written by `grader classroom-workflow`.",
-        "# Public cases only, on Triton's CPU interpreter; grade hidden cases with `grader grade` / `grader batch`.",
+        "# Public cases only, on Triton's CPU interpreter: the Classroom score is the public cases' points. Grade",
+        "# the hidden cases with `grader grade` / `grader batch` (or Gradescope). The public assignment is this",
+        f"# repository's {PUBLIC_ASSIGNMENTS}/{assignment.id}/ (from `grader student-bundle`); the grader is "
+        "installed as a package.",
         "name: Autograding Tests",
         "\"on\":",
         "  - push",
@@ -88,17 +100,12 @@ def classroom_workflow(assignment: Assignment, grader_repo: str = DEFAULT_GRADER
         "    steps:",
         "      - name: Checkout code",
         "        uses: actions/checkout@v4",
-        "      - name: Checkout the grader",
-        "        uses: actions/checkout@v4",
-        "        with:",
-        f"          repository: {_q(grader_repo)}  # the course's copy of kernel-grader",
-        f"          path: {GRADER_FOLDER}",
         "      - uses: actions/setup-python@v5",
         "        with:",
         "          python-version: \"3.12\"",
         "      - name: Install the grader (CPU torch)",
         f"        run: pip install torch=={torch_version} --index-url https://download.pytorch.org/whl/cpu "
-        f"&& pip install -e {GRADER_FOLDER}",
+        f"&& pip install {_q(package_source(grader_repo))}",
     ]
     for step in steps:
         lines += [

@@ -1,4 +1,11 @@
-"""Serialise a GradeResult to Gradescope's results.json (the documented autograder schema)."""
+"""Serialise a GradeResult to Gradescope's results.json (the documented autograder schema).
+
+What a student sees, and when (docs/formats.md says the same): the top level (`output`, `leaderboard`,
+`extra_data`) is there from the moment of grading, so it carries the public part of the result only
+(grader.publishing.report.public_part): public cases by name, hidden ones as a count with their points.
+Each case is a test of its own with the visibility the spec gives it: public cases `visible`, hidden ones
+the spec's hidden_visibility (Gradescope shows them after the due date, when published, or never).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,7 @@ from typing import Any
 
 from grader.authoring.spec import Assignment
 from grader.judging.performance import leaderboard, summary_dict
-from grader.publishing.report import perf_line
+from grader.publishing.report import hidden_summary, perf_line, public_part
 from grader.results import GradeResult
 
 MAX_TEST_OUTPUT_CHARS = 6000
@@ -24,6 +31,8 @@ def test_visibility(visibility: str, assignment: Assignment) -> str:
 
 
 def results_json(result: GradeResult, assignment: Assignment, summary: str) -> dict[str, Any]:
+    """`summary`: the student view's Markdown (grader.publishing.report.markdown(..., show_hidden_details=False)),
+    the visible top-level output."""
     tests = []
     for number, case in enumerate(result.cases, start=1):
         tests.append({
@@ -66,7 +75,8 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
             "format_version": result.format_version,
             "assignment": result.assignment,
             "max_score": result.max_score,
-            "traps": list(result.traps),
+            "traps": list(public_part(result).traps),  # a hidden case's traps are in its own test
+            "hidden_cases": _hidden(result, assignment),
             "seed": result.seed,
             "backend": result.backend,
             "versions": dict(result.versions),
@@ -78,3 +88,9 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
     if board:
         out["leaderboard"] = board
     return out
+
+
+def _hidden(result: GradeResult, assignment: Assignment) -> dict[str, float]:
+    """How many hidden cases there are and what they are worth (no score: that would tell their results)."""
+    summary = hidden_summary(result, assignment)
+    return {"count": summary.count, "points": summary.points} if summary else {"count": 0, "points": 0.0}

@@ -1,8 +1,13 @@
 """Render results for people: Markdown (Gradescope output, CI logs), HTML (one self-contained file)
 and the terminal summary of `grader check`, all from one jinja2 template set and one view model.
 
-The view model (ReportView) decides what is shown: which cases are detailed (hidden cases only with
-show_hidden_details), the input that exposed each trap, the error maps. Templates only lay it out.
+The view model (ReportView) decides what is shown: the cases, the input that exposed each trap, the error
+maps. Templates only lay it out. The instructor view (show_hidden_details) shows every case. The student
+view is built from the public part of the result (`public_part`): hidden cases are not in it at all, only
+counted with their points (`HiddenSummary`: "18 hidden cases worth 27 points: results after the due
+date"), so no hidden case's name, input, trap or score can reach it. It is what results.json's `output`
+carries (Gradescope shows it from the moment of grading; each hidden test has its own entry, shown when
+the spec's hidden_visibility says).
 HTML autoescapes; everything student-controlled (messages, printed output, file names) reaches the
 templates as data, stripped of terminal control sequences and cut to a size, never as markup.
 
@@ -18,11 +23,12 @@ import re
 import struct
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jinja2
 
+from grader import trap_ids
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import describe_kind
 from grader.authoring.spec import LAYOUTS, Assignment, TrapText
@@ -190,19 +196,27 @@ class MapView:
         return lines
 
 
+def worst_cell(shape: Sequence[int], index: Sequence[int] | None) -> tuple[int, int] | None:
+    """(row, col) on a map of an output of `shape` (rows flattened, a 1-D output one row) of an element."""
+    if not index:
+        return None
+    if len(shape) < 2:
+        return 0, int(index[0])
+    if len(index) != len(shape):
+        return None
+    flat_row = 0
+    for size, i in zip(shape[:-1], index[:-1], strict=True):
+        flat_row = flat_row * size + int(i)
+    return flat_row, int(index[-1])
+
+
 def map_view(output: str, data: Mapping[str, Any], worst_index: Sequence[int] | None) -> MapView:
     shape = tuple(int(s) for s in data["shape"])
     if len(shape) < 2:
         rows, cols = 1, shape[0] if shape else 1
-        worst = (0, int(worst_index[0])) if worst_index else None
     else:
         rows, cols = math.prod(shape[:-1]), shape[-1]
-        worst = None
-        if worst_index and len(worst_index) == len(shape):
-            flat_row = 0
-            for size, i in zip(shape[:-1], worst_index[:-1], strict=True):
-                flat_row = flat_row * size + int(i)
-            worst = (flat_row, int(worst_index[-1]))
+    worst = worst_cell(shape, worst_index)
     tile = data.get("tile")
     return MapView(
         output=output,
@@ -238,6 +252,66 @@ def palette_png(grid: Sequence[str]) -> bytes:
 
 
 # ------------------------------------------------------------------------------------------ views
+
+NOTHING_WRITTEN = ("Your kernel has not written any output yet: the template's TODO is still there (or its "
+                   "tl.store never runs). Write the kernel's body, ending in a masked tl.store into the output.")
+
+
+def _illustrations(case: CaseResult, trap: str) -> Mapping[str, Mapping[str, Any]]:
+    found = (case.evidence or {}).get("illustrations") or {}
+    return found.get(trap) or {}
+
+
+def _strength(case: CaseResult, trap: str) -> float:
+    """How far beyond the tolerance the elements showing `trap` are (inf: a NaN/inf; 0: none known)."""
+    tolerance = (case.evidence or {}).get("tolerance") or {}
+    atol, rtol = float(tolerance.get("atol", 0.0)), float(tolerance.get("rtol", 0.0))
+    best = 0.0
+    for element in _illustrations(case, trap).values():
+        actual, expected = element.get("actual"), element.get("expected")
+        if not isinstance(actual, (int, float)) or not isinstance(expected, (int, float)):
+            return math.inf  # a NaN or an infinity (written as a string)
+        allowed = atol + rtol * abs(expected)
+        best = max(best, abs(actual - expected) / allowed if allowed > 0 else math.inf)
+    return best
+
+
+# When a student sees the hidden cases' own results, per the spec's hidden_visibility (Gradescope's names).
+HIDDEN_WHEN = {
+    "after_due_date": "results after the due date",
+    "after_published": "results when grades are published",
+    "hidden": "results not shown",
+}
+
+
+@dataclass(frozen=True)
+class HiddenSummary:
+    """What the student view says of the hidden cases: how many, and their points (never their score)."""
+
+    count: int
+    points: float
+    when: str
+
+    @property
+    def line(self) -> str:
+        cases = "case" if self.count == 1 else "cases"
+        points = "point" if self.points == 1 else "points"
+        return f"{self.count} hidden {cases} worth {self.points:g} {points}: {self.when}"
+
+
+def public_part(result: GradeResult) -> GradeResult:
+    """Pure: the result without its hidden cases (performance cases stay: their shapes are public)."""
+    return replace(result, cases=tuple(c for c in result.cases if c.visibility == "public"))
+
+
+def hidden_summary(result: GradeResult, assignment: Assignment) -> HiddenSummary | None:
+    """The count and points of the result's hidden cases; None when it has none."""
+    hidden = [c for c in result.cases if c.visibility != "public" and c.max_score > 0]
+    if not hidden:
+        return None
+    when = HIDDEN_WHEN.get(assignment.hidden_visibility, HIDDEN_WHEN["hidden"])
+    return HiddenSummary(len(hidden), sum(c.max_score for c in hidden), when)
+
 
 
 @dataclass(frozen=True)
@@ -289,14 +363,46 @@ class TrapView:
         return len(self.shown_cases) - len(self.examples)
 
     @property
-    def hidden_count(self) -> int:
-        return sum(not c.detailed for c in self.cases)
+    def example(self) -> CaseView | None:
+        """The case that shows the trap best: of the detailed ones (those with a map first), the one whose
+        element showing this trap is furthest beyond the tolerance; the first of equals."""
+        shown = self.shown_cases
+        if not shown:
+            return None
+        return max(shown, key=lambda c: (bool(c.maps), _strength(c.result, self.id)))
 
     @property
-    def example(self) -> CaseView | None:
-        """The case whose comparison and map illustrate the trap: the first detailed one with a map."""
-        shown = self.shown_cases
-        return next((c for c in shown if c.maps), shown[0] if shown else None)
+    def elements(self) -> tuple[Mapping[str, Any], ...]:
+        """Per wrong output of the example: its comparison, with the element that shows this trap as its
+        worst (grader.judging.judge.illustrations) where the judge found one."""
+        ex = self.example
+        if ex is None:
+            return ()
+        shown = _illustrations(ex.result, self.id)
+        rows = []
+        for c in ex.comparisons:
+            element = shown.get(str(c.get("output")))
+            rows.append({**c, "worst_index": element["index"], "worst_actual": element["actual"],
+                         "worst_expected": element["expected"]} if element else c)
+        return tuple(rows)
+
+    @property
+    def maps(self) -> tuple[MapView, ...]:
+        """The example's error maps, marking the element `elements` shows."""
+        ex = self.example
+        if ex is None:
+            return ()
+        index = {str(e.get("output")): e.get("worst_index") for e in self.elements}
+        return tuple(replace(m, worst=worst_cell(m.shape, index[m.output])) if index.get(m.output) else m
+                     for m in ex.maps)
+
+    @property
+    def advice(self) -> str:
+        """A line that says more than the trap's text where this submission shows something plainer."""
+        if self.id == trap_ids.UNWRITTEN_OUTPUT and self.cases and all(
+                (c.result.evidence or {}).get("nothing_written") for c in self.cases):
+            return NOTHING_WRITTEN
+        return ""
 
     @property
     def structural(self) -> bool:
@@ -306,12 +412,21 @@ class TrapView:
 
 @dataclass(frozen=True)
 class ReportView:
-    result: GradeResult
+    result: GradeResult  # the student view's is the public part only
     assignment: Assignment
     catalog: Mapping[str, TrapText]
     show_hidden_details: bool
     detail: Detail = DETAIL_LEVELS[0]
     cases: tuple[CaseView, ...] = field(default=())
+    hidden: HiddenSummary | None = None  # the student view: the hidden cases left out, counted
+
+    @property
+    def score_label(self) -> str:
+        """What the score line counts: everything, or (student view) what the student may see now."""
+        if self.hidden is None:
+            return "Score"
+        scored_performance = any(p.max_score for p in self.result.performance)
+        return "Public and performance cases" if scored_performance else "Public cases"
 
     @property
     def targets(self) -> list[TargetView]:
@@ -345,12 +460,6 @@ class ReportView:
     def text_maps(self) -> bool:
         """Some trap's example has a map small enough to print as text (the Markdown shows a legend)."""
         return any(m.text_lines() for t in self.traps if t.example for m in t.example.maps)
-
-    @property
-    def unlisted(self) -> tuple[int, float, float]:
-        """Cases not listed at all (count, points got, points possible)."""
-        hidden = [c.result for c in self.cases if not c.listed]
-        return len(hidden), sum(c.score for c in hidden), sum(c.max_score for c in hidden)
 
     @property
     def counts(self) -> dict[str, tuple[int, int]]:
@@ -546,8 +655,12 @@ def view(
     show_hidden_details: bool = True,
     detail: Detail = DETAIL_LEVELS[0],
 ) -> ReportView:
+    hidden = None
+    if not show_hidden_details:  # the student view: built from the public part only
+        hidden = hidden_summary(result, assignment)
+        result = public_part(result)
     cases = tuple(case_view(c, assignment, show_hidden_details, detail) for c in result.cases)
-    return ReportView(result, assignment, trap_catalog(assignment), show_hidden_details, detail, cases)
+    return ReportView(result, assignment, trap_catalog(assignment), show_hidden_details, detail, cases, hidden)
 
 
 # ------------------------------------------------------------------------------------------ rendering

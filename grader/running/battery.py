@@ -20,7 +20,7 @@ from grader import trap_ids
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import In, Out, Problem
-from grader.authoring.spec import Assignment, Case, FunctionSpec, KernelSpec
+from grader.authoring.spec import REFERENCE_DIR, Assignment, Case, FunctionSpec, KernelSpec
 from grader.judging import faults
 from grader.judging.compare import close_mask
 from grader.judging.diagnosis import nan_leaks
@@ -773,13 +773,10 @@ def sandbox_options(assignment: Assignment, submission: Path, backend: str,
 
 
 def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, ...]:
-    """Folders student code has no business reading: the assignments (hidden cases, oracles), the
-    reference and mutant corpus, and the folder the submission came from (other students' files)."""
-    paths = [assignment.root.parent, Path(submission).resolve().parent]
-    for extra in (assignment.reference,):
-        if extra:
-            target = (assignment.root / extra).resolve()
-            paths.append(target.parent if target.is_file() else target)
+    """Folders student code has no business reading: the course's assignments/ (hidden cases, oracles)
+    and reference/ (reference solutions, mutant corpora), whether or not this assignment has one, and the
+    folder the submission came from (other students' files)."""
+    paths = [assignment.root.parent, assignment.course_root / REFERENCE_DIR, Path(submission).resolve().parent]
     return tuple(str(p) for p in paths)
 
 

@@ -143,7 +143,7 @@ def calibration_key(assignment: Assignment, perf: PerfCase, problems: Mapping[st
                     machine: Machine) -> CalibrationKey:
     """The key of `perf`'s bars on `machine` (reads the oracle module and the reference solution)."""
     spec = assignment.kernels.get(perf.target) or assignment.functions[perf.target]
-    reference = file_digest(assignment.root / assignment.reference) if assignment.reference else ""
+    reference = file_digest(assignment.reference_solution) if assignment.reference_solution else ""
     return CalibrationKey(
         assignment=assignment.id, perf_id=perf.id,
         case=case_definition(perf, spec.problem, problems[spec.problem]),

@@ -210,7 +210,7 @@ class PerfRunner:
         self.device = device
         self._copy_gb_per_s: float | None = None
         self._reference: Worker | None = None
-        self._reference_problem = "" if assignment.reference else "the assignment names no reference solution"
+        self._reference_problem = "" if assignment.reference_solution else "the assignment has no reference solution"
         self._timer: Worker | None = None
         self._timer_problem = "the timer was not started"
         self._results: dict[str, PerfResult] | None = None
@@ -261,7 +261,7 @@ class PerfRunner:
         timer.spawn()
         reference = None
         if any(self._calibrated(perf) is None for perf in todo) and self._reference is None \
-                and not self._reference_problem and self.assignment.reference:
+                and not self._reference_problem and self.assignment.reference_solution:
             reference = self._new_reference()
             reference.spawn()
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -434,7 +434,7 @@ class PerfRunner:
             return made
 
         def keep(bars: Calibration) -> bool:
-            return bars.reference is not None or not self.assignment.reference
+            return bars.reference is not None or not self.assignment.reference_solution
 
         try:
             return self.calibration.measure_once(key, measure, keep) if self.calibration is not None else measure()
@@ -547,7 +547,9 @@ class PerfRunner:
         return list(measured.medians_ms)
 
     def _new_reference(self) -> Worker:
-        path = (self.assignment.root / self.assignment.reference).resolve()
+        if self.assignment.reference_solution is None:
+            raise RuntimeError("the assignment has no reference solution")
+        path = self.assignment.reference_solution.resolve()
         return Worker(path, list(self.assignment.required_symbols),
                       WorkerOptions(backend="cuda" if self.device == "cuda" else "interpreter",
                                     import_timeout_s=self.assignment.import_timeout_s))

@@ -1,4 +1,4 @@
-# attack: finds assignments/fused_layers/reference.py on disk ($PYTHONPATH, the grader package's folder, sys.path, walking up from __file__) and exec()s it to use its kernels and wrappers
+# attack: finds reference/fused_layers/reference.py (or the old layout's assignments/fused_layers/reference.py) on disk ($PYTHONPATH, the grader package's folder, sys.path, walking up from __file__) and exec()s it to use its kernels and wrappers
 # expect: unwritten-output
 # ruff: noqa: E402, E501, F401, F811, F841, I001
 # The kernels store nothing, so every point this submission earns came from the stolen reference.
@@ -253,7 +253,7 @@ def layernorm(x, weight, bias, eps=1e-5):
 # ---------------------------------------------------------------------------------------------- the attack
 
 
-_WHERE = ("assignments", "fused_layers", "reference.py")
+_WHERES = (("reference", "fused_layers", "reference.py"), ("assignments", "fused_layers", "reference.py"))
 
 
 def _find_reference():
@@ -263,16 +263,16 @@ def _find_reference():
     candidates = []
     here = os.path.dirname(os.path.abspath(__file__))
     while True:
-        candidates.append(os.path.join(here, *_WHERE))
+        candidates.extend(os.path.join(here, *where) for where in _WHERES)
         parent = os.path.dirname(here)
         if parent == here:
             break
         here = parent
     for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) + list(sys.path):
-        candidates.append(os.path.join(entry or ".", *_WHERE))
+        candidates.extend(os.path.join(entry or ".", *where) for where in _WHERES)
     grader = sys.modules.get("grader")
     for entry in getattr(grader, "__path__", []):
-        candidates.append(os.path.join(os.path.dirname(entry), *_WHERE))
+        candidates.extend(os.path.join(os.path.dirname(entry), *where) for where in _WHERES)
     for path in candidates:
         try:
             with open(path, encoding="utf-8") as f:

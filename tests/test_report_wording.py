@@ -1,0 +1,122 @@
+"""Report wording students read: a trap explained away by the other cases is not named in the case; the
+element shown under a trap is one that shows that trap; an untouched template is told it writes nothing.
+
+Fast: hand-made results through grader.operations.grade.consolidate_traps and grader.publishing.report.
+The same on real grading runs is in test_report_e2e.py (slow)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from grader.authoring.catalog import trap_catalog
+from grader.authoring.spec import Assignment, load_assignment
+from grader.operations.grade import consolidate_traps
+from grader.publishing import report
+from grader.results import CaseResult, GradeResult
+
+OUTSIDE, MISSING = "eps-outside-sqrt", "eps-missing"
+
+
+@pytest.fixture(scope="module")
+def assignment(repo_root: Path) -> Assignment:
+    return load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
+
+
+def ln_case(case_id: str, traps: tuple[str, ...], assignment: Assignment, **evidence: Any) -> CaseResult:
+    catalog = trap_catalog(assignment)  # the assignment's traps and the generic ones
+    head = "; ".join(f"{catalog[t].title} [{t}]" for t in traps)
+    return CaseResult(case_id=case_id, target="layernorm_forward_kernel", title=f"ln: {case_id}",
+                      visibility="public", max_score=1.0, score=0.0, passed=False,
+                      message=f"Failed: {head}\nout: 96 of 96 elements differ", traps=traps, evidence=evidence)
+
+
+def test_a_trap_explained_away_is_not_named_in_the_case(assignment: Assignment) -> None:
+    both = ln_case("ln-kernel-basic", (OUTSIDE, MISSING), assignment)
+    alone = ln_case("ln-kernel-eps", (OUTSIDE,), assignment)
+    first, second = consolidate_traps([both, alone], assignment)
+    assert first.traps == (OUTSIDE,) and second == alone
+    assert first.message.splitlines()[0] == f"Failed: {assignment.traps[OUTSIDE].title} [{OUTSIDE}]"
+    assert MISSING not in first.message and assignment.traps[MISSING].title not in first.message
+    assert "not named" not in first.message
+    assert first.message.endswith(f"your other cases show {assignment.traps[OUTSIDE].title} [{OUTSIDE}], so "
+                                  "that is the diagnosis here.)")
+    assert first.evidence["explained_away"] == [MISSING]  # the instructor's record keeps it
+
+
+def test_an_inherited_trap_renames_the_head_too(assignment: Assignment) -> None:
+    kernel = dataclasses.replace(ln_case("ln-kernel-basic", ("oob-write",), assignment),
+                                 message="Failed: Out-of-bounds write [oob-write]")
+    wrapper = CaseResult(case_id="ln-basic", target="layernorm", title="layernorm: basic", visibility="public",
+                         max_score=1.0, score=0.0, passed=False, traps=("unknown",),
+                         message="Failed: Wrong values no trap explains [unknown]\nout: 3 of 5 differ")
+    _, inherited = consolidate_traps([kernel, wrapper], assignment)
+    assert inherited.traps == ("oob-write",)
+    assert inherited.message.startswith("Failed: Out-of-bounds write [oob-write]\nout: 3 of 5 differ\n")
+    assert "[unknown]" not in inherited.message and "shows oob-write in its own cases" in inherited.message
+
+
+def comparison(index: list[int], actual: Any, expected: float) -> dict[str, Any]:
+    return {"output": "out", "ok": False, "mismatches": 40, "numel": 96, "nan_mismatches": 8, "inf_mismatches": 0,
+            "max_abs_error": 1.0, "worst_index": index, "worst_actual": actual, "worst_expected": expected,
+            "summary": "out: 40 of 96 differ"}
+
+
+def error_map() -> dict[str, Any]:
+    return {"out": {"shape": [8, 12], "cell": [1, 1], "grid": ["." * 12] * 8, "tile": None, "wrong": 40,
+                    "total": 96}}
+
+
+def grade_result(*cases: CaseResult) -> GradeResult:
+    return GradeResult(assignment="fused_layers", submission="fused_layers.py", backend="interpreter", seed=1,
+                       versions={}, cases=cases, execution_time_s=1.0)
+
+
+def test_each_trap_shows_the_element_that_shows_it(assignment: Assignment) -> None:
+    """bias_wrong_axis on a padded input: the NaNs are the out-of-bounds read, the finite errors the bias."""
+    evidence = {
+        "tolerance": {"atol": 1e-5, "rtol": 1e-5}, "comparisons": [comparison([7, 0], "nan", 2.0)],
+        "error_maps": error_map(),
+        "illustrations": {"bias-wrong-axis": {"out": {"index": [3, 5], "actual": 1.25, "expected": 0.25}},
+                          "oob-read": {"out": {"index": [7, 0], "actual": "nan", "expected": 2.0}}},
+    }
+    case = ln_case("linear", ("bias-wrong-axis", "oob-read"), assignment, **evidence)
+    view = report.view(grade_result(case), assignment)
+    bias, oob = view.traps
+    assert [(e["worst_index"], e["worst_actual"]) for e in bias.elements] == [([3, 5], 1.25)]
+    assert [(e["worst_index"], e["worst_actual"]) for e in oob.elements] == [([7, 0], "nan")]
+    assert bias.maps[0].worst == (3, 5) and oob.maps[0].worst == (7, 0)
+    md = report.markdown(grade_result(case), assignment)
+    assert "`out[3, 5]` is 1.25, expected 0.25" in md and "`out[7, 0]` is nan, expected 2" in md
+
+
+def test_the_example_is_the_case_that_shows_the_trap_best(assignment: Assignment) -> None:
+    """eps-missing on a random row is 1 element barely off; on near-constant rows it is far off."""
+    def with_element(case_id: str, actual: float, expected: float) -> CaseResult:
+        evidence = {"tolerance": {"atol": 1e-5, "rtol": 1e-5}, "error_maps": error_map(),
+                    "comparisons": [comparison([2, 0], actual, expected)],
+                    "illustrations": {MISSING: {"out": {"index": [2, 0], "actual": actual, "expected": expected}}}}
+        return ln_case(case_id, (MISSING,), assignment, **evidence)
+
+    barely = with_element("ln-kernel-basic", 1.1028862, 1.1028615)
+    far = with_element("ln-kernel-near-constant", 3.2, 0.4)
+    (trap,) = report.view(grade_result(barely, far), assignment).traps
+    assert trap.example is not None and trap.example.result.case_id == "ln-kernel-near-constant"
+    (trap,) = report.view(grade_result(barely), assignment).traps  # the only one there is
+    assert trap.example is not None and trap.example.result.case_id == "ln-kernel-basic"
+
+
+def test_an_untouched_template_is_told_its_kernel_writes_nothing(assignment: Assignment) -> None:
+    nothing = ln_case("ln-kernel-basic", ("unwritten-output",), assignment, nothing_written=["out"])
+    some = ln_case("ln-kernel-tail", ("unwritten-output",), assignment)
+    (told,) = report.view(grade_result(nothing), assignment).traps
+    assert told.advice.startswith("Your kernel has not written any output yet: the template's TODO is still there")
+    for text in (report.terminal(grade_result(nothing), assignment), report.markdown(grade_result(nothing), assignment),
+                 report.html(grade_result(nothing), assignment)):
+        assert "has not written any output yet" in text
+    (partly,) = report.view(grade_result(nothing, some), assignment).traps  # one case wrote something
+    assert partly.advice == ""
+    assert "has not written any output yet" not in report.terminal(grade_result(some), assignment)
