@@ -9,7 +9,7 @@ install it), so what ships is named, never filtered:
 
 Nothing of reference/ is named, so none of it ships. grader/authoring/public.py is loaded by file path:
 setuptools' isolated build environment has neither torch nor the grader installed.
-tests/test_package.py builds the wheel and looks inside.
+tests/e2e/test_package.py builds the wheel and looks inside.
 """
 
 from __future__ import annotations

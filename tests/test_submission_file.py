@@ -1,6 +1,6 @@
 """What a submitted file is (grader/submission_file.py): renamed copies fit their assignment, and files that
 are not Python source are named for what they are. Pure, fast; the end-to-end runs are in
-test_submission_files_e2e.py."""
+tests/e2e/test_submission_files_e2e.py."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ interpreter's false promises into a GPU grade's cases), the tool-side bits (allo
 worker under the tool ending itself after a fault). Slow part, on the CPU: a wrapper case that "faults" (its
 code raises CUDA's text) rerun under a stand-in compute-sanitizer; a faulted case named by the same case
 graded in the CPU companion; the companion's hint check worded exactly as a CPU grade words it.
-The GPU side of the same is tests/test_gpu_faults.py.
+The GPU side of the same is tests/e2e/test_gpu_faults.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import corpus_mutant
+from tests.conftest import corpus_mutant
 
 from grader import trap_ids
 from grader.authoring.inputs import InputMaker
@@ -33,9 +33,9 @@ from grader.running.sanitizer import announced_allocations, memcheck_findings, p
 from grader.running.worker.harness import _failed
 from grader.seeds import case_seed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "assignments" / "softmax" / "assignment.toml"
-FAKE_MEMCHECK = Path(__file__).parent / "data" / "fake_memcheck.py"
+FAKE_MEMCHECK = Path(__file__).resolve().parents[1] / "data" / "fake_memcheck.py"
 SEED = 3
 
 # torch's text for an illegal address (torch 2.11 on the H200), as the worker's reply carries it
@@ -107,7 +107,7 @@ def judged(observation: Observation, softmax) -> CaseResult:
 
 
 def test_named_by_compute_sanitizer_with_the_buffer_and_the_line(softmax) -> None:
-    report = (Path(__file__).parent / "data" / "memcheck-h200.txt").read_text(encoding="utf-8")
+    report = (Path(__file__).resolve().parents[1] / "data" / "memcheck-h200.txt").read_text(encoding="utf-8")
     reports = parse_memcheck(report.replace("Invalid __global__ read", "Invalid __global__ write", 1))
     findings = memcheck_findings(reports, {"x": (0x7FDD2A800000, 2248), "var": (0x7FDD2A801400, 2068)})
     naming = faults.from_sanitizer(findings)

@@ -82,7 +82,7 @@ def test_format_table_flags_misses() -> None:
 
 
 def test_corpus_is_the_reference_then_every_mutant(repo_root: Path) -> None:
-    """Which traps each mutant names, and that they are known, is tested in test_mutants.py."""
+    """Which traps each mutant names, and that they are known, is tested in tests/authoring/test_mutants.py."""
     assignment = load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
     reference, *mutants = corpus(assignment)
     assert (reference.id, reference.kind, reference.traps, reference.edits) == ("reference", "reference", (), ())

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import corpus_mutant
+from tests.conftest import corpus_mutant
 
 from grader.cli import main
 from grader.operations import batch

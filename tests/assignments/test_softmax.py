@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import all_traps, corpus_mutant
+from tests.conftest import all_traps, corpus_mutant
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import InputMaker
@@ -26,7 +26,7 @@ from grader.judging.compare import compare
 from grader.judging.diagnosis import match_traps
 from grader.seeds import case_seed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED = 3
 SEEDS = (0, 1, 2, 3)
 NEG_INF = float("-inf")

@@ -3,7 +3,7 @@ correctness gate), the results model and every view of a fabricated timed result
 leaderboard, grade.json, HTML, Markdown, terminal), the worker's "time" op run once through the
 interpreter (the binding of kernels and wrappers to their inputs, without timing), and a real
 `grader grade` on the interpreter, where every performance case is skipped, never passed or failed.
-Timing itself needs a GPU: tests/test_gpu_performance.py."""
+Timing itself needs a GPU: tests/e2e/test_gpu_performance.py."""
 
 from __future__ import annotations
 

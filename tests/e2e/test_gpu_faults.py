@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import corpus_mutant
+from tests.conftest import corpus_mutant
 
 from grader import trap_ids
 from grader.authoring.spec import load_assignment
@@ -35,12 +35,12 @@ from grader.running.sanitizer import sanitizer_command
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "assignments" / "softmax" / "assignment.toml"
 REFERENCE = ROOT / "reference" / "softmax" / "reference.py"
 SEED = 1
 FAULTED = "softmax-long-rows"  # 3 x 5000: the wrapper launches the online kernel, whose stores walk 25M elements
-# the held-out twin (tests/test_memory_safety.py): `out_row = out_ptr + row`, stores at `out_row + offs * stride`
+# the held-out twin (tests/e2e/test_memory_safety.py): `out_row = out_ptr + row`, stores at `out_row + offs * stride`
 STORE_WALKS_A_COLUMN = [
     ("out_row = out_ptr + row * stride_om", "out_row = out_ptr + row", 1),
     ("tl.store(out_row + offs,", "tl.store(out_row + offs * stride_om,", 1),

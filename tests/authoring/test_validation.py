@@ -12,7 +12,7 @@ from grader.authoring.spec import SpecError
 from grader.authoring.validation import InvalidAssignment
 from tests.conftest import copy_course
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = list_assignment_ids(ROOT / "assignments")
 
 

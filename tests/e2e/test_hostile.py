@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, Graded, all_traps, read_results
+from tests.conftest import ROOT, Graded, all_traps, read_results
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment, load_assignment

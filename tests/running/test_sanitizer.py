@@ -73,7 +73,7 @@ def test_an_access_near_no_buffer_of_the_case_says_so() -> None:
 
 def test_the_h200_format_is_understood() -> None:
     # compute-sanitizer on the H200 (CUDA 13): "Access to 0x...", and the kernel's source line
-    text = (Path(__file__).parent / "data" / "memcheck-h200.txt").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[1] / "data" / "memcheck-h200.txt").read_text(encoding="utf-8")
     reports = parse_memcheck(text)
     assert len(reports) == 3 and {r.access for r in reports} == {"read"}
     assert reports[0].kernel == "row_mean_var_kernel" and reports[0].source == "fused_layers.py, line 148"
@@ -98,7 +98,7 @@ def test_a_kernel_case_under_the_tool_names_what_it_reports(tmp_path, repo_root)
     submission = tmp_path / "fused_layers.py"
     shutil.copyfile(repo_root / "reference" / "fused_layers" / "reference.py", submission)
     assignment = load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
-    tool = (sys.executable, str(Path(__file__).parent / "data" / "fake_memcheck.py"))
+    tool = (sys.executable, str(Path(__file__).resolve().parents[1] / "data" / "fake_memcheck.py"))
     battery = Battery(assignment, submission, "interpreter", 3, sanitizer=tool)
     try:
         case = next(c for c in assignment.cases if c.target == "row_mean_var_kernel")

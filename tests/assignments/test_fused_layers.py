@@ -17,7 +17,7 @@ from grader.authoring.inputs import InputMaker
 from grader.authoring.spec import load_assignment
 from grader.judging.diagnosis import match_traps
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _oracles():

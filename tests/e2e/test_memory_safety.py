@@ -31,7 +31,7 @@ from grader.running.observation import Finding, Observation, classify_error
 from grader.running.worker.harness import _Recorder, _TorchOps, allocation_findings
 from grader.running.worker.launch_record import describe_tensor, storage_bytes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REFERENCE = ROOT / "reference" / "softmax" / "reference.py"
 SEED = 1  # the seed the issue's measurements used
 
@@ -290,7 +290,7 @@ def test_a_kernel_walking_the_wrong_axis_gets_the_same_verdict_twice(wrong_axis)
 
 @pytest.mark.slow
 def test_stores_walking_a_column_are_oob_write_where_they_leave_every_band(store_walks_a_column) -> None:
-    """The held-out twin of the corpus's wrong_axis_store_walk (tests/test_gpu_faults.py grades both on a GPU,
+    """The held-out twin of the corpus's wrong_axis_store_walk (tests/e2e/test_gpu_faults.py grades both on a GPU,
     where the 3 x 5000 case faults): the same verdict twice, oob-write where the stores leave every guard
     band (the fence stops them), wrong-axis on the square case, never a runtime error."""
     first, second = (verdicts(r) for r in store_walks_a_column)

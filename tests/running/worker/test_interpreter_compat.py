@@ -36,7 +36,7 @@ from grader.running.worker import interpreter_compat
 from grader.running.worker.interpreter_compat import LIBDEVICE, InterpreterUnsupported, is_interpreter_limit
 from tests.conftest import all_traps
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 PUBLIC_KERNELS = ROOT / "tests" / "data" / "public_kernels"
 BLOCK = 16
 N = 13  # not a power of two: the masked tail is exercised

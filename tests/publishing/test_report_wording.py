@@ -2,7 +2,7 @@
 element shown under a trap is one that shows that trap; an untouched template is told it writes nothing.
 
 Fast: hand-made results through grader.operations.grade.consolidate_traps and grader.publishing.report.
-The same on real grading runs is in test_report_e2e.py (slow)."""
+The same on real grading runs is in tests/e2e/test_report_e2e.py (slow)."""
 
 from __future__ import annotations
 

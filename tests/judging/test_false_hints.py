@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import triton.language as tl
-from conftest import Graded, all_traps, corpus_mutant
+from tests.conftest import Graded, all_traps, corpus_mutant
 from triton.runtime.interpreter import InterpretedFunction
 
 from grader import trap_ids
@@ -28,7 +28,7 @@ from grader.running.worker import interpreter_compat
 from grader.running.worker.harness import is_fatal_device_error
 from grader.running.worker.hint_check import HintLog, actual_runs, check_hint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 16
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import all_traps, corpus_mutant
+from tests.conftest import all_traps, corpus_mutant
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment, load_assignment
@@ -65,7 +65,7 @@ def test_exception_message_cannot_inject_markup(planted, grade_text) -> None:
     html = read(graded, "report.html")
     assert RAISED not in html and "<b>bold</b>" not in html and "<script" not in html  # ... never as markup
     assert html_escape(RAISED) in html and "&lt;b&gt;bold&lt;/b&gt;" in html
-    from test_report import split_fences
+    from tests.publishing.test_report import split_fences
 
     fenced, outside = split_fences(read(graded, "report.md"))
     assert RAISED not in outside and any(RAISED in block for block in fenced)
@@ -150,7 +150,7 @@ def test_mutant_report_draws_error_maps(name: str, mutant) -> None:
 
 
 def test_failing_report_in_chromium(mutant, tmp_path: Path, spec: Assignment) -> None:
-    from test_report_browser import open_in_chromium
+    from tests.publishing.test_report_browser import open_in_chromium
 
     graded = mutant("bias_wrong_axis")
     dom = open_in_chromium(graded.out_dir / "report.html", tmp_path, tmp_path / "bias_wrong_axis.png")

@@ -41,7 +41,7 @@ from grader.running.worker.channel import (
     ChannelTimeout,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 HEADER = struct.Struct("<4sIQQ")
 SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
 MiB = 1 << 20

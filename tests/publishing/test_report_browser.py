@@ -58,7 +58,7 @@ def assignment(repo_root: Path) -> Assignment:
 
 
 def test_report_renders_score_traps_and_maps_in_chromium(tmp_path: Path, assignment: Assignment) -> None:
-    from test_report import HOSTILE, sample_result
+    from tests.publishing.test_report import HOSTILE, sample_result
 
     page = tmp_path / "report.html"
     page.write_text(report.html(sample_result(public_message=HOSTILE), assignment), encoding="utf-8")

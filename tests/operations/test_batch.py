@@ -2,7 +2,7 @@
 committing results, the gradebook files and the class statistics, on hand-made results.
 
 The end-to-end batches (real grades, 1 and 2 workers, Ray, the kill test, chromium) are in
-test_batch_grading.py.
+tests/e2e/test_batch_grading.py.
 """
 
 from __future__ import annotations

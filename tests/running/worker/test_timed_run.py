@@ -14,7 +14,7 @@ from grader.authoring.spec import Assignment, load_assignment
 from grader.running.kernel_source import kernels_only
 from grader.running.timed_plan import TimedPlan, plan_timed_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 HOSTILE = textwrap.dedent('''\
     """A submission that tampers with timing at import."""

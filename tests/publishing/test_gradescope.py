@@ -3,7 +3,7 @@ extra_data, leaderboard) and the tests whose visibility is `visible`. Hidden cas
 count with their points; each hidden test keeps the spec's visibility and its full detail.
 
 Fast: hand-made results through the real serialisers (grader.publishing.files.write_outputs). The same
-checks on a real grading run are in test_report_e2e.py."""
+checks on a real grading run are in tests/e2e/test_report_e2e.py."""
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from grader.running.observation import Observation
 from grader.running.worker.launch_record import LaunchRecord, constexpr_params
 from grader.seeds import case_seed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def copy_rows(x_ptr, out_ptr, N, stride, BLOCK_N: tl.constexpr, EVEN: tl.constexpr):

@@ -18,7 +18,7 @@ from grader.authoring.spec import BACKENDS, Assignment, load_assignment
 from grader.cli import main
 from grader.operations.selftest import corpus, expected_traps, reference_path, write_corpus
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENTS = list_assignment_ids(ROOT / "assignments")
 
 

@@ -77,7 +77,7 @@ def test_unreadable_notebooks_are_user_errors() -> None:
 def test_import_grader_does_not_import_torch() -> None:
     probe = "import sys, grader; assert callable(grader.check); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"
 
 
