@@ -67,6 +67,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--assignment", required=True)
     s.add_argument("--jobs", type=int, default=1)
     s.add_argument("--out", type=Path, help="also write each submission's results and reports here")
+    s.add_argument("--seeds", type=int, default=1, metavar="N",
+                   help="grade each submission at N seeds (--seed and the N-1 after it); a score or trap that "
+                        "changes with the seed is a MISS (default 1)")
+    s.add_argument("--only", action="append", default=None, metavar="ID",
+                   help="grade only this submission of the corpus (repeatable; see `grader mutant --list`)")
     _common(s)
 
     m = sub.add_parser("mutant", help="write out, diff or list an assignment's mutants (the selftest corpus)")
@@ -194,8 +199,11 @@ def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
     assignment = find_assignment(args.assignment, root)
     backend = detect_backend(args.backend)
     seed = args.seed if args.seed is not None else fresh_seed()
-    rows = run_selftest(assignment, backend, seed, jobs=args.jobs, out=args.out)
-    print(f"selftest {assignment.id} on {backend}, seed {seed}")
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    rows = run_selftest(assignment, backend, seed, jobs=args.jobs, out=args.out, seeds=args.seeds, only=args.only)
+    seeds = f"seed {seed}" if args.seeds == 1 else f"seeds {seed}..{seed + args.seeds - 1}"
+    print(f"selftest {assignment.id} on {backend}, {seeds}")
     print(format_table(rows))
     return 0 if rows and all(r.ok for r in rows) else 1
 

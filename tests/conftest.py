@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
 
 from grader.authoring.mutants import Mutant
 from grader.authoring.spec import load_assignment
@@ -139,9 +141,38 @@ def grade_text(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Graded
 
 
 @pytest.fixture(scope="session")
-def reference_graded(grade_text: Callable[..., Graded], reference_source: str) -> Graded:
-    """The reference solution graded once per session (a copy in a temporary folder), seed SEED."""
-    return grade_text(reference_source)
+def reference_graded(tmp_path_factory: pytest.TempPathFactory, reference_source: str) -> Graded:
+    """The reference solution graded once per run (a copy in a temporary folder), seed SEED. Under
+    pytest-xdist the first worker to ask grades it and the others read its results (under a file lock, as
+    xdist's documentation does it): its files are read, never written, by the tests."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # not distributed
+        return _grade_reference(tmp_path_factory.mktemp("reference"), reference_source)
+    shared = tmp_path_factory.getbasetemp().parent / "reference-graded"  # one folder per run, all workers
+    with FileLock(str(shared) + ".lock"):
+        record = shared / "graded.json"
+        if record.is_file():
+            saved = json.loads(record.read_text(encoding="utf-8"))
+            return Graded(saved["exit_code"], read_results(shared / "out" / "results.json"), shared / "out",
+                          saved["stdout"])
+        graded = _grade_reference(shared, reference_source)
+        record.write_text(json.dumps({"exit_code": graded.exit_code, "stdout": graded.stdout}), encoding="utf-8")
+        return graded
+
+
+def _grade_reference(folder: Path, text: str) -> Graded:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "fused_layers.py"
+    path.write_text(text, encoding="utf-8")
+    return run_grade(path, folder / "out")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under `--dist loadgroup`, each test file runs in one xdist worker (its module fixtures, which grade
+    submissions, are computed once) unless a test names a group of its own (the selftest: one per corpus)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session", autouse=True)

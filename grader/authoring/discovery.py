@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from grader.authoring.mutants import CORPUS_NAMES, load_mutants
+from grader.authoring.mutants import CORPUS_NAMES, Mutant, MutantError, load_mutants
 from grader.authoring.oracle_loader import load_problems
-from grader.authoring.spec import Assignment, load_assignment, load_public_assignment
+from grader.authoring.spec import Assignment, SpecError, load_assignment, load_public_assignment
 from grader.authoring.validation import validate
 from grader.submission_file import fit
 
@@ -81,13 +81,33 @@ def load_validated(spec: Path, public: bool = False) -> Assignment:
     return assignment
 
 
-def proven_traps(assignment: Assignment) -> set[str] | None:
-    """Every trap some mutant of the corpus (reference/<id>/) must get (any backend); None without a corpus."""
+def checked_corpus(assignment: Assignment) -> tuple[Mutant, ...] | None:
+    """The mutant corpus of reference/<id>/, every patch applied to today's reference: a stale edit (its
+    `find` no longer in the reference, or there a different number of times) fails when the assignment
+    loads, as a SpecError naming mutants.toml and the mutant, not first in a selftest. None without a
+    corpus."""
     folder = assignment.reference_dir
     if folder is None or not any((folder / name).exists() for name in CORPUS_NAMES):
         return None
+    try:
+        mutants = load_mutants(folder)
+        if assignment.reference_solution is not None:
+            text = assignment.reference_solution.read_text(encoding="utf-8")
+            for mutant in mutants:
+                mutant.source(text, str(assignment.reference_solution))
+    except MutantError as exc:
+        raise SpecError(exc.origin, f"mutant {exc.mutant_id}" if exc.mutant_id else "", exc.problem) from None
+    return mutants
+
+
+def proven_traps(assignment: Assignment) -> set[str] | None:
+    """Every trap some mutant of the corpus (reference/<id>/) must get (any backend); None without a corpus.
+    The corpus is checked on the way (`checked_corpus`)."""
+    mutants = checked_corpus(assignment)
+    if mutants is None:
+        return None
     proven: set[str] = set()
-    for mutant in load_mutants(folder):
+    for mutant in mutants:
         proven.update(mutant.traps)
         for _, traps in mutant.overrides:
             proven.update(traps)

@@ -4,13 +4,17 @@ The corpus is the reference plus what `grader.authoring.mutants.load_mutants` fi
 reference folder (reference/<id>/ of the course): patch mutants (mutants.toml), whole-file mutants
 (mutants/) and variants (variants/). Each is
 written as a real submission file into a temporary folder and graded like a student's. A row passes
-when the diagnosed traps equal the expected ones; a correct submission must also get full marks.
+when the diagnosed traps equal the expected ones; a correct submission must also get full marks. Graded at
+several seeds (`--seeds N`), a row also fails when its score or its traps change with the seed: a mutant
+that only some inputs expose proves its trap by luck. A MISS is explained below the table, naming the
+cases behind it (their scores and the traps they named).
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import tempfile
+from collections.abc import Collection
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +26,31 @@ from grader.publishing.files import write_outputs
 
 
 @dataclass(frozen=True)
+class CaseVerdict:
+    """One case of one graded submission that lost points or named a trap: what a MISS is made of."""
+
+    case_id: str
+    score: float
+    max_score: float
+    traps: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"{self.case_id} {self.score:g}/{self.max_score:g} [{', '.join(self.traps) or 'no trap'}]"
+
+
+@dataclass(frozen=True)
+class SeedVerdict:
+    """One submission graded at one seed: its score and the traps named."""
+
+    seed: int
+    score: float
+    diagnosed: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"seed {self.seed}: {self.score:g} [{', '.join(self.diagnosed) or 'none'}]"
+
+
+@dataclass(frozen=True)
 class SelftestRow:
     submission: str
     expected: tuple[str, ...]
@@ -29,12 +58,40 @@ class SelftestRow:
     score: float
     max_score: float
     seconds: float
+    cases: tuple[CaseVerdict, ...] = ()  # the cases (at the first seed) that lost points or named a trap
+    seeds: tuple[SeedVerdict, ...] = ()  # every seed graded (the first is the row's own); one with --seeds 1
+
+    @property
+    def seed_dependent(self) -> bool:
+        """The score or the traps named changed with the seed: a mutant only some inputs expose."""
+        return len({(s.score, frozenset(s.diagnosed)) for s in self.seeds}) > 1
 
     @property
     def ok(self) -> bool:
-        if set(self.expected) != set(self.diagnosed):
+        if set(self.expected) != set(self.diagnosed) or self.seed_dependent:
             return False
         return bool(self.expected) or self.score == self.max_score
+
+    def explain(self) -> list[str]:
+        """Why a row is a MISS, naming the cases behind it (empty for a row that is ok)."""
+        if self.ok:
+            return []
+        lines = []
+        missing = [t for t in self.expected if t not in self.diagnosed]
+        extra = [t for t in self.diagnosed if t not in self.expected]
+        if missing:
+            lines.append(f"not named: {', '.join(missing)}")
+        if extra:
+            named_by = {t: [c.case_id for c in self.cases if t in c.traps] for t in extra}
+            lines.append("named but not expected: " + "; ".join(
+                f"{t} (by {', '.join(cases) or 'the submission as a whole'})" for t, cases in named_by.items()))
+        if not self.expected and self.score != self.max_score:
+            lines.append(f"a correct submission lost points: {self.score:g}/{self.max_score:g}")
+        if self.seed_dependent:
+            lines.append("depends on the seed: " + "; ".join(s.describe() for s in self.seeds))
+        if self.cases:
+            lines.append("cases: " + "; ".join(c.describe() for c in self.cases))
+        return lines
 
 
 def expected_traps(path: Path, backend: str = "interpreter") -> tuple[str, ...] | None:
@@ -69,35 +126,64 @@ def write_corpus(assignment: Assignment, folder: Path) -> list[tuple[Mutant, Pat
             for m in corpus(assignment)]
 
 
-def grade_one(args: tuple[Assignment, Mutant, Path, str, int, Path | None]) -> SelftestRow:
+GradeJob = tuple[Assignment, Mutant, Path, str, int, Path | None]  # ..., seed, where to write its results
+
+
+def grade_one(args: GradeJob) -> tuple[SeedVerdict, tuple[CaseVerdict, ...], float, float]:
+    """Grade one submission of the corpus at one seed: its verdict, the cases behind it, max score, seconds."""
     assignment, mutant, path, backend, seed, out = args
     # Diagnosis only: the mutants' speed is beside the point (and would cost GPU time per submission).
     result, report = grade(GradeRequest(assignment, path, backend, seed=seed, performance=False))
-    if out is not None:
-        write_outputs(out / mutant.id, result, assignment, report)
-    return SelftestRow(
-        submission=mutant.id,
-        expected=mutant.expected(backend),
-        diagnosed=result.traps,
-        score=result.score,
-        max_score=result.max_score,
-        seconds=result.execution_time_s,
-    )
+    if out is not None:  # this submission's own folder at this seed
+        write_outputs(out, result, assignment, report)
+    cases = tuple(CaseVerdict(c.case_id, c.score, c.max_score, c.traps) for c in result.cases
+                  if c.traps or c.score < c.max_score)
+    return SeedVerdict(seed, result.score, result.traps), cases, result.max_score, result.execution_time_s
 
 
-def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1,
-                 out: Path | None = None) -> list[SelftestRow]:
-    """Grade the corpus; with `out`, also write each submission's results under out/<id>/."""
+def selftest_seeds(seed: int, seeds: int) -> tuple[int, ...]:
+    """The seeds a selftest grades each submission at: `seed` and the `seeds - 1` after it."""
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    return tuple(seed + i for i in range(seeds))
+
+
+def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1, out: Path | None = None,
+                 seeds: int = 1, only: Collection[str] | None = None) -> list[SelftestRow]:
+    """Grade the corpus (or the submissions named in `only`) at `seeds` seeds from `seed`; a row whose score
+    or traps change with the seed is a MISS. With `out`, also write each submission's results under
+    out/<id>/ (out/<id>-seed<S>/ for the seeds after the first)."""
+    order = selftest_seeds(seed, seeds)
     with tempfile.TemporaryDirectory(prefix=f"selftest-{assignment.id}-") as tmp:
-        work = [(assignment, m, path, backend, seed, out) for m, path in write_corpus(assignment, Path(tmp))]
+        written = write_corpus(assignment, Path(tmp))
+        if only is not None:
+            unknown = sorted(set(only) - {m.id for m, _ in written})
+            if unknown:
+                raise SpecError(assignment.spec_path, "", f"no submission {unknown[0]!r} in the selftest corpus")
+            written = [(m, p) for m, p in written if m.id in only]
+        work: list[GradeJob] = [
+            (assignment, m, path, backend, s,
+             None if out is None else out / (m.id if s == order[0] else f"{m.id}-seed{s}"))
+            for m, path in written for s in order]
         if jobs <= 1:
-            return [grade_one(w) for w in work]
-        # spawn, not fork: forking a process that already runs torch's thread pools can deadlock the child
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            return list(pool.map(grade_one, work))
+            graded = [grade_one(w) for w in work]
+        else:
+            # spawn, not fork: forking a process that already runs torch's thread pools can deadlock the child
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+                graded = list(pool.map(grade_one, work))
+    rows = []
+    for index, (mutant, _) in enumerate(written):
+        runs = graded[index * len(order):(index + 1) * len(order)]
+        first, cases, max_score, seconds = runs[0]
+        rows.append(SelftestRow(
+            submission=mutant.id, expected=mutant.expected(backend), diagnosed=first.diagnosed, score=first.score,
+            max_score=max_score, seconds=seconds, cases=cases, seeds=tuple(r[0] for r in runs),
+        ))
+    return rows
 
 
 def format_table(rows: list[SelftestRow]) -> str:
+    """The selftest's table, one row per submission, then why each MISS is one (the cases behind it)."""
     header = f"{'submission':32} {'expected':36} {'diagnosed':36} {'score':>9} {'time':>6}  ok"
     lines = [header, "-" * len(header)]
     for row in rows:
@@ -105,6 +191,10 @@ def format_table(rows: list[SelftestRow]) -> str:
             f"{row.submission:32} {', '.join(row.expected) or 'none':36} {', '.join(row.diagnosed) or 'none':36} "
             f"{row.score:>4g}/{row.max_score:<4g} {row.seconds:5.1f}s  {'ok' if row.ok else 'MISS'}"
         )
-    misses = sum(not r.ok for r in rows)
-    lines.append(f"{len(rows) - misses} of {len(rows)} as expected" + (f", {misses} MISS" if misses else ""))
+    misses = [r for r in rows if not r.ok]
+    lines.append(f"{len(rows) - len(misses)} of {len(rows)} as expected"
+                 + (f", {len(misses)} MISS" if misses else ""))
+    for row in misses:
+        lines.append(f"MISS {row.submission}:")
+        lines.extend(f"  {line}" for line in row.explain())
     return "\n".join(lines)

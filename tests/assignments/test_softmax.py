@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import torch
-from tests.conftest import all_traps, corpus_mutant
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import InputMaker
@@ -25,6 +24,7 @@ from grader.cli import main
 from grader.judging.compare import compare
 from grader.judging.diagnosis import match_traps
 from grader.seeds import case_seed
+from tests.conftest import all_traps, corpus_mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 3

@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import corpus_mutant
 
 from grader.cli import main
 from grader.operations import batch
 from grader.publishing.gradebook import RUN_DETAIL_FIELDS
+from tests.conftest import corpus_mutant
 
 pytestmark = pytest.mark.slow
 

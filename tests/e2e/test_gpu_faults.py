@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 import torch
-from tests.conftest import corpus_mutant
 
 from grader import trap_ids
 from grader.authoring.spec import load_assignment
@@ -32,6 +31,7 @@ from grader.results import CaseResult, GradeResult
 from grader.running.battery import Battery
 from grader.running.cpu_companion import CpuCompanion
 from grader.running.sanitizer import sanitizer_command
+from tests.conftest import corpus_mutant
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import ROOT, Graded, all_traps, read_results
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment, load_assignment
+from tests.conftest import ROOT, Graded, all_traps, read_results
 
 HOSTILE = ROOT / "tests" / "hostile"
 OUTPUT_FILES = {"results.json", "grade.json", "report.md", "report.html", "pytest-report.json"}

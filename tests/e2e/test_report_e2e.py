@@ -12,11 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.conftest import all_traps, corpus_mutant
 
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment, load_assignment
 from grader.publishing.report import template_environment
+from tests.conftest import all_traps, corpus_mutant
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 import triton.language as tl
-from tests.conftest import Graded, all_traps, corpus_mutant
 from triton.runtime.interpreter import InterpretedFunction
 
 from grader import trap_ids
@@ -27,6 +26,7 @@ from grader.running.observation import classify_error
 from grader.running.worker import interpreter_compat
 from grader.running.worker.harness import is_fatal_device_error
 from grader.running.worker.hint_check import HintLog, actual_runs, check_hint
+from tests.conftest import Graded, all_traps, corpus_mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 16

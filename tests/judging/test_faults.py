@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.conftest import corpus_mutant
 
 from grader import trap_ids
 from grader.authoring.inputs import InputMaker
@@ -32,6 +31,7 @@ from grader.running.observation import Observation
 from grader.running.sanitizer import announced_allocations, memcheck_findings, parse_memcheck
 from grader.running.worker.harness import _failed
 from grader.seeds import case_seed
+from tests.conftest import corpus_mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = ROOT / "assignments" / "softmax" / "assignment.toml"

@@ -8,7 +8,15 @@ import pytest
 
 from grader.authoring.mutants import load_mutants
 from grader.authoring.spec import load_assignment
-from grader.operations.selftest import SelftestRow, corpus, expected_traps, format_table
+from grader.operations.selftest import (
+    CaseVerdict,
+    SeedVerdict,
+    SelftestRow,
+    corpus,
+    expected_traps,
+    format_table,
+    selftest_seeds,
+)
 
 
 def mutant(tmp_path: Path, text: str) -> Path:
@@ -76,7 +84,8 @@ def test_row_ok_rules() -> None:
 def test_format_table_flags_misses() -> None:
     text = format_table([row((), (), score=40.0), row(("oob-read",), ("unknown",))])
     lines = text.splitlines()
-    assert lines[-1] == "1 of 2 as expected, 1 MISS"
+    assert lines[-4:] == ["1 of 2 as expected, 1 MISS", "MISS m.py:", "  not named: oob-read",
+                          "  named but not expected: unknown (by the submission as a whole)"]
     assert any(line.startswith("m.py") and line.endswith("MISS") and "oob-read" in line and "unknown" in line
                for line in lines)
 
@@ -89,3 +98,30 @@ def test_corpus_is_the_reference_then_every_mutant(repo_root: Path) -> None:
     assert reference.origin == (repo_root / "reference" / "fused_layers" / "reference.py").resolve()
     assert tuple(mutants) == load_mutants(assignment.reference_dir)
     assert assignment.reference_dir == repo_root / "reference" / "fused_layers"
+
+
+def test_seed_dependence_and_the_cases_behind_a_miss() -> None:
+    steady = SelftestRow("m", ("a",), ("a",), 3.0, 5.0, 1.0, cases=(CaseVerdict("c1", 0.0, 2.0, ("a",)),),
+                         seeds=(SeedVerdict(1, 3.0, ("a",)), SeedVerdict(2, 3.0, ("a",))))
+    assert steady.ok and not steady.seed_dependent and steady.explain() == []
+    moving = SelftestRow("m", ("a",), ("a",), 3.0, 5.0, 1.0, cases=steady.cases,
+                         seeds=(SeedVerdict(1, 3.0, ("a",)), SeedVerdict(2, 5.0, ())))
+    assert moving.seed_dependent and not moving.ok
+    assert moving.explain() == ["depends on the seed: seed 1: 3 [a]; seed 2: 5 [none]", "cases: c1 0/2 [a]"]
+    extra = SelftestRow("m", ("a",), ("a", "b"), 3.0, 5.0, 1.0,
+                        cases=(CaseVerdict("c1", 0.0, 2.0, ("a", "b")), CaseVerdict("c2", 1.0, 1.0, ("b",))))
+    assert extra.explain()[0] == "named but not expected: b (by c1, c2)"
+    missing = SelftestRow("m", ("a",), (), 5.0, 5.0, 1.0)
+    assert missing.explain() == ["not named: a"]
+    lost = SelftestRow("m", (), (), 4.0, 5.0, 1.0, cases=(CaseVerdict("c2", 0.0, 1.0, ()),))
+    assert lost.explain() == ["a correct submission lost points: 4/5", "cases: c2 0/1 [no trap]"]
+    table = format_table([steady, moving]).splitlines()
+    assert table[-4:] == ["1 of 2 as expected, 1 MISS", "MISS m:",
+                          "  depends on the seed: seed 1: 3 [a]; seed 2: 5 [none]", "  cases: c1 0/2 [a]"]
+
+
+def test_selftest_seeds() -> None:
+    assert selftest_seeds(7, 1) == (7,)
+    assert selftest_seeds(7, 3) == (7, 8, 9)
+    with pytest.raises(ValueError):
+        selftest_seeds(7, 0)
