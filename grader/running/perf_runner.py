@@ -42,7 +42,7 @@ from grader.judging.performance import correctness_gate, errored, evaluate, meas
 from grader.operations.environment import versions
 from grader.results import CaseResult, DeviceInfo, Measurement, PerfResult
 from grader.running import arguments
-from grader.running.battery import Battery, unpack_returns
+from grader.running.battery import Battery
 from grader.running.calibration import (
     Calibration,
     CalibrationKey,
@@ -133,19 +133,6 @@ def encode_call(
         {},
         (),
     )
-
-
-def outputs_from_reply(
-    plan: CallPlan, reply: Mapping[str, Any], backend: str
-) -> dict[str, torch.Tensor] | str:
-    """The target's outputs by name from a "time" reply, or what is wrong with them."""
-    if plan.kind == "kernel":
-        got = reply.get("outputs") or []
-        if len(got) != len(plan.output_names) or any(type(t) is not torch.Tensor for t in got):
-            return "the worker returned a malformed reply"
-        return dict(zip(plan.output_names, got, strict=True))
-    outputs, problem = unpack_returns(reply.get("result") or {}, plan.output_names, backend)
-    return f"{plan.target} returned {problem}" if problem else outputs
 
 
 def compare_outputs(

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray  # noqa: F401  (the `ray` extra, which the test install has: the Ray executor is tested for real)
 
 from grader.cli import main
 from grader.operations import batch
 from grader.publishing.gradebook import RUN_DETAIL_FIELDS
-from tests.conftest import corpus_mutant
+from tests.conftest import chromium, corpus_mutant, skip_outside_ci
 
 pytestmark = pytest.mark.slow
 
@@ -127,7 +128,6 @@ def test_two_workers_on_a_zip_give_the_same_gradebook(one_worker: Path, repo_roo
 
 def test_ray_executor_gives_the_same_gradebook(one_worker: Path, repo_root: Path, corpus: Path,
                                                tmp_path: Path) -> None:
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'kernel-grader[ray]')")
     code, printed = run_batch(repo_root, corpus, tmp_path / "out", "--executor", "ray", "--workers", "2")
     assert code == 0, printed
     assert "with ray on a local Ray instance" in printed
@@ -136,7 +136,6 @@ def test_ray_executor_gives_the_same_gradebook(one_worker: Path, repo_root: Path
 
 def test_ray_leaves_the_batch_its_sigterm_handler(corpus: Path, repo_root: Path) -> None:
     """ray.init makes SIGTERM sys.exit(); while grading on Ray, SIGTERM must still stop the batch like Ctrl-C."""
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'kernel-grader[ray]')")
     from grader.operations.executors import GradeJob, RayExecutor
 
     job = GradeJob("bob", corpus / "bob.py", "fused_layers.py", "fused_layers", repo_root / "assignments",
@@ -267,11 +266,6 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-
                   "--disable-background-networking", "--disable-component-update", "--disable-sync")
 
 
-def chromium() -> str:
-    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    pytest.skip("chromium is not installed (Debian: apt-get install chromium)")
 
 
 def test_class_report_in_chromium(one_worker: Path, tmp_path: Path) -> None:
@@ -312,7 +306,7 @@ def test_student_code_cannot_see_the_class_or_the_results(repo_root: Path, corpu
     from grader.running.sandbox import namespaces_available as _namespaces_available
 
     if not _namespaces_available():
-        pytest.skip("the worker hides folders only when the grader runs as root with unshare available")
+        skip_outside_ci("the worker hides folders only when the grader runs as root with unshare available")
     submissions, out = tmp_path / "class", tmp_path / "out"
     submissions.mkdir()
     shutil.copyfile(corpus / "bob.py", submissions / "bob.py")

@@ -14,8 +14,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.authoring.inputs import InputMaker
-from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import Assignment, PerfCase, Threshold, load_assignment
 from grader.judging.performance import (
     NEEDS_CUDA,
@@ -35,10 +33,7 @@ from grader.publishing.gradescope import results_json
 from grader.results import CaseResult, DeviceInfo, GradeResult, PerfResult
 from grader.running.battery import Battery
 from grader.running.perf_runner import (
-    baseline_outputs,
     compare_outputs,
-    encode_call,
-    outputs_from_reply,
 )
 from grader.running.worker.timing import Timing
 
@@ -288,65 +283,6 @@ def test_perf_line_for_each_status(assignment: Assignment) -> None:
         and "F.layer_norm 0.2215 ms" in line
         and "the reference (0.1354 ms)" in line
     )
-
-
-# -------------------------------------------------------------------------------- the "time" op, once
-
-
-@pytest.mark.slow
-def test_time_op_binds_kernels_and_wrappers_like_correctness_cases(
-    assignment: Assignment, repo_root: Path
-) -> None:
-    """Through a real interpreter worker running the reference, untimed (the interpreter cannot time):
-    each target's output on a small input matches the float64 oracle and the torch baseline."""
-    problems = load_problems(assignment)
-    perfs = [
-        PerfCase(id="p-ln", target="layernorm", dims={"M": 5, "N": 37}, tolerance="rowwise"),
-        PerfCase(
-            id="p-ln-kernel",
-            target="layernorm_forward_kernel",
-            dims={"M": 5, "N": 37},
-            tolerance="rowwise",
-            meta={"BLOCK_N": 64},
-        ),
-        PerfCase(
-            id="p-mm-kernel",
-            target="fused_linear_gelu_kernel",
-            dims={"M": 20, "N": 16, "K": 12},
-            tolerance="matmul",
-            meta={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16},
-        ),
-        PerfCase(
-            id="p-stats-kernel",
-            target="row_mean_var_kernel",
-            dims={"M": 7, "N": 33},
-            tolerance="rowwise",
-            meta={"BLOCK_N": 64},
-        ),
-        PerfCase(id="p-stats", target="row_mean_var", dims={"M": 7, "N": 33}, tolerance="rowwise"),
-        PerfCase(id="p-mm", target="fused_linear_gelu", dims={"M": 20, "N": 16, "K": 12}, tolerance="matmul"),
-    ]
-    battery = Battery(assignment, repo_root / "reference" / "fused_layers" / "reference.py", "interpreter", 1)
-    try:
-        assert battery.symbol_problem("layernorm") is None
-        for perf in perfs:
-            spec = assignment.kernels.get(perf.target) or assignment.functions[perf.target]
-            problem = problems[spec.problem]
-            inputs = problem.make_inputs(perf.as_case(), InputMaker(3))
-            plan = encode_call(perf, assignment, problem, inputs)
-            reply = battery.worker.request(
-                plan.request(sets=2, repeats=1, time=True, return_outputs=True), 120, perf.id
-            )
-            assert reply["ok"], reply
-            assert "timing" not in reply  # never timed off CUDA
-            outputs = outputs_from_reply(plan, reply, "interpreter")
-            assert not isinstance(outputs, str), outputs
-            assert compare_outputs(outputs, problem.expected(inputs), 1e-5, 1e-5) == "", perf.id
-            assert problem.baseline is not None
-            expected = baseline_outputs(problem.baseline, problem.baseline.run(inputs))
-            assert compare_outputs(outputs, expected, 1e-5, 1e-5) == "", perf.id
-    finally:
-        battery.close()
 
 
 def test_compare_outputs_says_what_is_wrong() -> None:

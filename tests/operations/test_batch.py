@@ -19,6 +19,7 @@ import zipfile
 from dataclasses import replace
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from grader.authoring.spec import Assignment, load_assignment
@@ -290,7 +291,6 @@ def test_gradebook_json_and_csv(assignment: Assignment) -> None:
 
 
 def test_gradebook_json_matches_the_documented_schema(repo_root: Path, assignment: Assignment) -> None:
-    jsonschema = pytest.importorskip("jsonschema")
     doc = (repo_root / "docs" / "gradebook.md").read_text(encoding="utf-8")
     schema = json.loads(re.search(r"<!-- schema -->\s*```json\n(.*?)```", doc, re.S).group(1))
     book, _ = sample_book(assignment)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from grader.authoring.spec import load_assignment
 from grader.cli import main
@@ -105,7 +106,6 @@ def test_canvas_csv_shape() -> None:
 
 
 def test_classroom_workflow_shape(tmp_path: Path, repo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    yaml = pytest.importorskip("yaml")
     out = tmp_path / ".github" / "workflows" / "classroom.yml"
     assert main(["--assignments", str(repo_root / "assignments"), "classroom-workflow", "--assignment", ASSIGNMENT,
                  "--out", str(out), "--grader-repo", "course/kernel-grader"]) == 0

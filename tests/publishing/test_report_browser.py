@@ -7,7 +7,6 @@ Skipped, with the reason, where chromium is not installed (.ci/run installs it).
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from grader.authoring.spec import Assignment, load_assignment
 from grader.publishing import report
+from tests.conftest import chromium
 
 CHROMIUM_FLAGS = (
     "--headless",
@@ -29,11 +29,6 @@ CHROMIUM_FLAGS = (
 )
 
 
-def chromium() -> str:
-    for candidate in ("/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")):
-        if candidate and Path(candidate).is_file():
-            return candidate
-    pytest.skip("chromium is not installed (Debian: apt-get install chromium; .ci/run installs it)")
 
 
 def open_in_chromium(page: Path, tmp_path: Path, screenshot: Path, window: str = "1200,2000") -> str:

@@ -560,8 +560,8 @@ def _unshare_works() -> bool:
 @pytest.mark.gpu
 @pytest.mark.parametrize("namespaced", [False, True], ids=["plain", "unshare-pid"])
 def test_nvml_sees_a_torch_child_and_the_watchdog_stops_it(namespaced) -> None:
-    pytest.importorskip("pynvml")
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("pynvml")  # the `gpu` extra (nvidia-ml-py): a GPU machine's install, not CI's
+    import torch
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     if namespaced and not _unshare_works():
