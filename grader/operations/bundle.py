@@ -36,20 +36,18 @@ import os
 import shutil
 import sys
 import tempfile
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grader.authoring.spec import Assignment
-from grader.publishing.atomic import write_json
+from grader.publishing.atomic import write_json, write_zip
 
 BUNDLE_FORMAT_VERSION = 1
 PROJECT_DIR = "kernel-grader"
 TORCH_VARIANTS = ("cpu", "cuda")
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 DEFAULT_TORCH_VERSION = "2.13.0"
-ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: the same sources give the same zip, byte for byte
 
 
 class BundleError(Exception):
@@ -154,25 +152,7 @@ def _grader_version() -> str:
 
 def write_bundle(options: BundleOptions) -> Path:
     """Write the zip (deterministically: sorted names, fixed dates) via a temporary file and os.replace."""
-    files = bundle_files(options)
-    out = Path(options.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for name in sorted(files):
-                data, mode = files[name]
-                info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
-                info.external_attr = (0o100000 | mode) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.create_system = 3  # Unix, so the permission bits are honoured
-                zf.writestr(info, data)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return write_zip(Path(options.out), bundle_files(options))
 
 
 def setup_script(options: BundleOptions) -> str:

@@ -25,15 +25,12 @@ written in torch, say) should not be bundled for students.
 
 from __future__ import annotations
 
-import os
-import tempfile
-import zipfile
 from pathlib import Path
 
 from grader.authoring.public import public_toml
 from grader.authoring.spec import TEMPLATE_DIR, Assignment
+from grader.publishing.atomic import write_zip
 
-ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: the same assignment gives the same zip, byte for byte
 ASSIGNMENTS_DIR = "assignments"
 
 
@@ -64,21 +61,4 @@ def student_files(assignment: Assignment) -> dict[str, bytes]:
 
 def write_student_bundle(assignment: Assignment, out: Path) -> Path:
     """Write the zip deterministically (sorted names, fixed dates) via a temporary file and os.replace."""
-    files = student_files(assignment)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    os.close(fd)
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for name in sorted(files):
-                info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
-                info.external_attr = (0o100000 | 0o644) << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                info.create_system = 3
-                zf.writestr(info, files[name])
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return write_zip(Path(out), {name: (data, 0o644) for name, data in student_files(assignment).items()})

@@ -1,4 +1,5 @@
-"""Atomic file writes: a temporary file in the same folder, then os.replace."""
+"""Atomic file writes: a temporary file in the same folder, then os.replace. Text, JSON and zips (the
+Gradescope bundle and the student bundle are written by `write_zip`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +40,29 @@ def write_text(path: Path, text: str) -> None:
 
 def write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # fixed: the same files give the same zip, byte for byte
+
+
+def write_zip(path: Path, files: Mapping[str, tuple[bytes, int]]) -> Path:
+    """Write `name -> (bytes, permission bits)` as a zip at `path`, deterministically (sorted names, fixed
+    dates, Unix permissions) via a temporary file and os.replace; return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for name in sorted(files):
+                data, mode = files[name]
+                info = zipfile.ZipInfo(name, date_time=ZIP_DATE)
+                info.external_attr = (0o100000 | mode) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.create_system = 3  # Unix, so the permission bits are honoured
+                zf.writestr(info, data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -4,7 +4,7 @@ verdict, and that a mutant whose verdict moves with the seed is flagged.
 For every assignment: every correct submission (reference and the correct variants in other styles)
 gets full marks with no trap named, and every mutant is diagnosed with exactly its expected traps (no
 miss, no extra): the whole corpus is graded once. Determinism is checked on a sample of each corpus (the
-reference and one submission of each kind: patch, whole-file mutant, variant), graded a second time with
+reference and the first submission of each kind: patch, whole-file mutant, variant), graded a second time with
 the same seed: the same score and the same traps. Grading each whole corpus twice cost as much as the
 rest of the suite; which submissions a nondeterminism would show in is not a matter of kind, and the
 hostile and memory-safety tests regrade their own submissions besides.
@@ -83,7 +83,7 @@ def test_every_mutant_has_exactly_its_traps_named(graded):
 def test_the_same_seed_gives_the_same_verdict(graded):
     assignment, rows = graded
     sample = determinism_sample(assignment)
-    assert len(sample) == 4 and sample[0] == "reference"  # reference, patch, mutant, variant
+    assert sample[0] == "reference" and len(sample) >= 3  # reference, patch, (whole-file mutant,) variant
     again = run_selftest(assignment, "interpreter", seed=SEED, jobs=JOBS, only=sample)
     first = [verdict(r) for r in rows if r.submission in sample]
     assert [verdict(r) for r in again] == first, (format_table(rows), format_table(again))
