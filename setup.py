@@ -39,11 +39,13 @@ def public_module() -> ModuleType:
 def example_files(course: Path) -> list[tuple[Path, bytes]]:
     """(path under grader/examples, bytes) of every shipped file, for every assignment of the course."""
     public = public_module()
+    library = course / public.COURSE_TRAPS  # the course's trap library: written into each public form
+    library_text = library.read_text(encoding="utf-8") if library.is_file() else None
     found = []
     for spec in sorted((course / "assignments").glob("*/assignment.toml")):
         text = spec.read_text(encoding="utf-8")
         module = public.tomllib.loads(text)["assignment"]["module"]
-        found.append((Path("assignments") / spec.parent.name / spec.name, public.public_toml(text).encode()))
+        found.append((Path("assignments") / spec.parent.name / spec.name, public.public_toml(text, library_text).encode()))
         found.append((Path("assignments") / spec.parent.name / module, (spec.parent / module).read_bytes()))
         template = course / "student_template" / spec.parent.name
         for path in sorted(template.rglob("*")) if template.is_dir() else ():

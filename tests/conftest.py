@@ -20,6 +20,7 @@ import pytest
 from filelock import FileLock
 
 from grader.authoring.mutants import Mutant
+from grader.authoring.public import COURSE_TRAPS
 from grader.authoring.spec import load_assignment
 from grader.cli import main
 from grader.operations.selftest import corpus, reference_path
@@ -70,12 +71,15 @@ COURSE_FOLDERS = ("assignments", "reference", "student_template")
 
 
 def copy_course(assignment_id: str, course: Path) -> Path:
-    """Copy one assignment of the checkout, all three of its folders, into the course folder `course`;
+    """Copy one assignment of the checkout, all three of its folders (and the course's traps.toml), into the
+    course folder `course`;
     return the copy's assignment folder (course/assignments/<id>)."""
     for top in COURSE_FOLDERS:
         source = ROOT / top / assignment_id
         if source.is_dir():
             shutil.copytree(source, course / top / assignment_id, ignore=shutil.ignore_patterns("__pycache__"))
+    if (ROOT / COURSE_TRAPS).is_file() and not (course / COURSE_TRAPS).exists():  # the course's trap library
+        shutil.copy2(ROOT / COURSE_TRAPS, course / COURSE_TRAPS)
     return course / "assignments" / assignment_id
 
 

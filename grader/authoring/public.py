@@ -4,6 +4,8 @@
 reference solution (the layout keeps that in reference/<id>/, which the public form never points to).
 Everything else stays: the contract (kernels, functions), the tolerances, the trap texts (a report shows
 them when a case fails) and the [[performance]] cases (their shapes are the ones `grader list` shows).
+Traps the spec takes from the course's trap library (`shared_traps`, the course folder's traps.toml) are
+written into the public form as its own [traps.<id>] tables, so what ships needs no library beside it.
 Comments do not survive the round trip, so a comment about a hidden case cannot ship either.
 
 That form, written by `dump_toml`, is the only spec that leaves the course: the wheel
@@ -37,11 +39,30 @@ class PublicFormError(ValueError):
     """A value the TOML writer cannot express; the message names it."""
 
 
-def public_spec(raw: dict[str, Any]) -> dict[str, Any]:
-    """Pure: the parsed spec with its hidden cases removed and no reference solution named."""
+SHARED_TRAPS = "shared_traps"  # [assignment] key: ids of the course library's traps the assignment uses
+COURSE_TRAPS = "traps.toml"  # the course's trap library: beside assignments/, in the course folder
+
+
+def public_spec(raw: dict[str, Any], library: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Pure: the parsed spec with its hidden cases removed and no reference solution named; the traps it
+    takes from the course's trap `library` (parsed traps.toml) written in as its own. An id the library
+    lacks stays in `shared_traps`, for the loader to report."""
     public = dict(raw)
     head = dict(raw.get("assignment", {}))
     head.pop("reference", None)  # older specs named the reference file; the public form names none
+    shared = head.pop(SHARED_TRAPS, None)
+    if isinstance(shared, list):
+        traps = dict(raw.get("traps", {}))
+        missing = [tid for tid in shared if not (library and tid in library)]
+        for tid in shared:
+            if library and tid in library and tid not in traps:
+                traps[tid] = dict(library[tid])
+        if traps:
+            public["traps"] = traps
+        if missing:
+            head[SHARED_TRAPS] = missing
+    elif shared is not None:
+        head[SHARED_TRAPS] = shared
     public["assignment"] = head
     public["cases"] = [case for case in raw.get("cases", []) if case.get("visibility") == PUBLIC]
     return public
@@ -52,9 +73,10 @@ def hidden_case_ids(raw: dict[str, Any]) -> list[str]:
     return [str(case.get("id")) for case in raw.get("cases", []) if case.get("visibility") != PUBLIC]
 
 
-def public_toml(spec_text: str) -> str:
-    """The public form of an assignment.toml's text, as TOML text."""
-    return dump_toml(public_spec(tomllib.loads(spec_text)))
+def public_toml(spec_text: str, library_text: str | None = None) -> str:
+    """The public form of an assignment.toml's text, as TOML text; `library_text`: the course's traps.toml."""
+    library = tomllib.loads(library_text) if library_text is not None else None
+    return dump_toml(public_spec(tomllib.loads(spec_text), library))
 
 
 # ------------------------------------------------------------------------------------------- TOML writer

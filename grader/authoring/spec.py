@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import trap_ids
-from grader.authoring.public import public_spec
+from grader.authoring.public import COURSE_TRAPS, SHARED_TRAPS, public_spec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -213,6 +213,7 @@ class Assignment:
     import_timeout_s: float
     hidden_visibility: str
     chapter: str = ""
+    shared_traps: tuple[str, ...] = ()  # ids of `traps` taken from the course's trap library (traps.toml)
     performance: tuple[PerfCase, ...] = ()  # timed cases ([[performance]]), CUDA only
     input_kinds: Mapping[str, str] = field(default_factory=dict)  # the assignment's own input kinds, in words
     reference_dir: Path | None = None  # reference/<id>/ of the course; None when absent or public
@@ -336,7 +337,47 @@ def load_public_assignment(spec_path: Path) -> Assignment:
     """The public form of the spec (grader.authoring.public): its public cases and no reference. What
     `grader check` grades with, and what the wheel and the student bundle ship."""
     spec_path = Path(spec_path).resolve()
-    return assignment_from_raw(public_spec(read_spec(spec_path)), spec_path, public=True)
+    library = course_library_path(spec_path)
+    raw_library = read_spec(library) if library.is_file() else None
+    return assignment_from_raw(public_spec(read_spec(spec_path), raw_library), spec_path, public=True)
+
+
+def course_library_path(spec_path: Path) -> Path:
+    """The course's trap library: traps.toml in the course folder (beside assignments/)."""
+    return Path(spec_path).parent.parent.parent / COURSE_TRAPS
+
+
+def load_trap_library(path: Path) -> dict[str, TrapText]:
+    """A trap library (the course's traps.toml): one [<trap-id>] table
+    each, with the keys of an assignment's [traps.<id>]; errors name the file and the trap."""
+    top = _Reader(Path(path), read_spec(path), "")
+    library = {}
+    for tid, value in top.table.items():
+        if not isinstance(value, dict):
+            raise top.fail(tid, "must be a table: [<trap-id>] with title, explanation, exposed_by, fix")
+        library[tid] = _load_trap(tid, _Reader(top.path, value, tid))
+    return library
+
+
+def _shared_traps(head: _Reader, spec_path: Path, own: Mapping[str, TrapText]) -> dict[str, TrapText]:
+    """The course library's traps this assignment names in `shared_traps`, checked against the library."""
+    names = head.strings(SHARED_TRAPS, ())
+    if not names:
+        return {}
+    path = course_library_path(spec_path)
+    if not path.is_file():
+        raise head.fail(SHARED_TRAPS, f"names course traps, but the course has no trap library ({path})")
+    library = load_trap_library(path)
+    shared = {}
+    for tid in names:
+        if tid not in library:
+            raise head.fail(SHARED_TRAPS, f"{tid!r} is not in the course's trap library {path} "
+                            f"(it has: {', '.join(sorted(library)) or 'none'})")
+        if tid in own:
+            raise SpecError(spec_path, f"traps.{tid}", f"is also in the course's trap library {path}, which "
+                            f"[assignment] {SHARED_TRAPS} takes it from: keep one")
+        shared[tid] = library[tid]
+    return shared
 
 
 def course_folders(spec_path: Path, assignment_id: str) -> tuple[Path | None, Path | None]:
@@ -367,12 +408,14 @@ def assignment_from_raw(raw: Mapping[str, Any], spec_path: Path, public: bool = 
                         f"{REFERENCE_FILE} of the course (beside assignments/); remove the key")
     head.reject_unknown(
         {"id", "title", "module", "submission_file", "chapter", "call_timeout_s", "import_timeout_s",
-         "hidden_visibility", "reference"}
+         "hidden_visibility", "reference", SHARED_TRAPS}
     )
     tolerances = _load_tolerances(top)
     kernels = {name: _load_kernel(name, r) for name, r in top.subs("kernels").items()}
     functions = {name: _load_function(name, r) for name, r in top.subs("functions").items()}
     traps = {tid: _load_trap(tid, r) for tid, r in top.subs("traps").items()}
+    shared = _shared_traps(head, spec_path, traps)
+    traps.update(shared)
     kinds = top.get("input_kinds", dict, {})
     for kind, words in kinds.items():
         if not isinstance(words, str) or not words:
@@ -409,6 +452,7 @@ def assignment_from_raw(raw: Mapping[str, Any], spec_path: Path, public: bool = 
             "hidden_visibility", ("hidden", "after_due_date", "after_published"), "after_due_date"
         ),
         chapter=head.get("chapter", str, ""),
+        shared_traps=tuple(shared),
         performance=performance,
         input_kinds=dict(kinds),
         reference_dir=reference_dir,

@@ -28,7 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grader.authoring.public import public_toml
-from grader.authoring.spec import TEMPLATE_DIR, Assignment
+from grader.authoring.spec import TEMPLATE_DIR, Assignment, course_library_path
 from grader.publishing.atomic import write_zip
 
 ASSIGNMENTS_DIR = "assignments"
@@ -53,7 +53,9 @@ def student_files(assignment: Assignment) -> dict[str, bytes]:
     for path in sorted(p for p in template.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         files[f"{top}/{path.relative_to(template).as_posix()}"] = path.read_bytes()
     spec_dir = f"{top}/{ASSIGNMENTS_DIR}/{assignment.id}"
-    public = public_toml(assignment.spec_path.read_text(encoding="utf-8"))
+    library = course_library_path(assignment.spec_path)  # its shared traps are written into the public form
+    public = public_toml(assignment.spec_path.read_text(encoding="utf-8"),
+                         library.read_text(encoding="utf-8") if library.is_file() else None)
     files[f"{spec_dir}/{assignment.spec_path.name}"] = public.encode()
     files[f"{spec_dir}/{assignment.module}"] = (assignment.root / assignment.module).read_bytes()
     return files

@@ -56,10 +56,12 @@ def test_bundle_contents(bundle: Path, tmp_path: Path, assignment: Assignment, r
                    "assignments/fused_layers/assignment.toml", "assignments/fused_layers/oracles.py"):
         assert f"kernel-grader/{needed}" in names, needed
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
-    # of the course, the contract only: the spec and its oracles; nothing of reference/ or student_template/
+    # of the course, the contract only: the spec, its oracles and the course's trap library (fused_layers takes
+    # eps-outside-sqrt from it); nothing of reference/ or student_template/
     assert {n for n in names if not n.startswith("kernel-grader/grader/")} - {
         "setup.sh", "run_autograder", "requirements.txt", "bundle.json"} == {
-        "kernel-grader/assignments/fused_layers/assignment.toml", "kernel-grader/assignments/fused_layers/oracles.py"}
+        "kernel-grader/assignments/fused_layers/assignment.toml", "kernel-grader/assignments/fused_layers/oracles.py",
+        "kernel-grader/traps.toml"}
     with zipfile.ZipFile(bundle) as zf:
         everything = b"".join(zf.read(n) for n in names)
     secrets = [*(repo_root / "reference" / "fused_layers").rglob("*.py"),

@@ -35,7 +35,9 @@ def template_copy(assignment: Assignment, tmp_path: Path) -> Path:
 def test_the_run_collects_from_the_assignment_it_was_given(assignment: Assignment, tmp_path: Path) -> None:
     """Only the public cases of one target, from the Assignment object (never the spec re-read from disk),
     each graded into a typed CaseResult; pytest's record is handed back as text and still holds them."""
-    one = dataclasses.replace(assignment, cases=tuple(c for c in assignment.cases if c.target == "row_mean_var_kernel"))
+    # a public form (a public run of a full spec would grade the spec's public form, read from disk)
+    one = dataclasses.replace(assignment, public=True, cases=tuple(
+        c for c in assignment.cases if c.target == "row_mean_var_kernel" and c.is_public))
     submission = template_copy(assignment, tmp_path)
     result, report = grade(GradeRequest(one, submission, "interpreter", seed=3, public_only=True,
                                         gpu_compile_check=False))

@@ -259,6 +259,7 @@ def test_the_key_covers_the_reference_and_oracle_source(tmp_path: Path, repo_roo
     course = tmp_path / "course"  # the course's three folders: the contract, the staff's, the students'
     for folder in ("assignments", "reference"):
         shutil.copytree(repo_root / folder / "fused_layers", course / folder / "fused_layers")
+    shutil.copy2(repo_root / "traps.toml", course / "traps.toml")  # the course's trap library
     copy = course / "assignments" / "fused_layers"
     copied = load_assignment(copy / "assignment.toml")
     assert calibration_key(copied, perf, problems, H200) == key  # same bytes elsewhere: the same key
