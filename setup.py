@@ -45,7 +45,8 @@ def example_files(course: Path) -> list[tuple[Path, bytes]]:
     for spec in sorted((course / "assignments").glob("*/assignment.toml")):
         text = spec.read_text(encoding="utf-8")
         module = public.tomllib.loads(text)["assignment"]["module"]
-        found.append((Path("assignments") / spec.parent.name / spec.name, public.public_toml(text, library_text).encode()))
+        public_form = public.public_toml(text, library_text)
+        found.append((Path("assignments") / spec.parent.name / spec.name, public_form.encode()))
         found.append((Path("assignments") / spec.parent.name / module, (spec.parent / module).read_bytes()))
         template = course / "student_template" / spec.parent.name
         for path in sorted(template.rglob("*")) if template.is_dir() else ():
