@@ -22,6 +22,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+import grader
 from grader.authoring.spec import Assignment, load_assignment
 from grader.operations import batch, executors
 from grader.operations.batch import (
@@ -362,7 +363,7 @@ def test_the_grading_process_hands_its_gpu_to_the_worker(tmp_path: Path) -> None
 
     env = child_environment("1")
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
-    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(batch.__file__).resolve().parents[2])
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(grader.__file__).resolve().parents[1])
     probe = "from grader.running import sandbox; print('CUDA_VISIBLE_DEVICES' in sandbox.PASSED_ENVIRONMENT)"
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
                           check=True)
@@ -409,7 +410,7 @@ def test_the_batch_hands_its_calibration_store_to_every_child(tmp_path: Path, re
                 seen.append(job)
                 yield JobOutcome(job.student, False, error="not graded: a test")
 
-    monkeypatch.setattr(batch, "make_executor", lambda options, scratch: Recording())
+    monkeypatch.setattr(batch.run, "make_executor", lambda options, scratch: Recording())  # where run_batch finds it
     options = batch.BatchOptions(tmp_path / "subs", assignment, repo_root / "assignments", tmp_path / "out",
                                  "interpreter", seed=3, calibration=store)
     batch.run_batch(options, stream=io.StringIO())

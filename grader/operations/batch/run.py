@@ -1,0 +1,207 @@
+"""One `grader batch` run: find the submissions, settle the manifest, grade what is not current through an
+executor (committing and logging each result as it comes), then rebuild the class's files."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from grader.authoring.spec import Assignment
+from grader.operations.batch.commits import commit
+from grader.operations.batch.event_log import EventLog, iso, now
+from grader.operations.batch.folder import BATCH_FORMAT_VERSION, EVENT_LOG, SCRATCH, BatchError, locked, read_json
+from grader.operations.batch.gradebook import write_class_files
+from grader.operations.batch.manifest import Manifest, result_state, settle_manifest
+from grader.operations.batch.progress import Progress
+from grader.operations.batch.signals import Interrupts, catching_interrupts, interrupt_point
+from grader.operations.batch.submissions import Submission, discover_submissions
+from grader.operations.executors import EXECUTORS, Executor, ExecutorSettings, GradeJob, JobOutcome
+from grader.running.calibration import CalibrationStore
+from grader.seeds import fresh_seed
+
+
+@dataclass(frozen=True)
+class BatchOptions:
+    submissions: Path
+    assignment: Assignment
+    assignments_root: Path
+    out: Path
+    backend: str
+    seed: int | None = None
+    workers: int | None = None
+    force: bool = False
+    executor: str = "local"  # a name in grader.operations.executors.EXECUTORS
+    ray_address: str | None = None
+    gpus_per_task: float | None = None  # Ray, CUDA only; default 1 / executors.GRADES_PER_GPU
+    grade_timeout_s: float | None = None
+    canvas_column: str | None = None  # canvas.csv's assignment column, e.g. "Fused layers (12345)"
+    calibration: CalibrationStore | None = None  # where the bars are cached; None: each grade measures its own
+
+@dataclass
+class BatchSummary:
+    students: int = 0
+    skipped: int = 0
+    graded: int = 0
+    failed: int = 0
+    no_submission: int = 0
+    interrupted: bool = False
+    seed: int = 0
+    wall_s: float = 0.0
+    files: list[Path] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+def default_grade_timeout(assignment: Assignment, backend: str) -> float:
+    """A safety net far above what the grader's own limits allow (every case hanging, every restart)."""
+    cases = len(assignment.cases_for(backend)) + len(assignment.kernels)
+    return 2 * (assignment.import_timeout_s + cases * (assignment.call_timeout_s + 10)) + 600
+
+def make_executor(options: BatchOptions, scratch: Path) -> Executor:
+    factory = EXECUTORS.get(options.executor)
+    if factory is None:
+        raise BatchError(f"unknown executor {options.executor!r} ({' or '.join(EXECUTORS)})")
+    return factory(ExecutorSettings(options.backend, scratch, options.workers, options.ray_address,
+                                    options.gpus_per_task))
+
+def run_batch(options: BatchOptions, stream: IO[str] | None = None,
+              new_seed: Callable[[], int] = fresh_seed) -> BatchSummary:
+    """Grade what is not graded yet, then rebuild the gradebook and class report from DIR.
+
+    Ctrl-C or SIGTERM at any moment (see `Interrupts`) stops grading between two commits (before the
+    first, if it came during discovery), ends the children and still writes the gradebook and class
+    report whole from what DIR holds; one that comes while they are written lets them finish. The
+    summary is then `interrupted` (the CLI exits 130, so a script or shell loop stops as asked), also
+    when the signal came after the last grade: the gradebook is complete then, and the summary says that
+    nothing is left to grade instead of asking for a re-run.
+    """
+    stream = stream or sys.stdout
+    out = Path(options.out).resolve()
+    started = time.monotonic()
+    summary = BatchSummary()
+    with catching_interrupts() as interrupts, locked(out):
+        scratch = out / SCRATCH
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir()
+        try:
+            assignment = options.assignment
+            submissions = discover_submissions(options.submissions, assignment.submission_file, scratch)
+            manifest = settle_manifest(out, assignment.id, options.backend, options.seed, options.force,
+                                       new_seed)
+            summary.seed = manifest.seed
+            summary.students = len(submissions)
+            todo = plan(out, submissions, manifest)
+            summary.no_submission = sum(s.path is None for s in submissions)
+            summary.skipped = len(submissions) - len(todo) - summary.no_submission
+            try:
+                _grade(options, manifest, todo, out, scratch, stream, summary, interrupts)
+            except KeyboardInterrupt:
+                summary.interrupted = True
+            summary.files, summary.counts = write_class_files(out, submissions, options.assignment, manifest,
+                                                               options.canvas_column)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    summary.interrupted = summary.interrupted or interrupts.received
+    summary.wall_s = round(time.monotonic() - started, 3)
+    return summary
+
+def plan(out: Path, submissions: Sequence[Submission], manifest: Manifest) -> list[Submission]:
+    """The submissions to grade in this run: those with a file whose result is not current."""
+    return [s for s in submissions
+            if s.path is not None and result_state(out / s.id, manifest, s.sha256)[0] != "current"]
+
+def hidden_from_students(submissions: Path, out: Path) -> tuple[str, ...]:
+    """What student code must not see (the worker mounts empty folders over these when it can): the
+    whole class's submissions (the folder, or the folder holding the zip) and the batch's output."""
+    source = Path(submissions).resolve()
+    return (str(source if source.is_dir() else source.parent), str(out))
+
+def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission], out: Path, scratch: Path,
+           stream: IO[str], summary: BatchSummary, interrupts: Interrupts) -> None:
+    if not todo:
+        stream.write(f"nothing to grade: {summary.skipped} of {summary.students} already graded\n")
+        return
+    run = uuid.uuid4().hex[:12]
+    log = EventLog(out / EVENT_LOG, run)
+    progress = Progress(stream, len(todo))
+    by_id = {s.id: s for s in todo}
+    timeout = options.grade_timeout_s or default_grade_timeout(options.assignment, options.backend)
+    executor = make_executor(options, scratch / "jobs")
+    # Each grade's workers get a share of the GPU's memory, held by that grade's watchdog: no neighbour's
+    # out-of-memory or timeout needs a second pass (grader.running.gpu_memory, grader.running.client).
+    jobs = [GradeJob(s.id, s.path, options.assignment.submission_file, options.assignment.id,
+                     Path(options.assignments_root), options.backend, manifest.seed, timeout,
+                     hidden_from_students(options.submissions, out), calibration=options.calibration,
+                     concurrent_grades=executor.grades_per_gpu())
+            for s in todo if s.path is not None]
+    log.write("run-start", executor=executor.describe(), to_grade=len(todo), seed=manifest.seed,
+              backend=manifest.backend, generation=manifest.generation)
+    progress.line(f"grading {len(todo)} of {summary.students} submissions ({summary.skipped} already graded, "
+                  f"{summary.no_submission} without a file) with {executor.describe()}; seed {manifest.seed}")
+
+    def on_start(job: GradeJob, device: str) -> None:
+        log.write("start", student=job.student, device=device)
+
+    interrupted = True
+    try:
+        with interrupts.allowed(), contextlib.closing(executor.run(jobs, on_start)) as outcomes:
+            for n, outcome in enumerate(outcomes, 1):
+                submission = by_id[outcome.student]
+                record = _record(submission, manifest, outcome, run)
+                with interrupts.held():  # a result, its log line and its count go together
+                    commit(out, outcome, record)
+                    interrupt_point(f"commit:{n}")
+                    _log_and_count(outcome, out, log, progress, summary)
+                interrupt_point(f"graded:{n}")
+        interrupted = False
+    finally:
+        progress.close()
+        log.write("run-end", interrupted=interrupted, graded=summary.graded, failed=summary.failed)
+        log.close()
+
+def _log_and_count(outcome: JobOutcome, out: Path, log: EventLog, progress: Progress,
+                   summary: BatchSummary) -> None:
+    if outcome.ok:
+        log.write("graded", student=outcome.student, device=outcome.device, seconds=outcome.elapsed_s)
+        summary.graded += 1
+        progress.advance(_graded_line(out / outcome.student, outcome))
+    else:
+        log.write("failed", student=outcome.student, device=outcome.device, error=outcome.error[:2000])
+        summary.failed += 1
+        first = outcome.error.splitlines()[0] if outcome.error else "unknown error"
+        progress.advance(f"{outcome.student}: GRADING FAILED: {first}", failed=True)
+
+def _record(submission: Submission, manifest: Manifest, outcome: JobOutcome, run: str) -> dict[str, Any]:
+    return {
+        "format_version": BATCH_FORMAT_VERSION,
+        "student": submission.id, "name": submission.student.name, "email": submission.student.email,
+        "sid": submission.student.sid, "source": submission.source, "submission_sha256": submission.sha256,
+        "generation": manifest.generation, "run": run, "seed": manifest.seed, "backend": manifest.backend,
+        "device": outcome.device,
+        "started_at": iso(outcome.started_at) if outcome.started_at else "",
+        "finished_at": now(), "elapsed_s": outcome.elapsed_s,
+    }
+
+def _graded_line(folder: Path, outcome: JobOutcome) -> str:
+    grade = read_json(folder / "grade.json") or {}
+    traps = ", ".join(grade.get("traps", [])) or "none"
+    where = f", GPU {outcome.device}" if outcome.device else ""
+    return (f"{outcome.student}: {grade.get('score', 0):g} / {grade.get('max_score', 0):g}  traps: {traps}  "
+            f"({outcome.elapsed_s:.1f} s{where})")
+
+def format_summary(summary: BatchSummary, out: Path) -> str:
+    counts = ", ".join(f"{n} {status}" for status, n in summary.counts.items() if n)
+    head = "interrupted: " if summary.interrupted else ""
+    lines = [f"{head}graded {summary.graded}, failed {summary.failed}, skipped {summary.skipped} "
+             f"(already graded) in {summary.wall_s:.1f} s; gradebook: {counts or 'empty'}"]
+    lines += [f"  {p}" for p in summary.files]
+    if summary.interrupted and summary.counts.get("pending", 0) + summary.counts.get("outdated", 0):
+        lines.append(f"re-run the same command to finish; nothing graded so far is graded again ({out})")
+    elif summary.interrupted:
+        lines.append(f"nothing is left to grade: the gradebook is complete ({out})")
+    return "\n".join(lines)
