@@ -93,7 +93,7 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
-class PerfResult:
+class PerformanceResult:
     """One performance case. `status`: "timed" (numbers below); "skipped" (the backend cannot time:
     the interpreter; never counted, max_score 0); "not-run" (the target's correctness cases did not all
     pass, or it cannot be run); "error" (it failed or gave a wrong output at the timed size)."""
@@ -141,7 +141,7 @@ class PerfResult:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> PerfResult:
+    def from_dict(cls, data: Mapping[str, Any]) -> PerformanceResult:
         def ratio(key: str) -> float | None:
             return None if data.get(key) is None else float(data[key])
 
@@ -173,7 +173,7 @@ class GradeResult:
     notes: tuple[str, ...] = ()  # submission-level messages (import errors, GPU compile problems)
     public_only: bool = False
     format_version: int = RESULTS_FORMAT_VERSION
-    performance: tuple[PerfResult, ...] = ()  # [[performance]] cases (skipped ones have max_score 0)
+    performance: tuple[PerformanceResult, ...] = ()  # [[performance]] cases (skipped ones have max_score 0)
     phases: Mapping[str, float] = field(default_factory=dict)  # wall seconds per phase (grader.running.phases)
     rejected: str = ""  # why nothing of the submission ran (not Python source, say); '' when it was graded
 
@@ -237,7 +237,7 @@ class GradeResult:
             notes=tuple(data.get("notes", ())),
             public_only=bool(data.get("public_only", False)),
             format_version=int(data.get("format_version", RESULTS_FORMAT_VERSION)),
-            performance=tuple(PerfResult.from_dict(p) for p in data.get("performance", ())),
+            performance=tuple(PerformanceResult.from_dict(p) for p in data.get("performance", ())),
             phases={str(k): float(v) for k, v in (data.get("phases") or {}).items()},
             rejected=str(data.get("rejected", "")),
         )

@@ -147,7 +147,7 @@ class Threshold:
 
 
 @dataclass(frozen=True)
-class PerfCase:
+class PerformanceCase:
     """One timed run of a target on one (large) input, on CUDA only, after its correctness cases pass.
 
     Points: those of the highest threshold reached, relative to the reference kernel (or to torch
@@ -166,7 +166,7 @@ class PerfCase:
     relative_to: str = "reference"
     input_sets: int = 3  # inputs rotated among this many copies, so no repetition hits a warm cache
     repeats: int = 5  # do_bench medians taken; the case reports their median and spread
-    timeout_s: float = 120.0  # the cap: a launch is also stopped when it outlives the bar (perf_runner)
+    timeout_s: float = 120.0  # the cap: a launch is also stopped when it outlives the bar (grader.running.performance)
     description: str = ""
 
     @property
@@ -214,7 +214,7 @@ class Assignment:
     hidden_visibility: str
     chapter: str = ""
     shared_traps: tuple[str, ...] = ()  # ids of `traps` taken from the course's trap library (traps.toml)
-    performance: tuple[PerfCase, ...] = ()  # timed cases ([[performance]]), CUDA only
+    performance: tuple[PerformanceCase, ...] = ()  # timed cases ([[performance]]), CUDA only
     input_kinds: Mapping[str, str] = field(default_factory=dict)  # the assignment's own input kinds, in words
     reference_dir: Path | None = None  # reference/<id>/ of the course; None when absent or public
     template_dir: Path | None = None  # student_template/<id>/ of the course; None when absent
@@ -643,7 +643,7 @@ def _load_performance(
     tolerances: Mapping[str, ToleranceProfile],
     kernels: Mapping[str, KernelSpec],
     case_ids: set[str],
-) -> tuple[PerfCase, ...]:
+) -> tuple[PerformanceCase, ...]:
     raw = top.get("performance", list, [])
     seen = set(case_ids)
     out = []
@@ -663,7 +663,7 @@ def _load_performance(
         timeout_s = float(r.get("timeout_s", (int, float), 120.0))
         if timeout_s <= 0:
             raise r.fail("timeout_s", "must be > 0")
-        out.append(PerfCase(
+        out.append(PerformanceCase(
             id=perf_id, target=target, dims=_int_table(r, "dims", required=True), tolerance=tolerance,
             dtype=dtype, kind=r.get("kind", str, "random"), meta=meta,
             options=dict(r.get("options", dict, {})), thresholds=_thresholds(r),

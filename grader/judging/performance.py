@@ -1,5 +1,5 @@
 """Performance cases, the pure part: speedups, bandwidth, TFLOP/s, threshold points, the correctness
-gate, PerfResults and Gradescope leaderboard entries. No timing and no I/O here (grader.running.perf_runner
+gate, PerformanceResults and Gradescope leaderboard entries. No timing and no I/O here (grader.running.performance
 measures; this judges what it measured)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from grader.authoring.spec import PerfCase
-from grader.results import CaseResult, DeviceInfo, Measurement, PerfResult
+from grader.authoring.spec import PerformanceCase
+from grader.results import CaseResult, DeviceInfo, Measurement, PerformanceResult
 
 NEEDS_CUDA = "needs a CUDA GPU (performance is only measured on the cuda backend)"
 
@@ -66,14 +66,14 @@ def measurement(
     )
 
 
-def title(perf: PerfCase) -> str:
+def title(perf: PerformanceCase) -> str:
     return f"{perf.target}: {perf.description or perf.shape + ' ' + perf.dtype}"
 
 
 def _base(
-    perf: PerfCase, status: str, reason: str, max_score: float, device: DeviceInfo | None = None, trap: str = ""
-) -> PerfResult:
-    return PerfResult(
+    perf: PerformanceCase, status: str, reason: str, max_score: float, device: DeviceInfo | None = None, trap: str = ""
+) -> PerformanceResult:
+    return PerformanceResult(
         perf_id=perf.id,
         target=perf.target,
         title=title(perf),
@@ -89,17 +89,17 @@ def _base(
     )
 
 
-def skipped(perf: PerfCase, reason: str = NEEDS_CUDA) -> PerfResult:
+def skipped(perf: PerformanceCase, reason: str = NEEDS_CUDA) -> PerformanceResult:
     """Not measurable here (no GPU): never passed, never failed, worth nothing either way."""
     return _base(perf, "skipped", reason, max_score=0.0)
 
 
-def not_run(perf: PerfCase, reason: str, device: DeviceInfo | None = None) -> PerfResult:
+def not_run(perf: PerformanceCase, reason: str, device: DeviceInfo | None = None) -> PerformanceResult:
     """Measurable, but not timed (correctness failed, the target is missing): 0 of its points."""
     return _base(perf, "not-run", reason, perf.max_score, device)
 
 
-def errored(perf: PerfCase, reason: str, device: DeviceInfo | None = None, trap: str = "") -> PerfResult:
+def errored(perf: PerformanceCase, reason: str, device: DeviceInfo | None = None, trap: str = "") -> PerformanceResult:
     """Failed or wrong at the timed size; `trap` names what happened where it has a name."""
     return _base(perf, "error", reason, perf.max_score, device, trap)
 
@@ -122,13 +122,13 @@ def correctness_gate(target: str, cases: Sequence[CaseResult]) -> str | None:
 
 
 def evaluate(
-    perf: PerfCase,
+    perf: PerformanceCase,
     student: Measurement,
     reference: Measurement | None,
     torch: Measurement | None,
     device: DeviceInfo | None,
     note: str = "",
-) -> PerfResult:
+) -> PerformanceResult:
     """A timed case: speedups against torch eager and the reference, and the threshold points."""
     vs_torch = speedup(torch.median_ms, student.median_ms) if torch else None
     vs_reference = speedup(reference.median_ms, student.median_ms) if reference else None
@@ -145,7 +145,7 @@ def evaluate(
     )
 
 
-def leaderboard(results: Sequence[PerfResult]) -> list[dict[str, Any]]:
+def leaderboard(results: Sequence[PerformanceResult]) -> list[dict[str, Any]]:
     """Gradescope leaderboard entries (https://gradescope-autograders.readthedocs.io: results.json
     `leaderboard`): per timed case its time (lower is better) and its speedup over torch eager."""
     entries: list[dict[str, Any]] = []
@@ -164,13 +164,13 @@ def leaderboard(results: Sequence[PerfResult]) -> list[dict[str, Any]]:
     return entries
 
 
-def summary_dict(results: Sequence[PerfResult]) -> dict[str, Any]:
+def summary_dict(results: Sequence[PerformanceResult]) -> dict[str, Any]:
     """`extra_data.performance` of results.json: the device once, then every case."""
     device = next((p.device for p in results if p.device is not None), None)
     return {"device": device.to_dict() if device else None, "cases": [p.to_dict() for p in results]}
 
 
-def by_id(results: Mapping[str, PerfResult], perf_cases: Sequence[PerfCase]) -> list[PerfResult]:
+def by_id(results: Mapping[str, PerformanceResult], perf_cases: Sequence[PerformanceCase]) -> list[PerformanceResult]:
     """Results in spec order; a case with no result (never expected) becomes an error."""
     missing = "the grader could not run this performance case (a grader problem)"
     return [results.get(p.id) or errored(p, missing) for p in perf_cases]

@@ -36,7 +36,7 @@ from grader.judging.performance import by_id, errored, not_run, skipped
 from grader.operations.environment import backend_label, versions
 from grader.operations.grading_run import GradingRun, start_sandbox
 from grader.operations.notebook import NotebookError, is_notebook, materialise, read_notebook
-from grader.results import CaseResult, GradeResult, PerfResult
+from grader.results import CaseResult, GradeResult, PerformanceResult
 from grader.running.calibration import CalibrationStore
 from grader.running.sandbox import Sandbox
 from grader.running.sanitizer import sanitizer_command
@@ -194,8 +194,8 @@ def every_case(run: GradingRun) -> list[CaseResult]:
     return out
 
 
-def every_performance(run: GradingRun) -> tuple[PerfResult, ...]:
-    """One PerfResult per performance case of the run, in spec order."""
+def every_performance(run: GradingRun) -> tuple[PerformanceResult, ...]:
+    """One PerformanceResult per performance case of the run, in spec order."""
     wanted = run.performance_cases()
     found = {p.id: run.performance.get(p.id) or errored(p, "the case was not run") for p in wanted}
     return tuple(by_id(found, list(wanted)))

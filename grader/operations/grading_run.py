@@ -3,7 +3,7 @@
 `grader.operations.grade.grade` makes a `GradingRun` and hands it to `pytest.main(..., plugins=[run])`.
 pytest is the battery runner: the run collects one item per correctness case and one per performance
 case from the validated `Assignment` it was given (never re-read), each item asks the run to grade its
-case, and the run keeps the typed results (`CaseResult`, `PerfResult`, phase seconds). pytest-json-report
+case, and the run keeps the typed results (`CaseResult`, `PerformanceResult`, phase seconds). pytest-json-report
 writes its record of what ran as an artifact (pytest-report.json); nothing is read back from it.
 
 The run owns every worker of the grade: the battery's (the submission's worker, the replayer, the
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from grader.authoring.spec import Assignment, Case, PerfCase
-from grader.results import CaseResult, PerfResult
+from grader.authoring.spec import Assignment, Case, PerformanceCase
+from grader.results import CaseResult, PerformanceResult
 from grader.running.battery import Battery, sandbox_options
 from grader.running.calibration import CalibrationStore
 from grader.running.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
@@ -56,9 +56,10 @@ class GradingRun:
         # A case that ends in a GPU memory fault runs again alone under memcheck, where it is installed.
         self.fault_tool = sanitizer_command() if backend == "cuda" else None
         self.cases: list[CaseResult] = []  # correctness results in run order: they gate performance
-        self.performance: dict[str, PerfResult] = {}
+        self.performance: dict[str, PerformanceResult] = {}
         self._battery: Battery | None = None
-        self._perf_runner: Any = None  # grader.running.perf_runner.PerfRunner, made at the first timed case
+        self._performance_runner: Any = None  # a grader.running.performance.PerformanceRunner, made at the first
+        # timed case
         # The submission's sandbox for this grade: its zygote starts importing torch and triton now (or did,
         # ahead), while pytest starts, and forks every worker of the grade (the battery's, the timer).
         self.sandbox = sandbox or start_sandbox(assignment, self.submission, backend, hidden, concurrent_grades)
@@ -77,7 +78,7 @@ class GradingRun:
         return tuple(c for c in self.assignment.cases_for(self.backend, public_only=self.public_only)
                      if not self.targets or c.target in self.targets)
 
-    def performance_cases(self) -> tuple[PerfCase, ...]:
+    def performance_cases(self) -> tuple[PerformanceCase, ...]:
         if not self.run_performance:
             return ()
         return tuple(p for p in self.assignment.performance if not self.targets or p.target in self.targets)
@@ -124,19 +125,19 @@ class GradingRun:
         self.cases.append(result)
         return result
 
-    def time_case(self, perf: PerfCase) -> PerfResult:
+    def grade_performance(self, perf: PerformanceCase) -> PerformanceResult:
         from grader.judging import performance
-        from grader.running.perf_runner import PerfRunner
+        from grader.running.performance import PerformanceRunner
 
         if self.backend != "cuda":  # nothing to start: the interpreter cannot time anything
             result = performance.skipped(perf)
         else:
             self.cpu_hint_evidence()  # the CPU check of the promises ends first: nothing else runs while timing
-            if self._perf_runner is None:
-                self._perf_runner = PerfRunner(self.assignment, self.seed, perfs=self.performance_cases(),
+            if self._performance_runner is None:
+                self._performance_runner = PerformanceRunner(self.assignment, self.seed, perfs=self.performance_cases(),
                                                calibration=self.calibration)
             with self.battery.clock.phase("timing"):
-                result = self._perf_runner.run(perf, self.battery, self.cases)
+                result = self._performance_runner.run(perf, self.battery, self.cases)
         self.performance[perf.id] = result
         return result
 
@@ -152,9 +153,9 @@ class GradingRun:
 
     def close(self) -> None:
         """Stop every worker of the grade and the sandbox (nothing of the submission outlives it)."""
-        if self._perf_runner is not None:
-            self._perf_runner.close()
-            self._perf_runner = None
+        if self._performance_runner is not None:
+            self._performance_runner.close()
+            self._performance_runner = None
         if self._battery is not None:
             self._battery.close()
             self._battery = None
@@ -175,9 +176,9 @@ class GradingRun:
 
     def pytest_sessionfinish(self) -> None:
         """The timer and the reference are done once every item ran; the sandbox stays for the compile check."""
-        if self._perf_runner is not None:
-            self._perf_runner.close()
-            self._perf_runner = None
+        if self._performance_runner is not None:
+            self._performance_runner.close()
+            self._performance_runner = None
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_json_runtest_metadata(self, item: pytest.Item, call: pytest.CallInfo[Any]) -> dict[str, Any]:
@@ -186,7 +187,7 @@ class GradingRun:
             return {}
         if isinstance(item, CaseItem) and item.result is not None:
             return {"grade": item.result.to_dict()}
-        if isinstance(item, PerfItem) and item.result is not None:
+        if isinstance(item, PerformanceItem) and item.result is not None:
             return {"performance": item.result.to_dict()}
         return {}
 
@@ -230,7 +231,7 @@ class AssignmentFile(pytest.File):
         for case in self.run.correctness_cases():
             yield CaseItem.from_parent(self, name=case.id, case=case)
         for perf in self.run.performance_cases():  # after the cases: they gate it
-            yield PerfItem.from_parent(self, name=perf.id, perf=perf)
+            yield PerformanceItem.from_parent(self, name=perf.id, perf=perf)
 
 
 class CaseItem(pytest.Item):
@@ -255,19 +256,19 @@ class CaseItem(pytest.Item):
         return self.path, 0, f"{self.case.target}: {self.case.id}"
 
 
-class PerfItem(pytest.Item):
+class PerformanceItem(pytest.Item):
     """A performance case: timed on CUDA once its target's correctness cases passed; otherwise skipped
     with the reason (a performance case never fails the test run)."""
 
-    def __init__(self, *, perf: PerfCase, **kwargs: Any) -> None:
+    def __init__(self, *, perf: PerformanceCase, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.perf = perf
-        self.result: PerfResult | None = None
+        self.result: PerformanceResult | None = None
 
     def runtest(self) -> None:
         parent = self.parent
         assert isinstance(parent, AssignmentFile)
-        self.result = parent.run.time_case(self.perf)
+        self.result = parent.run.grade_performance(self.perf)
         if not self.result.timed:
             pytest.skip(f"{self.result.status}: {self.result.reason}")
 

@@ -33,7 +33,7 @@ from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import describe_kind
 from grader.authoring.spec import LAYOUTS, Assignment, TrapText
 from grader.judging.error_maps import CODES, LEGEND
-from grader.results import CaseResult, GradeResult, Measurement, PerfResult
+from grader.results import CaseResult, GradeResult, Measurement, PerformanceResult
 
 MAX_MESSAGE_CHARS = 3000
 MAX_EXAMPLES = 3  # cases listed under a trap
@@ -552,7 +552,7 @@ def throughput(m: Measurement | None) -> str:
     return ", ".join(parts)
 
 
-def perf_row(p: PerfResult) -> PerfRow:
+def perf_row(p: PerformanceResult) -> PerfRow:
     return PerfRow(
         id=p.perf_id, title=p.title, shape=f"{p.shape} {p.dtype}", status=p.status,
         time=_ms(p.student), spread=f"±{p.student.spread_pct:.1f}%" if p.student else "",
@@ -564,7 +564,7 @@ def perf_row(p: PerfResult) -> PerfRow:
     )
 
 
-def perf_line(p: PerfResult) -> str:
+def perf_line(p: PerformanceResult) -> str:
     """One performance case in one line of plain text (Gradescope test output, terminal)."""
     r = perf_row(p)
     if not r.timed:

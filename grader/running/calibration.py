@@ -37,7 +37,7 @@ from grader.publishing.atomic import write_json
 
 if TYPE_CHECKING:  # torch comes with them: a batch's parent and `grader list` need none of it
     from grader.authoring.problem import Problem
-    from grader.authoring.spec import Assignment, PerfCase
+    from grader.authoring.spec import Assignment, PerformanceCase
 
 FORMAT_VERSION = 1  # bump when the file's layout or the way bars are timed changes
 DEFAULT_MAX_AGE_S = 24 * 3600.0
@@ -125,7 +125,7 @@ class CalibrationKey:
         return f"{_safe(self.assignment)}.{_safe(self.perf_id)}.{self.digest}.json"
 
 
-def case_definition(perf: PerfCase, problem_name: str, problem: Problem) -> dict[str, Any]:
+def case_definition(perf: PerformanceCase, problem_name: str, problem: Problem) -> dict[str, Any]:
     """Pure: what of a performance case shapes its bars, as JSON data (points and thresholds do not)."""
     baseline = problem.baseline
     definition = {
@@ -139,7 +139,7 @@ def case_definition(perf: PerfCase, problem_name: str, problem: Problem) -> dict
     return normal
 
 
-def calibration_key(assignment: Assignment, perf: PerfCase, problems: Mapping[str, Problem],
+def calibration_key(assignment: Assignment, perf: PerformanceCase, problems: Mapping[str, Problem],
                     machine: Machine) -> CalibrationKey:
     """The key of `perf`'s bars on `machine` (reads the oracle module and the reference solution)."""
     spec = assignment.kernels.get(perf.target) or assignment.functions[perf.target]

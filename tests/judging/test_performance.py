@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grader.authoring.spec import Assignment, PerfCase, Threshold, load_assignment
+from grader.authoring.spec import Assignment, PerformanceCase, Threshold, load_assignment
 from grader.judging.performance import (
     NEEDS_CUDA,
     correctness_gate,
@@ -30,12 +30,12 @@ from grader.judging.performance import (
 )
 from grader.publishing import report
 from grader.publishing.gradescope import results_json
-from grader.results import CaseResult, DeviceInfo, GradeResult, PerfResult
+from grader.results import CaseResult, DeviceInfo, GradeResult, PerformanceResult
 from grader.running.battery import Battery
-from grader.running.perf_runner import (
+from grader.running.performance import (
     compare_outputs,
 )
-from grader.running.worker.timing import Timing
+from grader.running.worker.performance_timing import Timing
 
 H200 = DeviceInfo(gpu="NVIDIA H200", copy_gb_per_s=4000.0, torch="2.11.0+cu130", triton="3.6.0")
 SCRIPT = "<script>alert(1)</script>"
@@ -46,7 +46,7 @@ def assignment(repo_root: Path) -> Assignment:
     return load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
 
 
-def perf_case(assignment: Assignment, perf_id: str, **changes) -> PerfCase:
+def perf_case(assignment: Assignment, perf_id: str, **changes) -> PerformanceCase:
     (found,) = [p for p in assignment.performance if p.id == perf_id]
     return dataclasses.replace(found, **changes)
 
@@ -124,7 +124,7 @@ def test_correctness_gate_needs_every_case_of_the_target_to_pass() -> None:
 
 def timed_result(
     assignment: Assignment, perf_id: str = "perf-layernorm", student_ms: float = 0.2, **changes
-) -> PerfResult:
+) -> PerformanceResult:
     perf = perf_case(assignment, perf_id, **changes)
     nbytes = 4 * (2 * 8192 * 8192 + 2 * 8192)
     student = measurement(f"your {perf.target}", [student_ms] * 4 + [student_ms * 1.01], nbytes, None, 4000.0)
@@ -176,7 +176,7 @@ def test_leaderboard_has_time_and_speedup_of_timed_cases_only(assignment: Assign
 # ------------------------------------------------------------------------------------------ results and views
 
 
-def graded(assignment: Assignment, performance: tuple[PerfResult, ...]) -> GradeResult:
+def graded(assignment: Assignment, performance: tuple[PerformanceResult, ...]) -> GradeResult:
     return GradeResult(
         assignment="fused_layers",
         submission="fused_layers.py",
@@ -368,7 +368,7 @@ def test_measure_path_on_a_fake_clock(
     medians injected), the reference the same way in its worker, torch eager here on the CPU; the
     output check at the timed size (a bug only on rows >= 4 is caught there), speedups, bandwidth and
     threshold points."""
-    from grader.running import perf_runner as benchmark
+    from grader.running import performance
     from grader.running.client import Worker, WorkerOptions
 
     source = planted(*bug) if bug else reference_source
@@ -376,7 +376,7 @@ def test_measure_path_on_a_fake_clock(
     submission.write_text(source, encoding="utf-8")
     battery = Battery(assignment, submission, "interpreter", 1)
     battery.backend = "cuda"
-    perf = PerfCase(
+    perf = PerformanceCase(
         id="p-ln",
         target="layernorm",
         dims={"M": 6, "N": 37},
@@ -384,7 +384,7 @@ def test_measure_path_on_a_fake_clock(
         thresholds=(Threshold(1.0, 1.0), Threshold(1.1, 2.0)),
         repeats=3,
     )
-    runner = benchmark.PerfRunner(assignment, 1, device="cpu", perfs=[perf])
+    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=[perf])
     runner._copy_gb_per_s = H200.copy_gb_per_s
     timer_for = runner._timer_for
     monkeypatch.setattr(runner, "_timer_for", lambda b: Clocked(timer_for(b), 0.1))
@@ -432,8 +432,8 @@ def test_nothing_measured_is_one_line_not_a_table(assignment: Assignment) -> Non
 
 
 def test_bench_spins_the_gpu_up_and_discards_it(monkeypatch) -> None:
-    """timing.bench: one discarded do_bench of `spin_up_ms` first, then `repeats` medians over the sets."""
-    from grader.running.worker import timing
+    """performance_timing.bench: one discarded do_bench of `spin_up_ms` first, then `repeats` medians over the sets."""
+    from grader.running.worker import performance_timing
 
     calls: list[tuple[float, float]] = []
     answers = iter([99.0, 1.0, 2.0, 3.0])
@@ -445,12 +445,12 @@ def test_bench_spins_the_gpu_up_and_discards_it(monkeypatch) -> None:
         return next(answers)
 
     sets_used: list[int] = []
-    monkeypatch.setattr(timing, "do_bench", fake_do_bench)
-    measured = timing.bench(sets_used.append, sets=2, repeats=3, warmup_ms=7.0, rep_ms=11.0)
+    monkeypatch.setattr(performance_timing, "do_bench", fake_do_bench)
+    measured = performance_timing.bench(sets_used.append, sets=2, repeats=3, warmup_ms=7.0, rep_ms=11.0)
     assert measured.medians_ms == (1.0, 2.0, 3.0)  # the spin-up's 99 is not a median
-    assert calls == [(timing.DEFAULT_SPIN_UP_MS, 1)] + [(7.0, 11.0)] * 3
+    assert calls == [(performance_timing.DEFAULT_SPIN_UP_MS, 1)] + [(7.0, 11.0)] * 3
     assert sets_used == [0, 1] * 4  # input copies rotate through the spin-up too
     calls.clear()
     answers = iter([5.0])
-    assert timing.bench(sets_used.append, repeats=1, spin_up_ms=0).medians_ms == (5.0,)
+    assert performance_timing.bench(sets_used.append, repeats=1, spin_up_ms=0).medians_ms == (5.0,)
     assert len(calls) == 1

@@ -19,7 +19,7 @@ from grader.cli import main
 from grader.publishing.classroom import classroom_steps
 from grader.publishing.gradebook import Gradebook, Student, canvas_csv, graded_row, ungraded_row
 from grader.publishing.prairielearn import HIDDEN_MESSAGE, prairielearn_json
-from grader.results import CaseResult, GradeResult, PerfResult
+from grader.results import CaseResult, GradeResult, PerformanceResult
 from tests.conftest import ASSIGNMENT, SEED
 
 
@@ -29,7 +29,7 @@ def case(case_id: str, visibility: str, score: float, max_score: float, traps: t
                       message=f"details of {case_id}", traps=traps)
 
 
-def result(*cases: CaseResult, performance: tuple[PerfResult, ...] = ()) -> GradeResult:
+def result(*cases: CaseResult, performance: tuple[PerformanceResult, ...] = ()) -> GradeResult:
     return GradeResult(assignment=ASSIGNMENT, submission="fused_layers.py", backend="interpreter", seed=SEED,
                        versions={}, cases=cases, execution_time_s=1.0, performance=performance)
 
@@ -55,8 +55,8 @@ def assert_prairielearn_shape(doc: dict[str, Any]) -> None:
 
 
 def test_prairielearn_results_shape_score_and_hidden_cases() -> None:
-    perf = PerfResult(perf_id="ln_big", target="layernorm", title="layernorm: big", dims={"M": 8}, dtype="float32",
-                      status="timed", score=1.0, max_score=2.0)
+    perf = PerformanceResult(perf_id="ln_big", target="layernorm", title="layernorm: big", dims={"M": 8},
+                             dtype="float32", status="timed", score=1.0, max_score=2.0)
     graded = result(case("public_ok", "public", 2.0, 2.0),
                     case("hidden_bad", "hidden", 0.0, 4.0, ("eps-outside-sqrt",)), performance=(perf,))
     doc = prairielearn_json(graded, "# report")

@@ -10,9 +10,9 @@ import torch
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import In, Out, Stride
-from grader.authoring.spec import KernelSpec, PerfCase, load_assignment
+from grader.authoring.spec import KernelSpec, PerformanceCase, load_assignment
 from grader.running import arguments
-from grader.running.perf_runner import encode_call
+from grader.running.performance import encode_call
 
 SPEC = KernelSpec("k", params=("x_ptr", "w_ptr", "out_ptr", "stride_xm", "stride_wk", "stride_om", "N", "BLOCK"),
                   constexprs=("BLOCK",), grid=("1",), problem="p")
@@ -53,7 +53,7 @@ def test_timing_and_correctness_pass_the_same_scalars(repo_root: Path) -> None:
             continue
         problem = problems[spec.problem]
         inputs = problem.make_inputs(case, InputMaker(1))
-        perf = PerfCase(id=case.id, target=case.target, dims=case.dims, tolerance=case.tolerance, meta=case.meta)
+        perf = PerformanceCase(id=case.id, target=case.target, dims=case.dims, tolerance=case.tolerance, meta=case.meta)
         plan = encode_call(perf, assignment, problem, inputs)
         bound = arguments.kernel_binding(problem, inputs)
         params = [p for p in spec.params if p not in spec.constexprs]

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from grader.authoring.oracle_loader import load_problems
-from grader.authoring.spec import Assignment, PerfCase, Threshold, load_assignment
+from grader.authoring.spec import Assignment, PerformanceCase, Threshold, load_assignment
 from grader.running.calibration import (
     CACHE_DIR_VARIABLE,
     Calibration,
@@ -65,13 +65,13 @@ def assignment(repo_root: Path) -> Assignment:
 
 
 @pytest.fixture(scope="module")
-def perf(assignment: Assignment) -> PerfCase:
+def perf(assignment: Assignment) -> PerformanceCase:
     (found,) = [p for p in assignment.performance if p.id == "perf-layernorm"]
     return found
 
 
 @pytest.fixture(scope="module")
-def key(assignment: Assignment, perf: PerfCase) -> CalibrationKey:
+def key(assignment: Assignment, perf: PerformanceCase) -> CalibrationKey:
     return calibration_key(assignment, perf, load_problems(assignment), H200)
 
 
@@ -225,7 +225,7 @@ def test_concurrent_grades_measure_a_case_once(tmp_path: Path, key: CalibrationK
 # ------------------------------------------------------------------------------------------- the key
 
 
-def test_the_key_covers_versions_gpu_and_driver(assignment: Assignment, perf: PerfCase,
+def test_the_key_covers_versions_gpu_and_driver(assignment: Assignment, perf: PerformanceCase,
                                                 key: CalibrationKey) -> None:
     problems = load_problems(assignment)
     digests = {key.digest}
@@ -237,7 +237,7 @@ def test_the_key_covers_versions_gpu_and_driver(assignment: Assignment, perf: Pe
     assert len(digests) == 8
 
 
-def test_the_key_covers_the_case_definition_not_its_points(assignment: Assignment, perf: PerfCase,
+def test_the_key_covers_the_case_definition_not_its_points(assignment: Assignment, perf: PerformanceCase,
                                                            key: CalibrationKey) -> None:
     problems = load_problems(assignment)
 
@@ -253,7 +253,7 @@ def test_the_key_covers_the_case_definition_not_its_points(assignment: Assignmen
     assert calibration_key(assignment, other, problems, H200).digest != key.digest
 
 
-def test_the_key_covers_the_reference_and_oracle_source(tmp_path: Path, repo_root: Path, perf: PerfCase,
+def test_the_key_covers_the_reference_and_oracle_source(tmp_path: Path, repo_root: Path, perf: PerformanceCase,
                                                          assignment: Assignment, key: CalibrationKey) -> None:
     problems = load_problems(assignment)
     course = tmp_path / "course"  # the course's three folders: the contract, the staff's, the students'
@@ -274,13 +274,13 @@ def test_the_key_covers_the_reference_and_oracle_source(tmp_path: Path, repo_roo
     assert calibration_key(dataclasses.replace(copied, reference_solution=None), perf, problems, H200).reference == ""
 
 
-def test_the_seed_is_not_in_the_key(assignment: Assignment, perf: PerfCase, key: CalibrationKey,
+def test_the_seed_is_not_in_the_key(assignment: Assignment, perf: PerformanceCase, key: CalibrationKey,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Every grade of a course shares the bars: two runners on different seeds ask for the same key."""
-    from grader.running import perf_runner
+    from grader.running import performance
 
-    monkeypatch.setattr(perf_runner, "this_machine", lambda device: H200)
-    runners = [perf_runner.PerfRunner(assignment, seed, device="cpu") for seed in (1, 2)]
+    monkeypatch.setattr(performance, "this_machine", lambda device: H200)
+    runners = [performance.PerformanceRunner(assignment, seed, device="cpu") for seed in (1, 2)]
     try:
         assert runners[0]._calibration_key(perf) == runners[1]._calibration_key(perf) == key
     finally:
@@ -288,22 +288,22 @@ def test_the_seed_is_not_in_the_key(assignment: Assignment, perf: PerfCase, key:
             runner.close()
 
 
-def test_runners_on_other_seeds_reuse_the_bars(tmp_path: Path, assignment: Assignment, perf: PerfCase,
+def test_runners_on_other_seeds_reuse_the_bars(tmp_path: Path, assignment: Assignment, perf: PerformanceCase,
                                                key: CalibrationKey, monkeypatch: pytest.MonkeyPatch) -> None:
-    """PerfRunner._bars through the store: the first grade measures (torch eager, reference), a later
+    """PerformanceRunner._bars through the store: the first grade measures (torch eager, reference), a later
     one (another seed, another store object: another run) reads them; bars without the reference's
     time are used but not stored (the reference's failure may have been passing)."""
-    from grader.running import perf_runner
+    from grader.running import performance
 
-    monkeypatch.setattr(perf_runner, "this_machine", lambda device: H200)
+    monkeypatch.setattr(performance, "this_machine", lambda device: H200)
     spec = assignment.kernels.get(perf.target) or assignment.functions[perf.target]
     problem = load_problems(assignment)[spec.problem]
-    prepared = perf_runner._Prepared(perf, problem, None, {}, None)  # only what _bars reads
+    prepared = performance._Prepared(perf, problem, None, {}, None)  # only what _bars reads
     timed: list[int] = []
-    made: list[perf_runner.PerfRunner] = []
+    made: list[performance.PerformanceRunner] = []
 
     def bars(seed: int, reference: list[float] | None, cached: bool = True) -> Calibration | str:
-        runner = perf_runner.PerfRunner(assignment, seed, device="cpu",
+        runner = performance.PerformanceRunner(assignment, seed, device="cpu",
                                         calibration=CalibrationStore(tmp_path) if cached else None)
         made.append(runner)
         runner._copy_gb_per_s = 4000.0
@@ -381,7 +381,8 @@ def test_a_cuda_grade_makes_and_hides_the_cache_folder(tmp_path: Path, assignmen
 
 
 def test_the_grade_hands_the_store_to_its_grading_run(tmp_path: Path, assignment: Assignment) -> None:
-    """GradeRequest.calibration -> the GradingRun (pytest's plugin instance), which makes the PerfRunner with it."""
+    """GradeRequest.calibration -> the GradingRun (pytest's plugin instance), which makes the PerformanceRunner
+    with it."""
     from grader.operations import grade as grade_module
     from grader.operations.grade import GradeRequest
 

@@ -21,7 +21,7 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.running import guards
-from grader.running.worker import fence, interpreter_compat, progress, timing
+from grader.running.worker import fence, interpreter_compat, performance_timing, progress
 from grader.running.worker.hint_check import HintLog
 from grader.running.worker.launch_record import (
     LaunchRecord,
@@ -30,8 +30,8 @@ from grader.running.worker.launch_record import (
     storage_bytes,
     storage_id,
 )
+from grader.running.worker.performance_run import note_freshness, storage_describer, time_kept, time_launches
 from grader.running.worker.protocol import ALLOCATION_LINE, POINTERS_LINE
-from grader.running.worker.timed_run import note_freshness, storage_describer, time_kept, time_launches
 
 try:
     from triton.runtime.autotuner import Autotuner, Heuristics
@@ -546,7 +546,7 @@ class Harness:
 
     # ------------------------------------------------------------------ performance: the "time" op
 
-    def _record_timed_call(self, prepared: timing.PreparedCall, is_kernel: bool) -> dict[str, Any]:
+    def _record_timed_call(self, prepared: performance_timing.PreparedCall, is_kernel: bool) -> dict[str, Any]:
         """Call the target once more (it is compiled and tuned by now) with every launch recorded by
         layout, not bytes: what a timer worker needs to run the same launches without this code."""
         fresh = {storage_id(t) for t in prepared.outputs[0]} if is_kernel else set()
@@ -578,7 +578,8 @@ class Harness:
     def time(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run a target once on the request's inputs (that run compiles and autotunes it), send back its
         outputs if asked (`return_outputs`), then, on CUDA and if asked (`time`), time it with
-        grader.running.worker.timing.bench over `sets` rotated copies of the inputs. See timing.prepare_call
+        grader.running.worker.performance_timing.bench over `sets` rotated copies of the inputs. See
+        performance_timing.prepare_call
         for the encoding of `inputs`, `args`, `kwargs` and `outputs`."""
         prepared = None
         try:
@@ -587,7 +588,7 @@ class Harness:
             tuned = set(tuned_meta(target)) if is_kernel else set()
             meta = {k: v for k, v in request.get("meta", {}).items() if k not in tuned}
             grid = make_grid(request["grid"]) if is_kernel else None
-            prepared = timing.prepare_call(target, request, self.device, grid, meta)
+            prepared = performance_timing.prepare_call(target, request, self.device, grid, meta)
             recorder = _Recorder(replayable=False)  # a wrapper must stay fused at the timed size too
             _Recorder.active = recorder if not is_kernel else None
             try:
@@ -608,10 +609,10 @@ class Harness:
                     reply["result"] = encode_value(result)
             del result
             if request.get("time") and self.device.type == "cuda":
-                measured = timing.bench(prepared.call, sets=int(request.get("sets", 1)),
+                measured = performance_timing.bench(prepared.call, sets=int(request.get("sets", 1)),
                                         repeats=int(request.get("repeats", 5)),
-                                        warmup_ms=float(request.get("warmup_ms", timing.DEFAULT_WARMUP_MS)),
-                                        rep_ms=float(request.get("rep_ms", timing.DEFAULT_REP_MS)))
+                                        warmup_ms=float(request.get("warmup_ms", performance_timing.DEFAULT_WARMUP_MS)),
+                                        rep_ms=float(request.get("rep_ms", performance_timing.DEFAULT_REP_MS)))
                 reply["timing"] = measured.to_dict()
         except BaseException as exc:
             return {"ok": False, "error": describe_exception(exc, self.path), "fatal": is_fatal_device_error(exc)}

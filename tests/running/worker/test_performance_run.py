@@ -1,5 +1,5 @@
 """Timed runs execute none of the submission's Python: its kernels alone (kernel_source), launches whose
-every buffer is accounted for (timed_plan), replayed in a timer worker (on the interpreter here)."""
+every buffer is accounted for (performance_plan), replayed in a timer worker (on the interpreter here)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from grader.authoring.spec import Assignment, load_assignment
 from grader.running.kernel_source import kernels_only
-from grader.running.timed_plan import TimedPlan, plan_timed_run
+from grader.running.performance_plan import PerformancePlan, plan_performance_run
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -109,8 +109,8 @@ def test_plan_accounts_for_inputs_fresh_buffers_fills_and_input_copies() -> None
                  2: {"nbytes": 32, "head": b"x" * 16, "sha256": "whatever: written by launch 1"}},
                 [_tensor(3, 8), _tensor(4, 8), 8]),
     ], "outputs": [{"sid": 2, "offset": 0, "shape": [8], "stride": [1], "dtype": "float32"}]}
-    plan = plan_timed_run(record, [x], "f")
-    assert isinstance(plan, TimedPlan)
+    plan = plan_performance_run(record, [x], "f")
+    assert isinstance(plan, PerformancePlan)
     assert plan.buffers == {1: {"input": 0, "nbytes": 32}, 2: {"fresh": True, "nbytes": 32},
                             3: {"fill": bytes(1), "nbytes": 32}, 4: {"copy_of": 0, "nbytes": 32}}
     assert [launch["kwargs"] for launch in plan.launches] == [{"BLOCK": 64}] * 2
@@ -122,7 +122,7 @@ def test_a_buffer_from_outside_the_kernels_is_not_timed() -> None:
                                     7: {"nbytes": 32, "head": b"\x01\x02" * 8, "sha256": "0" * 64}},
                                    [_tensor(7, 8), _tensor(1, 8), 8])],
               "outputs": [{"sid": 1}]}
-    problem = plan_timed_run(record, [torch.zeros(8)], "layernorm")
+    problem = plan_performance_run(record, [torch.zeros(8)], "layernorm")
     assert isinstance(problem, str)
     assert "`x_ptr`" in problem and "computed outside the kernels" in problem
 
@@ -130,11 +130,11 @@ def test_a_buffer_from_outside_the_kernels_is_not_timed() -> None:
 def test_outputs_must_come_from_the_launches() -> None:
     record = {"launches": [_launch({1: {"input": 0, "nbytes": 32}}, [_tensor(1, 8), _tensor(1, 8), 8])],
               "outputs": [{"sid": 99}]}
-    assert "not a buffer any of its kernel launches" in str(plan_timed_run(record, [torch.zeros(8)], "f"))
-    assert "launched no Triton kernel" in str(plan_timed_run({"launches": []}, [], "f"))
+    assert "not a buffer any of its kernel launches" in str(plan_performance_run(record, [torch.zeros(8)], "f"))
+    assert "launched no Triton kernel" in str(plan_performance_run({"launches": []}, [], "f"))
     incomplete = {"launches": [{"complete": False, "why": "a grid that is not a tuple"}], "outputs": []}
     assert "could not be recorded completely (a grid that is not a tuple)" in str(
-        plan_timed_run(incomplete, [], "f"))
+        plan_performance_run(incomplete, [], "f"))
 
 
 # ------------------------------------------------------------------------------------------ end to end
@@ -153,14 +153,14 @@ def test_recorded_launches_replay_in_a_worker_that_loaded_only_the_kernels(
     outputs are the oracle's."""
     from grader.authoring.inputs import InputMaker
     from grader.authoring.oracle_loader import load_problems
-    from grader.authoring.spec import PerfCase
+    from grader.authoring.spec import PerformanceCase
     from grader.judging.compare import close_mask
     from grader.running.client import Worker, WorkerOptions
-    from grader.running.perf_runner import encode_call
+    from grader.running.performance import encode_call
 
-    perf = {"p-layernorm": PerfCase(id="p-layernorm", target="layernorm", dims={"M": 5, "N": 37},
+    perf = {"p-layernorm": PerformanceCase(id="p-layernorm", target="layernorm", dims={"M": 5, "N": 37},
                                     tolerance="rowwise"),
-            "p-stats-kernel": PerfCase(id="p-stats-kernel", target="row_mean_var_kernel", dims={"M": 7, "N": 33},
+            "p-stats-kernel": PerformanceCase(id="p-stats-kernel", target="row_mean_var_kernel", dims={"M": 7, "N": 33},
                                        tolerance="rowwise", meta={"BLOCK_N": 64})}[perf_id]
     spec = fused_layers.kernels.get(perf.target) or fused_layers.functions[perf.target]
     problem = load_problems(fused_layers)[spec.problem]
@@ -178,8 +178,8 @@ def test_recorded_launches_replay_in_a_worker_that_loaded_only_the_kernels(
         reply = student.request(call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True),
                                 120, "record")
         assert reply["ok"], reply
-        plan = plan_timed_run(reply["record"], call.inputs, perf.target)
-        assert isinstance(plan, TimedPlan), plan
+        plan = plan_performance_run(reply["record"], call.inputs, perf.target)
+        assert isinstance(plan, PerformancePlan), plan
         assert timer.start()["ok"]
         timed = timer.request(plan.request(list(call.inputs), sets=2, repeats=1, time=False), 120, "replay")
         assert timed["ok"], timed

@@ -7,7 +7,7 @@
 2. In a timer worker, which loaded only the submission's kernels (grader.running.kernel_source) or
    the trusted reference, `time_launches` rebuilds those buffers for several input sets, runs the
    launches once (their outputs go back to the grader, which checks them), captures the launches of
-   all sets in one CUDA graph and times its replays (grader.running.worker.timing.time_graph).
+   all sets in one CUDA graph and times its replays (grader.running.worker.performance_timing.time_graph).
 
 Only torch and triton are imported (the worker may load this after it confined imports).
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from grader.running.worker import progress, timing
+from grader.running.worker import performance_timing, progress
 from grader.running.worker.launch_record import decode_value, storage_id, tensor_from
 
 # Torch operators that make views: they neither initialise nor write a storage.
@@ -170,6 +170,7 @@ def time_kept(request: Mapping[str, Any], device: torch.device) -> dict[str, Any
 
 def _time(run_all: Callable[[], None], sets: int, request: Mapping[str, Any]) -> dict[str, Any]:
     run_all()  # every set compiled and warm before the capture
-    measured = timing.time_graph(run_all, calls=sets, repeats=int(request.get("repeats", timing.DEFAULT_REPEATS)),
-                                 spin_up_ms=float(request.get("spin_up_ms", timing.DEFAULT_SPIN_UP_MS)))
+    repeats = int(request.get("repeats", performance_timing.DEFAULT_REPEATS))
+    spin_up_ms = float(request.get("spin_up_ms", performance_timing.DEFAULT_SPIN_UP_MS))
+    measured = performance_timing.time_graph(run_all, calls=sets, repeats=repeats, spin_up_ms=spin_up_ms)
     return measured.to_dict()

@@ -1,7 +1,7 @@
 """What a timer worker runs for one timed case, checked from the student's launch record. Pure.
 
 The student's worker records, at the timed size, every kernel launch its target made and where each
-buffer came from (grader.running.worker.timed_run): an input the grader sent, a fresh allocation, or
+buffer came from (grader.running.worker.performance_run): an input the grader sent, a fresh allocation, or
 the size, first bytes and SHA-256 of anything else. Here every buffer must be accounted for by
 something the grader can rebuild on its own: an input, a fresh buffer, a constant fill, or a copy of
 an input. A buffer holding anything else (a cached answer, a result computed by torch) means the
@@ -22,7 +22,7 @@ FILL_WIDTHS = (1, 2, 4, 8)  # a constant fill repeats one element of this many b
 
 
 @dataclass(frozen=True)
-class TimedPlan:
+class PerformancePlan:
     buffers: Mapping[int, Mapping[str, Any]]  # storage id -> input / fresh / fill / copy_of, with nbytes
     launches: tuple[Mapping[str, Any], ...]  # kernel, grid, args, kwargs (tensors by storage id)
     outputs: tuple[Mapping[str, Any], ...]  # the target's outputs as views of those buffers
@@ -77,7 +77,8 @@ def _param(launch: Mapping[str, Any], sid: int) -> str:
     return "a buffer"
 
 
-def plan_timed_run(record: Mapping[str, Any], inputs: Sequence[torch.Tensor], target: str) -> TimedPlan | str:
+def plan_performance_run(record: Mapping[str, Any], inputs: Sequence[torch.Tensor],
+                         target: str) -> PerformancePlan | str:
     """The plan, or why these launches cannot be timed without the student's code (for the student)."""
     launches = record.get("launches")
     if not isinstance(launches, list) or not launches:
@@ -109,4 +110,4 @@ def plan_timed_run(record: Mapping[str, Any], inputs: Sequence[torch.Tensor], ta
     for index, view in enumerate(outputs, 1):
         if not isinstance(view, Mapping) or view.get("sid") not in buffers:
             return f"output {index} of {target} is not a buffer any of its kernel launches was given"
-    return TimedPlan(buffers, tuple(planned), tuple(outputs))
+    return PerformancePlan(buffers, tuple(planned), tuple(outputs))

@@ -1,9 +1,9 @@
 """Performance cases on CUDA, the measuring part. Timed runs execute none of the submission's Python:
 
 1. record: the student's worker calls the target once at the timed size (compiling and autotuning it),
-   then once more with every kernel launch recorded by layout (grader.running.worker.timed_run);
+   then once more with every kernel launch recorded by layout (grader.running.worker.performance_run);
 2. plan: every buffer of those launches must be an input, a fresh buffer, a constant fill or a copy of
-   an input (grader.running.timed_plan), else the values came from outside the kernels;
+   an input (grader.running.performance_plan), else the values came from outside the kernels;
 3. time: the student's workers are stopped; inside the GPU's exclusive slot (grader.running.gpu_slot)
    a timer worker that loaded only the submission's kernels (grader.running.kernel_source) runs the
    launches on fresh inputs, sends their outputs back (checked here against torch eager), and times
@@ -35,12 +35,12 @@ import torch
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import Baseline, Problem
-from grader.authoring.spec import Assignment, PerfCase
+from grader.authoring.spec import Assignment, PerformanceCase
 from grader.judging.compare import close_mask
 from grader.judging.judge import fusion_problems
 from grader.judging.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
 from grader.operations.environment import versions
-from grader.results import CaseResult, DeviceInfo, Measurement, PerfResult
+from grader.results import CaseResult, DeviceInfo, Measurement, PerformanceResult
 from grader.running import arguments
 from grader.running.battery import Battery
 from grader.running.calibration import (
@@ -55,8 +55,8 @@ from grader.running.client import Deadline, Worker, WorkerFailure, WorkerOptions
 from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.kernel_source import KernelSource, kernels_only
 from grader.running.observation import Observation, error_message
-from grader.running.timed_plan import TimedPlan, plan_timed_run
-from grader.running.worker import timing
+from grader.running.performance_plan import PerformancePlan, plan_performance_run
+from grader.running.worker import performance_timing
 from grader.seeds import case_seed
 from grader.trap_ids import CRASH, NOT_FUSED, OUT_OF_MEMORY, RUNTIME_ERROR, TIMEOUT
 
@@ -65,7 +65,7 @@ from grader.trap_ids import CRASH, NOT_FUSED, OUT_OF_MEMORY, RUNTIME_ERROR, TIME
 
 @dataclass(frozen=True)
 class CallPlan:
-    """A target and its arguments as plain data for the worker's "time" op (timing.prepare_call)."""
+    """A target and its arguments as plain data for the worker's "time" op (performance_timing.prepare_call)."""
 
     kind: str  # "kernel" | "function"
     target: str
@@ -98,7 +98,7 @@ class CallPlan:
 
 
 def encode_call(
-    perf: PerfCase, assignment: Assignment, problem: Problem, inputs: Mapping[str, Any]
+    perf: PerformanceCase, assignment: Assignment, problem: Problem, inputs: Mapping[str, Any]
 ) -> CallPlan:
     """Bind the target to its inputs the way correctness cases do (grader.running.arguments), with
     every tensor contiguous and without guard buffers."""
@@ -170,14 +170,14 @@ def baseline_outputs(baseline: Baseline, result: Any) -> dict[str, torch.Tensor]
 class _Prepared:
     """A case recorded in the student's worker and planned, ready to time."""
 
-    perf: PerfCase
+    perf: PerformanceCase
     problem: Problem
     call: CallPlan
     inputs: Mapping[str, Any]
-    timed: TimedPlan
+    timed: PerformancePlan
 
 
-class PerfRunner:
+class PerformanceRunner:
     """Times one grading session's performance cases, all at the first one's turn: every case recorded
     in the student's worker, then every one timed in a single exclusive slot (one spin-up).
 
@@ -185,7 +185,7 @@ class PerfRunner:
     clock). The reference solution gets a worker of its own, started at its first use."""
 
     def __init__(self, assignment: Assignment, seed: int, device: str = "cuda",
-                 perfs: Sequence[PerfCase] | None = None, calibration: CalibrationStore | None = None) -> None:
+                 perfs: Sequence[PerformanceCase] | None = None, calibration: CalibrationStore | None = None) -> None:
         """`perfs`: the cases this session measures (default: the assignment's); `calibration`: where bars
         are cached (None: measured for this session alone)."""
         self.assignment = assignment
@@ -200,7 +200,7 @@ class PerfRunner:
         self._reference_problem = "" if assignment.reference_solution else "the assignment has no reference solution"
         self._timer: Worker | None = None
         self._timer_problem = "the timer was not started"
-        self._results: dict[str, PerfResult] | None = None
+        self._results: dict[str, PerformanceResult] | None = None
         self._spun = False
         self._folder = Path(tempfile.mkdtemp(prefix="grader-timer-"))
 
@@ -215,12 +215,12 @@ class PerfRunner:
         found = versions()
         if copy_gb_per_s is None:
             if self._copy_gb_per_s is None:
-                self._copy_gb_per_s = timing.copy_bandwidth_gbs()
+                self._copy_gb_per_s = performance_timing.copy_bandwidth_gbs()
             copy_gb_per_s = self._copy_gb_per_s
         return DeviceInfo(gpu=torch.cuda.get_device_name(0) if self.device == "cuda" else self.device,
                           copy_gb_per_s=copy_gb_per_s, torch=found.get("torch", "?"), triton=found.get("triton", "?"))
 
-    def run(self, perf: PerfCase, battery: Battery, cases: Sequence[CaseResult]) -> PerfResult:
+    def run(self, perf: PerformanceCase, battery: Battery, cases: Sequence[CaseResult]) -> PerformanceResult:
         """The case's result; all cases are measured at the first call (their gates use `cases`)."""
         if battery.backend != "cuda":
             return skipped(perf)
@@ -228,8 +228,8 @@ class PerfRunner:
             self._results = self.measure_all(battery, cases)
         return self._results.get(perf.id) or errored(perf, "the case was not measured")
 
-    def measure_all(self, battery: Battery, cases: Sequence[CaseResult]) -> dict[str, PerfResult]:
-        results: dict[str, PerfResult] = {}
+    def measure_all(self, battery: Battery, cases: Sequence[CaseResult]) -> dict[str, PerformanceResult]:
+        results: dict[str, PerformanceResult] = {}
         todo = []
         for perf in self.perfs:
             reason = correctness_gate(perf.target, cases)
@@ -257,7 +257,7 @@ class PerfRunner:
             for perf in todo:
                 with clock.phase("timing/record"):
                     prepared = self._record(perf, battery)
-                if isinstance(prepared, PerfResult):
+                if isinstance(prepared, PerformanceResult):
                     results[perf.id] = prepared
                 else:
                     ready.append(prepared)
@@ -280,15 +280,15 @@ class PerfRunner:
                 results[prepared.perf.id] = self._measure(prepared, battery)
         return results
 
-    def _calibrated(self, perf: PerfCase) -> Calibration | None:
+    def _calibrated(self, perf: PerformanceCase) -> Calibration | None:
         return self.calibration.load(self._calibration_key(perf)) if self.calibration is not None else None
 
-    def _calibration_key(self, perf: PerfCase) -> CalibrationKey:
+    def _calibration_key(self, perf: PerformanceCase) -> CalibrationKey:
         if self._machine is None:
             self._machine = this_machine(self.device)
         return calibration_key(self.assignment, perf, self.problems, self._machine)
 
-    def _deadline(self, perf: PerfCase) -> Deadline:
+    def _deadline(self, perf: PerformanceCase) -> Deadline:
         """How long a request at the timed size may take: from the reference's measured time when a
         calibration has it (a kernel still running 100x that plus a few seconds after its last launch is
         spinning), compiles allowed their own time, the case's `timeout_s` as the cap."""
@@ -300,7 +300,7 @@ class PerfRunner:
         """The first timing of a grade brings the clocks up from idle; the rest follow it closely."""
         first = not self._spun
         self._spun = True
-        return timing.DEFAULT_SPIN_UP_MS if first else timing.FOLLOW_UP_SPIN_UP_MS
+        return performance_timing.DEFAULT_SPIN_UP_MS if first else performance_timing.FOLLOW_UP_SPIN_UP_MS
 
     def _ensure_reference(self) -> None:
         if self._reference is None and not self._reference_problem:
@@ -319,7 +319,7 @@ class PerfRunner:
 
     # ------------------------------------------------------------------ 1-2: record and plan
 
-    def _record(self, perf: PerfCase, battery: Battery) -> _Prepared | PerfResult:
+    def _record(self, perf: PerformanceCase, battery: Battery) -> _Prepared | PerformanceResult:
         spec = self.assignment.kernels.get(perf.target) or self.assignment.functions[perf.target]
         problem = self.problems[spec.problem]
         assert problem.baseline is not None  # load_problems checks every performance target has one
@@ -338,12 +338,12 @@ class PerfRunner:
             if unfused:
                 return errored(perf, f"{what}: not fused at this size: " + "; ".join(unfused))
         recorded = reply.get("record")
-        timed = plan_timed_run(recorded if isinstance(recorded, Mapping) else {}, call.inputs, perf.target)
+        timed = plan_performance_run(recorded if isinstance(recorded, Mapping) else {}, call.inputs, perf.target)
         if isinstance(timed, str):
             return errored(perf, f"{what}: {timed}", trap=NOT_FUSED if "outside the kernels" in timed else "")
         return _Prepared(perf, problem, call, inputs, timed)
 
-    def _make_inputs(self, perf: PerfCase, problem: Problem) -> dict[str, Any]:
+    def _make_inputs(self, perf: PerformanceCase, problem: Problem) -> dict[str, Any]:
         """The case's inputs, drawn on the GPU from the seed (an oracle that only works on the CPU
         gets a CPU generator)."""
         seed, dtype = case_seed(self.seed, perf.id), getattr(torch, perf.dtype)
@@ -356,7 +356,7 @@ class PerfRunner:
 
     # ------------------------------------------------------------------ 3: time
 
-    def _check(self, prepared: _Prepared, battery: Battery) -> PerfResult | None:
+    def _check(self, prepared: _Prepared, battery: Battery) -> PerformanceResult | None:
         """Run the launches once in the timer (kept there for timing) and check their outputs against
         torch eager: None when right, else the case's result."""
         perf, baseline = prepared.perf, prepared.problem.baseline
@@ -377,7 +377,7 @@ class PerfRunner:
                                  f"{baseline.label}: {wrong}")
         return None
 
-    def _measure(self, prepared: _Prepared, battery: Battery) -> PerfResult:
+    def _measure(self, prepared: _Prepared, battery: Battery) -> PerformanceResult:
         perf, baseline = prepared.perf, prepared.problem.baseline
         assert baseline is not None
         with battery.clock.phase("timing/bars"):
@@ -436,7 +436,7 @@ class PerfRunner:
         except Exception as exc:  # torch eager itself failed (out of memory): no bar to compare with
             return f"torch eager could not be timed at {perf.shape}: {type(exc).__name__}: {exc}"[:400]
         reference, note = self._time_reference(prepared)
-        copy = self._copy_gb_per_s if self._copy_gb_per_s is not None else timing.copy_bandwidth_gbs()
+        copy = self._copy_gb_per_s if self._copy_gb_per_s is not None else performance_timing.copy_bandwidth_gbs()
         self._copy_gb_per_s = copy
         now = time.time()
         return Calibration(id=f"{key.digest}@{int(now)}", reference=tuple(reference) if reference else None,
@@ -497,7 +497,7 @@ class PerfRunner:
             return f"{what}: the timer sent a malformed reply"
         return outputs, list(reply.get("timing", {}).get("medians_ms", []))
 
-    def _time_kept(self, worker: Worker, perf: PerfCase, what: str) -> list[float] | str:
+    def _time_kept(self, worker: Worker, perf: PerformanceCase, what: str) -> list[float] | str:
         """Time the launches `_time_plan(keep=perf.id)` left in `worker`: CUDA-graph replays only."""
         request = {"op": "time_kept", "key": perf.id, "repeats": perf.repeats, "spin_up_ms": self._spin_up_ms()}
         run_s = self._deadline(perf).run_s or RUN_GRACE_S
@@ -510,25 +510,26 @@ class PerfRunner:
             return f"{what} raised " + error_message(reply.get("error", {}), worker.submission.name)
         return list(reply.get("timing", {}).get("medians_ms", []))
 
-    def _eager_outputs(self, baseline: Baseline, inputs: Mapping[str, Any], perf: PerfCase) -> dict[str, torch.Tensor]:
+    def _eager_outputs(self, baseline: Baseline, inputs: Mapping[str, Any],
+                       perf: PerformanceCase) -> dict[str, torch.Tensor]:
         on_device = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-        with timing.tf32_matmul(baseline.tf32):
+        with performance_timing.tf32_matmul(baseline.tf32):
             return baseline_outputs(baseline, baseline.run(on_device))
 
-    def _time_eager(self, baseline: Baseline, inputs: Mapping[str, Any], perf: PerfCase) -> list[float]:
+    def _time_eager(self, baseline: Baseline, inputs: Mapping[str, Any], perf: PerformanceCase) -> list[float]:
         """Torch eager on `input_sets` copies of the inputs, timed as CUDA-graph replays like the kernels."""
         first = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
         copies = [first] + [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in first.items()}
                             for _ in range(perf.input_sets - 1)]
         if self.device != "cuda":
             return []
-        with timing.tf32_matmul(baseline.tf32):
+        with performance_timing.tf32_matmul(baseline.tf32):
             def run_all() -> None:
                 for copy in copies:
                     baseline.run(copy)
 
             run_all()
-            measured = timing.time_graph(run_all, calls=len(copies), repeats=perf.repeats,
+            measured = performance_timing.time_graph(run_all, calls=len(copies), repeats=perf.repeats,
                                          spin_up_ms=self._spin_up_ms())
         torch.cuda.empty_cache()
         return list(measured.medians_ms)
@@ -564,7 +565,8 @@ class PerfRunner:
                 prepared.call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True),
                 self._deadline(perf), what)
             recorded = reply.get("record") if reply.get("ok") else None
-            plan = plan_timed_run(recorded if isinstance(recorded, Mapping) else {}, prepared.call.inputs, perf.target)
+            plan = plan_performance_run(recorded if isinstance(recorded, Mapping) else {}, prepared.call.inputs,
+                                        perf.target)
             if isinstance(plan, str):
                 return None, f"the reference could not be timed: {plan}"
             timed = self._time_plan(self._reference, dataclasses.replace(prepared, timed=plan), what)
@@ -588,7 +590,7 @@ SLOWDOWN_ALLOWED = 100.0
 COMPILE_LIMIT_S = 120.0  # one compilation (an autotuned kernel compiles once per configuration)
 
 
-def timed_deadline(perf: PerfCase, expected_ms: float | None) -> Deadline:
+def timed_deadline(perf: PerformanceCase, expected_ms: float | None) -> Deadline:
     """Pure: the deadline of one request at `perf`'s timed size, given the bar's median (ms) if known."""
     run_s = RUN_GRACE_S + SLOWDOWN_ALLOWED * (expected_ms or 0.0) / 1000.0
     return Deadline(cap_s=perf.timeout_s, run_s=run_s, compile_s=COMPILE_LIMIT_S)
@@ -601,7 +603,7 @@ def _finish_start(worker: Worker) -> dict[str, Any]:
         return {"ok": False, "error": {"message": failure.detail}}
 
 
-def _failed(perf: PerfCase, detail: str, device: DeviceInfo | None = None) -> PerfResult:
+def _failed(perf: PerformanceCase, detail: str, device: DeviceInfo | None = None) -> PerformanceResult:
     """A case that failed at the timed size, named for what happened (timeout, out of memory, a crash)."""
     lowered = detail.lower()
     if detail.startswith("timeout") or "did not finish" in lowered:
