@@ -114,7 +114,7 @@ def fault_observation(observation: Observation, fault: Fault, naming: Naming | N
                    "and the "
                    "strides each offset is multiplied by; grading on the CPU (`--backend interpreter`) stops the "
                    f"first stray access and names its line.\nWhat the GPU reported: {fault.message}")
-        return dataclasses.replace(observation, failure=trap_ids.MEMORY_FAULT, message=message, fault_findings=(),
+        return dataclasses.replace(observation, trap=trap_ids.MEMORY_FAULT, message=message, fault_findings=(),
                                    fault=_evidence(fault, None))
     if naming.by == SANITIZER:
         how = "compute-sanitizer memcheck, running this case again alone, reports"
@@ -125,7 +125,7 @@ def fault_observation(observation: Observation, fault: Fault, naming: Naming | N
     head = f"The kernel stopped on the GPU with {fault.what} (the GPU ends a kernel whose access lands {where}); {how}:"
     lines = [head, *(f"  {f.message}" for f in naming.findings if f.message), f"What the GPU reported: {fault.message}"]
     first, *rest = naming.findings
-    return dataclasses.replace(observation, failure=first.trap, message="\n".join(lines), fault_findings=tuple(rest),
+    return dataclasses.replace(observation, trap=first.trap, message="\n".join(lines), fault_findings=tuple(rest),
                                fault=_evidence(fault, naming.by))
 
 

@@ -70,8 +70,8 @@ def judge_case(
 
     if observation.fault is not None:  # how a GPU memory fault was named (grader/judging/faults.py)
         evidence["gpu_fault"] = dict(observation.fault)
-    if observation.failure:
-        return result(False, observation.message, [observation.failure, *(f.trap for f in observation.fault_findings)])
+    if observation.trap:
+        return result(False, observation.message, [observation.trap, *(f.trap for f in observation.fault_findings)])
 
     named: list[str] = []
     lines: list[str] = []
@@ -113,9 +113,9 @@ def judge_case(
     if nothing_written:
         evidence["nothing_written"] = nothing_written
     for finding in observation.guard_findings:
-        named.append(GUARD_TRAPS[finding.kind])
+        named.append(GUARD_TRAPS[finding.trap])
         line = finding.message()
-        if finding.kind == trap_ids.UNWRITTEN_OUTPUT and finding.buffer in nothing_written:
+        if finding.trap == trap_ids.UNWRITTEN_OUTPUT and finding.buffer in nothing_written:
             line += (f": your kernel wrote nothing to {finding.buffer} (the template's TODO is still there, or its "
                      "tl.store never runs, or its mask is never true)")
         lines.append(line)

@@ -84,7 +84,7 @@ def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filenam
         reply = worker.request({"op": "compile", "kernel": spec.name, "signature": kernel_signature(spec),
                                 "constexprs": meta, "arch": GPU_ARCH}, COMPILE_TIMEOUT_S, what)
     except WorkerFailure as failure:
-        return result(False, f"{what}: {failure.detail}", (failure.kind,))
+        return result(False, f"{what}: {failure.detail}", (failure.trap,))
     if reply.get("ok"):
         return result(True, f"compiles for sm_{GPU_ARCH} with {meta}")
     message = (f"{spec.name} runs in the interpreter but does not compile for the grading GPU "

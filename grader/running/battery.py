@@ -67,7 +67,7 @@ _GAPS = (3, 5, 7, 11, 13, 17, 19, 23)
 class SymbolProblem:
     """Why a target cannot be run at all (missing, wrong signature, import failure)."""
 
-    failure: str
+    trap: str
     message: str
 
 
@@ -180,8 +180,8 @@ class Battery:
                 reply = self.worker.start()
         except WorkerFailure as failure:
             problem = SymbolProblem(
-                failure.kind,
-                f"Importing {self.submission.name} {'timed out' if failure.kind == trap_ids.TIMEOUT else 'crashed'}: "
+                failure.trap,
+                f"Importing {self.submission.name} {'timed out' if failure.trap == trap_ids.TIMEOUT else 'crashed'}: "
                 f"{failure.detail}." + _tail(failure.output_tail),
             )
             self.load_problem = self.load_problem or problem
@@ -252,7 +252,7 @@ class Battery:
                 reply = self.worker.request(message, timeout_s, what)
         except WorkerFailure as failure:
             self.load_reply = None  # the next request starts a fresh worker
-            return f"{failure.kind}: {what}: {failure.detail}"
+            return f"{failure.trap}: {what}: {failure.detail}"
         if not reply.get("ok"):
             if reply.get("fatal"):
                 self.load_reply = None
@@ -311,7 +311,7 @@ class Battery:
         expected = problem.expected(inputs)
         blocked = self.symbol_problem(case.target)
         if blocked is not None:
-            observation = Observation(failure=blocked.failure, message=blocked.message)
+            observation = Observation(trap=blocked.trap, message=blocked.message)
         else:
             observation = self._run(case, problem, inputs)
             observation = self._probe_nondeterminism(case, problem, inputs, expected, observation)
@@ -340,7 +340,7 @@ class Battery:
         inputs = problem.make_inputs(case, InputMaker(case_seed(self.seed, case.id)))
         blocked = self.symbol_problem(case.target)
         if blocked is not None:
-            return Observation(failure=blocked.failure, message=blocked.message)
+            return Observation(trap=blocked.trap, message=blocked.message)
         observation = self._run(case, problem, inputs)
         if needs_fresh_worker(observation):
             self._replace_worker()
@@ -405,14 +405,14 @@ class Battery:
             return reply
         except WorkerFailure as failure:
             self.load_reply = None  # the next case starts a fresh worker
-            verb = "did not finish" if failure.kind == trap_ids.TIMEOUT else "crashed the worker"
+            verb = "did not finish" if failure.trap == trap_ids.TIMEOUT else "crashed the worker"
             text = f"{what} {verb}: {failure.detail}." + _tail(failure.output_tail)
-            kind = failure.kind
+            kind = failure.trap
             calls = self.hint_calls()
             if kind == trap_ids.CRASH and names_false_hint(f"{failure.detail} {failure.output_tail}", calls):
                 kind = trap_ids.FALSE_HINT  # a GPU fault a false tl.multiple_of / tl.max_contiguous explains
                 text += "\n" + gpu_fault_note(calls, self.submission.name)
-            return Observation(failure=kind, message=text, output_tail=failure.output_tail)
+            return Observation(trap=kind, message=text, output_tail=failure.output_tail)
 
     def hint_calls(self) -> tuple[HintCall, ...]:
         """The tl.multiple_of / tl.max_contiguous calls in the submission's source (read once, never run)."""
@@ -431,7 +431,7 @@ class Battery:
         message = failure_message(error, what, self.submission.name)
         if failure == trap_ids.FALSE_HINT:
             message += "\n" + gpu_fault_note(self.hint_calls(), self.submission.name)
-        return Observation(failure=failure, message=message, output_tail=self.worker.output_tail(),
+        return Observation(trap=failure, message=message, output_tail=self.worker.output_tail(),
                            false_hint=reply.get("false_hint"))
 
     def _run(
@@ -447,13 +447,13 @@ class Battery:
         Positions that turn finite were read from the guards (an out-of-bounds read); NaN that stays
         comes from the arithmetic (0/0, sqrt of a negative) and is left to the trap signatures."""
         leaks = nan_leaks(observation.outputs, expected, observation.unwritten)
-        if observation.failure or not leaks:
+        if observation.trap or not leaks:
             return observation
         probe = self._run(case, problem, inputs, finite_guard=GUARD_PROBE_VALUE)
         confirmed = {}
         for name, leak in leaks.items():
             again = probe.outputs.get(name)
-            if probe.failure or again is None or again.shape != leak.shape:
+            if probe.trap or again is None or again.shape != leak.shape:
                 continue
             from_guards = leak & ~torch.isnan(again.to(torch.float64))
             if from_guards.any():
@@ -464,12 +464,12 @@ class Battery:
                               expected: Mapping[str, torch.Tensor], observation: Observation) -> Observation:
         """A wrong output: run the identical case once more. Different bits on identical inputs mean a
         race or a read of memory nothing wrote (on a GPU; the interpreter runs programs in order)."""
-        if observation.failure or not observation.outputs:
+        if observation.trap or not observation.outputs:
             return observation
         if outputs_close(observation.outputs, expected, self._tol(case)):
             return observation
         again = self._run(case, problem, inputs)
-        if again.failure:
+        if again.trap:
             return observation
         differing = tuple(
             name for name, out in observation.outputs.items()
@@ -484,7 +484,7 @@ class Battery:
         """A wrapper case whose values pass: do its recorded kernel launches, replayed in a fresh worker
         that runs no wrapper code, produce those values? (grader/judging/replay.py)"""
         spec = self.assignment.functions.get(case.target)
-        if (spec is None or spec.max_launches == 0 or observation.failure or not observation.launches
+        if (spec is None or spec.max_launches == 0 or observation.trap or not observation.launches
                 or not outputs_close(observation.outputs, expected, self._tol(case))):
             return observation
         plan = plan_replay(observation.launches, observation.sent_storages, inputs)
@@ -556,9 +556,9 @@ class Battery:
         """`--sanitize`: the kernel case once more in a worker under compute-sanitizer memcheck; its
         reports of invalid global accesses become oob-read / oob-write findings naming the buffer. A case
         that faulted is left to _name_fault, which reruns it (kernel or wrapper) under the same worker."""
-        ran = observation.failure in (None, trap_ids.RUNTIME_ERROR, trap_ids.CRASH, trap_ids.FALSE_HINT)
+        ran = observation.trap in (None, trap_ids.RUNTIME_ERROR, trap_ids.CRASH, trap_ids.FALSE_HINT)
         if (not self.sanitize_all or case.target not in self.assignment.kernels or not ran
-                or faults.gpu_fault(observation.failure, observation.message, self.hint_calls()) is not None):
+                or faults.gpu_fault(observation.trap, observation.message, self.hint_calls()) is not None):
             return observation
         findings = self._sanitizer_rerun(case, problem, inputs)
         return dataclasses.replace(observation, sanitizer_findings=findings) if findings else observation
@@ -571,7 +571,7 @@ class Battery:
         other cases where they show out-of-bounds accesses (grader.operations.grade)."""
         if self.backend != "cuda" and self.sanitizer is None and self.cpu_rerun is None:
             return observation  # the interpreter's fence names its stray accesses itself
-        fault = faults.gpu_fault(observation.failure, observation.message, self.hint_calls())
+        fault = faults.gpu_fault(observation.trap, observation.message, self.hint_calls())
         if fault is None:
             return observation
         naming = faults.from_sanitizer(self._sanitizer_rerun(case, problem, inputs)) if self.sanitizer else None
@@ -649,13 +649,13 @@ class Battery:
             return self._error_observation(reply, what)
         returned, problem_text = unpack_returns(reply["result"], spec.returns, self.backend)
         if problem_text:
-            return Observation(failure=trap_ids.BAD_OUTPUT, message=f"{spec.name} returned {problem_text}",
+            return Observation(trap=trap_ids.BAD_OUTPUT, message=f"{spec.name} returned {problem_text}",
                                launches=tuple(reply.get("launches", ())),
                                torch_ops=dict(reply.get("torch_ops", {})), false_hint=reply.get("false_hint"))
         observation = self._observe(placed, reply, launches=tuple(reply.get("launches", ())), case=case)
         unwritten, findings = poisoned_outputs(returned)
         result_views = tuple(reply.get("result_views") or ())
-        own = allocation_findings(reply.get("allocation_findings"), result_views, spec)
+        own = allocation_guard_findings(reply.get("allocation_findings"), result_views, spec)
         return Observation(
             outputs=returned,
             sent_storages=tuple(placed.storages),
@@ -673,14 +673,14 @@ class Battery:
     def _observe(self, placed: _Placed, reply: dict[str, Any], launches: Any, case: Case) -> Observation:
         after = reply.get("storages") or []
         if len(after) != len(placed.storages):
-            return Observation(failure=trap_ids.CRASH, message="the worker returned a malformed reply")
+            return Observation(trap=trap_ids.CRASH, message="the worker returned a malformed reply")
         findings: list[guards.GuardFinding] = []
         outputs: dict[str, torch.Tensor] = {}
         unwritten: dict[str, torch.Tensor] = {}
         for key, before, now in zip(placed.keys, placed.storages, after, strict=True):  # length checked above
             plan = placed.plans[key]
             if type(now) is not torch.Tensor or now.shape != before.shape or now.dtype != before.dtype:
-                return Observation(failure=trap_ids.CRASH, message="the worker returned a malformed buffer")
+                return Observation(trap=trap_ids.CRASH, message="the worker returned a malformed buffer")
             findings.extend(guards.check_storage(plan, before, now))
             if plan.role == "output":
                 outputs[plan.name] = guards.view_of(now, plan).clone()
@@ -728,8 +728,8 @@ RESTART_AFTER = frozenset({"runtime-error", "compile-error", "crash", "timeout",
 
 def needs_fresh_worker(observation: Observation) -> bool:
     """Did the case write out of bounds, raise or crash? Then the next case gets a fresh worker."""
-    return (observation.failure in RESTART_AFTER
-            or any(f.kind == "oob-write" for f in observation.guard_findings)
+    return (observation.trap in RESTART_AFTER
+            or any(f.trap == "oob-write" for f in observation.guard_findings)
             or any(f.trap == "oob-write" for f in (*observation.sanitizer_findings, *observation.fault_findings)))
 
 
@@ -753,8 +753,8 @@ def _replay_failure(target: str, failure: WorkerFailure | None, reply: Mapping[s
                     submission: str, calls: Sequence[HintCall]) -> Finding:
     head = f"replaying the recorded launches of {target} in a fresh worker"
     if failure is not None:
-        verb = "did not finish" if failure.kind == "timeout" else "crashed the worker"
-        return Finding(failure.kind, f"{head} {verb}: {failure.detail}." + _tail(failure.output_tail))
+        verb = "did not finish" if failure.trap == "timeout" else "crashed the worker"
+        return Finding(failure.trap, f"{head} {verb}: {failure.detail}." + _tail(failure.output_tail))
     error = (reply or {}).get("error")
     if not isinstance(error, Mapping) or (reply or {}).get("ok"):
         return Finding("tampering", f"{head} gave a malformed reply")
@@ -857,7 +857,7 @@ def unpack_returns(
     return out, ""
 
 
-def allocation_findings(
+def allocation_guard_findings(
     found: Any, result_views: tuple[Any, ...], spec: FunctionSpec
 ) -> tuple[guards.GuardFinding, ...]:
     """Stores past the buffers a wrapper allocated itself (the worker guards them, harness._guarded):

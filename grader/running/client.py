@@ -47,15 +47,15 @@ class _Overdue(Exception):
 
 
 class WorkerFailure(Exception):
-    """The worker did not answer: `kind` is trap_ids.TIMEOUT or trap_ids.CRASH.
+    """The worker did not answer: `trap` is trap_ids.TIMEOUT or trap_ids.CRASH.
 
     A plain exception, not a frozen dataclass: Python 3.12's contextlib assigns `__traceback__` to an
     exception leaving a `@contextmanager` block, which a frozen dataclass refuses (on the H200 a crash at
     import became "grader internal error: FrozenInstanceError")."""
 
-    def __init__(self, kind: str, detail: str, output_tail: str = "") -> None:
-        super().__init__(kind, detail, output_tail)
-        self.kind = kind
+    def __init__(self, trap: str, detail: str, output_tail: str = "") -> None:
+        super().__init__(trap, detail, output_tail)
+        self.trap = trap
         self.detail = detail
         self.output_tail = output_tail
 

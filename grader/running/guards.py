@@ -199,7 +199,7 @@ def view_of(storage: torch.Tensor, plan: BufferPlan) -> torch.Tensor:
 class GuardFinding:
     """One thing the guard check found, located in words."""
 
-    kind: str  # trap_ids.OOB_WRITE | INPUT_MODIFIED | trap_ids.UNWRITTEN_OUTPUT
+    trap: str  # trap_ids.OOB_WRITE | INPUT_MODIFIED | trap_ids.UNWRITTEN_OUTPUT
     buffer: str
     count: int
     first: str
@@ -209,7 +209,7 @@ class GuardFinding:
             trap_ids.OOB_WRITE: "out-of-bounds write(s)",
             INPUT_MODIFIED: "write(s) into an input",
             trap_ids.UNWRITTEN_OUTPUT: "output element(s) never written",
-        }[self.kind]
+        }[self.trap]
         return f"{self.count} {what} in {self.buffer}; first at {self.first}"
 
 

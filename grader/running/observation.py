@@ -23,7 +23,7 @@ class Finding:
 
 @dataclass(frozen=True)
 class Observation:
-    failure: str | None = None
+    trap: str | None = None  # the trap that ended the case early (crash, timeout, missing-symbol...)
     message: str = ""
     outputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
     guard_findings: tuple[GuardFinding, ...] = ()

@@ -489,7 +489,7 @@ class PerformanceRunner:
         try:
             reply = worker.request(request, self._deadline(perf), what)
         except WorkerFailure as failure:
-            return f"{failure.kind}: {what}: {failure.detail}"
+            return f"{failure.trap}: {what}: {failure.detail}"
         if not reply.get("ok"):
             return f"{what} raised " + error_message(reply.get("error", {}), worker.submission.name)
         outputs = reply.get("outputs")
@@ -505,7 +505,7 @@ class PerformanceRunner:
             reply = worker.request(request, Deadline(cap_s=min(perf.timeout_s, RUN_GRACE_S + perf.repeats * run_s)),
                                    what)
         except WorkerFailure as failure:
-            return f"{failure.kind}: {what}: {failure.detail}"
+            return f"{failure.trap}: {what}: {failure.detail}"
         if not reply.get("ok"):
             return f"{what} raised " + error_message(reply.get("error", {}), worker.submission.name)
         return list(reply.get("timing", {}).get("medians_ms", []))

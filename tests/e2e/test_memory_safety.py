@@ -28,7 +28,7 @@ from grader.running import guards
 from grader.running.battery import needs_fresh_worker, replay_failure
 from grader.running.client import WorkerFailure
 from grader.running.observation import Finding, Observation, classify_error
-from grader.running.worker.harness import _Recorder, _TorchOps, allocation_findings
+from grader.running.worker.harness import _Recorder, _TorchOps, allocation_reports
 from grader.running.worker.launch_record import describe_tensor, storage_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,7 +69,7 @@ def test_a_wrong_axis_write_lands_in_a_band_sized_by_reach() -> None:
         for j in range(n):
             after[plan.offset + row + j * plan.row_stride] = 0.5
     assert plan.offset + (m - 1) + (n - 1) * plan.row_stride < plan.storage_size
-    kinds = {f.kind: f for f in guards.check_storage(plan, storage, after)}
+    kinds = {f.trap: f for f in guards.check_storage(plan, storage, after)}
     assert "oob-write" in kinds and "past the end of out's storage" in kinds["oob-write"].first
 
 
@@ -100,7 +100,7 @@ def test_a_wrappers_allocation_sits_inside_poisoned_guards() -> None:
     assert out.storage_offset() == alloc_out.guard >= guards.GUARD_MIN
     poison = guards.nan_pattern(torch.float32, guards.PAYLOAD_OUTPUT_POISON)
     assert bool((guards.bits(alloc_out.storage) == poison).all())  # guards and body: one repeated value
-    assert allocation_findings(recorder.allocations) == []
+    assert allocation_reports(recorder.allocations) == []
 
 
 def test_a_store_one_past_a_wrappers_own_output_is_found_and_named() -> None:
@@ -108,10 +108,10 @@ def test_a_store_one_past_a_wrappers_own_output_is_found_and_named() -> None:
         out = torch.empty((3, 5), dtype=torch.float32)
     out.fill_(1.0)
     out.view(-1).as_strided((1,), (1,), out.storage_offset() + 15).fill_(0.0)  # out[3, 0]: past the end
-    (found,) = allocation_findings(recorder.allocations)
+    (found,) = allocation_reports(recorder.allocations)
     assert found["sid"] == describe_tensor(out)["sid"] and found["count"] == 1
     finding = guards.allocation_guard_finding(found, "out")
-    assert finding is not None and finding.kind == "oob-write"
+    assert finding is not None and finding.trap == "oob-write"
     assert finding.message() == "1 out-of-bounds write(s) in out; first at 1 element(s) past the end of out's storage"
     assert guards.allocation_guard_finding(dict(found, first=-1), "out") is None  # malformed: ignored
 
@@ -198,7 +198,7 @@ def test_classify_error_names_the_fences_traps_only_by_their_own_classes() -> No
 
 def test_the_worker_is_replaced_after_cases_that_wrote_out_of_bounds_raised_or_crashed() -> None:
     for failure in ("crash", "timeout", "runtime-error", "compile-error", "oob-write", "oob-read", "memory-fault"):
-        assert needs_fresh_worker(Observation(failure=failure))
+        assert needs_fresh_worker(Observation(trap=failure))
     wrote = guards.GuardFinding("oob-write", "out", 1, "1 element(s) past the end of out's storage")
     unwritten = guards.GuardFinding("unwritten-output", "out", 1, "out[0]")
     assert needs_fresh_worker(Observation(guard_findings=(wrote,)))
@@ -206,7 +206,7 @@ def test_the_worker_is_replaced_after_cases_that_wrote_out_of_bounds_raised_or_c
     assert not needs_fresh_worker(Observation(guard_findings=(unwritten,)))
     assert not needs_fresh_worker(Observation())  # a clean case keeps its worker
     for blocked in ("missing-symbol", "wrong-signature", "import-fails", "bad-output"):
-        assert not needs_fresh_worker(Observation(failure=blocked))
+        assert not needs_fresh_worker(Observation(trap=blocked))
 
 
 # ------------------------------------------------------------------------------------ end to end

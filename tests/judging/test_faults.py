@@ -94,7 +94,7 @@ def test_other_failures_are_no_faults() -> None:
 
 
 def faulted() -> Observation:
-    return Observation(failure=trap_ids.RUNTIME_ERROR, message=TORCH_FAULT)
+    return Observation(trap=trap_ids.RUNTIME_ERROR, message=TORCH_FAULT)
 
 
 def judged(observation: Observation, softmax) -> CaseResult:
@@ -115,7 +115,7 @@ def test_named_by_compute_sanitizer_with_the_buffer_and_the_line(softmax) -> Non
     fault = faults.gpu_fault(trap_ids.RUNTIME_ERROR, TORCH_FAULT)
     assert fault is not None
     observation = faults.fault_observation(faulted(), fault, naming)
-    assert observation.failure == trap_ids.OOB_WRITE
+    assert observation.trap == trap_ids.OOB_WRITE
     graded = judged(observation, softmax)
     assert graded.traps == (trap_ids.OOB_WRITE, trap_ids.OOB_READ) and not graded.passed
     assert "compute-sanitizer memcheck, running this case again alone, reports" in graded.message
@@ -324,7 +324,7 @@ def test_a_fault_is_named_by_the_same_case_in_the_cpu_companion(tmp_path: Path, 
     finally:
         battery.close()
         companion.close()
-    assert named.failure == trap_ids.OOB_WRITE, named.message
+    assert named.trap == trap_ids.OOB_WRITE, named.message
     assert "the same case on the CPU (Triton's interpreter" in named.message
     assert "tl.store(out_ptr + offs * stride_om + row" in named.message and "line 99" in named.message
     assert named.fault is not None and named.fault["named_by"] == faults.CPU_RERUN

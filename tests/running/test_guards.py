@@ -100,7 +100,7 @@ def test_fresh_output_is_all_poison() -> None:
     assert unwritten_mask(plan, storage).all()
     assert torch.isnan(view_of(storage, plan)).all()
     findings = check_storage(plan, storage, storage.clone())
-    assert [f.kind for f in findings] == ["unwritten-output"]
+    assert [f.trap for f in findings] == ["unwritten-output"]
     assert findings[0].count == 15
 
 
@@ -131,7 +131,7 @@ def test_write_one_past_the_end_of_1d_output() -> None:
     after = write_all(plan, storage)
     after[plan.offset + 10] = 0.0
     (finding,) = check_storage(plan, storage, after)
-    assert finding.kind == "oob-write"
+    assert finding.trap == "oob-write"
     assert finding.buffer == "out"
     assert finding.count == 1
     assert finding.first == "1 element(s) past the end of out's storage"
@@ -143,7 +143,7 @@ def test_write_past_the_last_row_of_2d_output() -> None:
     after = write_all(plan, storage)
     after[plan.offset + 15 : plan.offset + 17] = 1.0
     (finding,) = check_storage(plan, storage, after)
-    assert (finding.kind, finding.buffer, finding.count) == ("oob-write", "out", 2)
+    assert (finding.trap, finding.buffer, finding.count) == ("oob-write", "out", 2)
     assert "past the end of out" in finding.first
 
 
@@ -152,7 +152,7 @@ def test_write_before_the_start() -> None:
     after = write_all(plan, storage)
     after[plan.offset - 3] = 1.0
     (finding,) = check_storage(plan, storage, after)
-    assert finding.kind == "oob-write"
+    assert finding.trap == "oob-write"
     assert finding.first == "3 element(s) before the start of out"
 
 
@@ -161,7 +161,7 @@ def test_write_into_the_gap_between_rows() -> None:
     after = write_all(plan, storage)
     after[plan.offset + 1 * plan.row_stride + 5] = 0.0  # row 1, column 5 = N: in the gap
     (finding,) = check_storage(plan, storage, after)
-    assert (finding.kind, finding.buffer, finding.count) == ("oob-write", "out", 1)
+    assert (finding.trap, finding.buffer, finding.count) == ("oob-write", "out", 1)
     assert "gap" in finding.first
     assert finding.first == "in the gap after row 1 of out (column 5, row length 5)"
 
@@ -170,7 +170,7 @@ def test_nan_written_over_a_nan_guard_is_seen() -> None:
     plan, storage = output_1d()
     after = write_all(plan, storage)
     after[plan.offset + plan.cols] = float("nan")  # a plain NaN: different bits from the guard's NaN
-    assert [f.kind for f in check_storage(plan, storage, after)] == ["oob-write"]
+    assert [f.trap for f in check_storage(plan, storage, after)] == ["oob-write"]
 
 
 def test_last_element_left_unwritten() -> None:
@@ -180,7 +180,7 @@ def test_last_element_left_unwritten() -> None:
     view[:2] = 1.0
     view[2, :4] = 1.0  # everything but out[2, 4]
     (finding,) = check_storage(plan, storage, after)
-    assert finding.kind == "unwritten-output"
+    assert finding.trap == "unwritten-output"
     assert (finding.buffer, finding.count) == ("out", 1)
     assert finding.first == "out[2, 4]"
     assert unwritten_mask(plan, after).nonzero().tolist() == [[2, 4]]
@@ -191,7 +191,7 @@ def test_last_element_of_1d_output_left_unwritten() -> None:
     after = storage.clone()
     view_of(after, plan)[:9] = 1.0
     (finding,) = check_storage(plan, storage, after)
-    assert (finding.kind, finding.count, finding.first) == ("unwritten-output", 1, "out[9]")
+    assert (finding.trap, finding.count, finding.first) == ("unwritten-output", 1, "out[9]")
 
 
 def test_nan_written_into_output_counts_as_written() -> None:
@@ -206,7 +206,7 @@ def test_modified_input_element() -> None:
     after = storage.clone()
     view_of(after, plan)[1, 3] = -1.0
     (finding,) = check_storage(plan, storage, after)
-    assert finding.kind == "input-modified"
+    assert finding.trap == "input-modified"
     assert (finding.buffer, finding.count) == ("x", 1)
     assert finding.first == "x[1, 3]"
 
@@ -218,7 +218,7 @@ def test_modified_transposed_input_is_named_by_logical_index() -> None:
     after = storage.clone()
     view_of(after, plan)[2, 1] = 100.0
     (finding,) = check_storage(plan, storage, after)
-    assert (finding.kind, finding.first) == ("input-modified", "w[2, 1]")
+    assert (finding.trap, finding.first) == ("input-modified", "w[2, 1]")
 
 
 def test_input_written_out_of_bounds_and_in_place() -> None:
@@ -226,7 +226,7 @@ def test_input_written_out_of_bounds_and_in_place() -> None:
     after = storage.clone()
     view_of(after, plan)[0, 0] = 0.0
     after[plan.offset + plan.cols] = 0.0  # the gap after row 0
-    kinds = {f.kind: f for f in check_storage(plan, storage, after)}
+    kinds = {f.trap: f for f in check_storage(plan, storage, after)}
     assert set(kinds) == {"oob-write", "input-modified"}
     assert "gap after row 0 of x" in kinds["oob-write"].first
     assert kinds["input-modified"].first == "x[0, 0]"

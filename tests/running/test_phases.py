@@ -51,5 +51,5 @@ def test_a_worker_failure_passes_through_a_phase() -> None:
     clock = PhaseClock()
     with pytest.raises(WorkerFailure) as caught, clock.phase("start-up"), sets_traceback():
         raise WorkerFailure("crash", "the worker exited with status 3")
-    assert (caught.value.kind, str(caught.value)) == ("crash", "the worker exited with status 3")
+    assert (caught.value.trap, str(caught.value)) == ("crash", "the worker exited with status 3")
     assert "start-up" in clock.seconds

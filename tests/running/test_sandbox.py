@@ -104,7 +104,7 @@ def test_a_worker_past_its_deadline_is_killed_by_the_grader(sandbox: Sandbox, su
     started = time.monotonic()
     with pytest.raises(WorkerFailure) as failure:
         worker.request(call("sleeps"), Deadline(cap_s=2.0), "sleeping")
-    assert failure.value.kind == "timeout" and "no answer after 2 s" in failure.value.detail
+    assert failure.value.trap == "timeout" and "no answer after 2 s" in failure.value.detail
     assert time.monotonic() - started < 5.0
     assert gone(pid)
     assert worker.start()["ok"]  # the next request gets a fresh worker

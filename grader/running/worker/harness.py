@@ -541,7 +541,7 @@ class Harness:
             "torch_ops": recorder.torch_ops,
             "storages": self._storages_back(),
             "result_views": result_views(result),
-            "allocation_findings": allocation_findings(recorder.allocations),
+            "allocation_findings": allocation_reports(recorder.allocations),
         })
 
     # ------------------------------------------------------------------ performance: the "time" op
@@ -633,8 +633,9 @@ def _failed(request: dict[str, Any], exc: BaseException, path: str, **extra: Any
             "exits": under_tool, **extra}
 
 
-def allocation_findings(allocations: list[guards.AllocationGuard]) -> list[dict[str, Any]]:
-    """The wrapper's own allocations whose guard bands changed: stores past them (with the storage id
+def allocation_reports(allocations: list[guards.AllocationGuard]) -> list[dict[str, Any]]:
+    """The reply's "allocation_findings" (grader.running.battery.allocation_guard_findings reads them): the
+    wrapper's own allocations whose guard bands changed: stores past them (with the storage id
     that result_views gives a returned tensor, so the grader can name it)."""
     found = []
     for allocation in allocations:
