@@ -1,0 +1,41 @@
+"""grader/running/observation.py: the raw facts of one case, and the sentences and trap ids for an
+exception the submission raised (a stray access the fence stopped, a compile error, the rest)."""
+
+from __future__ import annotations
+
+from grader import trap_ids
+from grader.running.observation import Finding, Observation, classify_error, error_message, failure_message
+
+FRAME = {"line": 12, "function": "softmax", "code": "  y = x / 0  "}
+
+
+def test_error_message_names_type_line_and_cause() -> None:
+    assert error_message({"type": "ValueError", "message": " bad "}, "s.py") == "ValueError: bad"
+    assert error_message({"type": "KeyError", "frames": [FRAME]}, "s.py") == \
+        "KeyError (s.py, line 12, in softmax: y = x / 0)"
+    chained = {"type": "RuntimeError", "message": "outer", "root_type": "IndexError", "root_message": "inner"}
+    assert error_message(chained, "s.py") == "RuntimeError: outer\ncaused by IndexError: inner"
+
+
+def test_classify_error() -> None:
+    assert classify_error({"chain": ["grader.running.worker.fence.StrayWrite"]}) == trap_ids.OOB_WRITE
+    assert classify_error({"chain": ["grader.running.worker.fence.StrayRead"]}) == trap_ids.OOB_READ
+    assert classify_error({"chain": ["triton.compiler.errors.CompilationError"]}) == trap_ids.COMPILE_ERROR
+    assert classify_error({"type": "RuntimeError", "interpreter_limit": True}) == trap_ids.INTERPRETER_UNSUPPORTED
+    assert classify_error({"chain": ["torch.OutOfMemoryError"]}) == trap_ids.OUT_OF_MEMORY
+    assert classify_error({"type": "ZeroDivisionError"}) == trap_ids.RUNTIME_ERROR
+
+
+def test_failure_message_for_a_stopped_access() -> None:
+    stray = {"chain": ["grader.running.worker.fence.StrayWrite"], "root_message": "store 3 elements past out",
+             "frames": [FRAME]}
+    assert failure_message(stray, "softmax_kernel", "s.py") == (
+        "softmax_kernel was stopped at an out-of-bounds store (s.py, line 12, in softmax: y = x / 0): "
+        "store 3 elements past out")
+    assert failure_message({"type": "ValueError", "message": "m"}, "softmax", "s.py") == "softmax raised ValueError: m"
+
+
+def test_an_observation_starts_empty() -> None:
+    empty = Observation()
+    assert empty.trap is None and empty.message == "" and not empty.outputs and not empty.guard_findings
+    assert Finding(trap_ids.TIMEOUT, "no answer").trap == "timeout"
