@@ -1,0 +1,111 @@
+"""grader/publishing/gradebook.py: a class's gradebook (gradebook.json, gradebook.csv, Canvas's import CSV,
+the class report), on hand-made results."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from grader.authoring.spec import Assignment, load_assignment
+from grader.publishing.gradebook import (
+    Gradebook,
+    Student,
+    canvas_csv,
+    class_report_html,
+    class_stats,
+    gradebook_csv,
+    gradebook_json,
+    graded_row,
+    histogram,
+    target_points,
+    ungraded_row,
+)
+from tests.conftest import ASSIGNMENT
+from tests.operations.batch.helpers import sample_book
+from tests.publishing.lms_results import case, result
+
+
+@pytest.fixture(scope="module")
+def assignment(repo_root: Path) -> Assignment:
+    return load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
+
+
+CANVAS_HEADER = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+
+def test_canvas_csv_shape() -> None:
+    graded = result(case("a", "public", 3.0, 4.0))
+    rows = (
+        graded_row(Student("s1", name="Doe, Jane", email="jane@example.edu", sid="100"), graded, {}),
+        graded_row(Student("s2"), graded, {}),
+        ungraded_row(Student("s3", name="=HYPERLINK()"), "no-submission", 4.0),
+    )
+    book = Gradebook(ASSIGNMENT, "Fused layers", 4.0, {"layernorm": 4.0}, rows, "2026-01-01T00:00:00+00:00")
+    table = list(csv.reader(io.StringIO(canvas_csv(book, "Fused layers (12345)"))))
+    assert table[0] == [*CANVAS_HEADER, "Fused layers (12345)"]
+    assert table[1] == ["Points Possible", "", "", "", "", "4"]
+    assert table[2] == ["Doe, Jane", "", "100", "jane@example.edu", "", "3"]
+    assert table[3] == ["s2", "", "s2", "", "", "3"]
+    assert table[4] == ["'=HYPERLINK()", "", "s3", "", "", ""]
+    assert all(len(row) == 6 for row in table)
+    default = list(csv.reader(io.StringIO(canvas_csv(book))))
+    assert default[0][-1] == "Fused layers"
+
+
+def test_gradebook_json_and_csv(assignment: Assignment) -> None:
+    book, _ = sample_book(assignment)
+    data = gradebook_json(book)
+    assert data["summary"] == {"students": 5, "graded": 3, "outdated": 0, "error": 1, "pending": 0,
+                               "no-submission": 1, "mean": round((6 + 2 + 2) / 3, 4), "median": 2.0}
+    ben = data["rows"][1]
+    assert ben["score"] == 2.0 and ben["target_scores"] == {"a": 2.0, "b": 0.0}
+    assert ben["traps"] == ["eps-missing", "oob-read"]
+    rows = list(csv.DictReader(io.StringIO(gradebook_csv(book))))
+    assert [r["student"] for r in rows] == ["ann", "ben", "cat", "dee", "eve"]
+    assert rows[1]["score"] == "2" and rows[1]["a"] == "2" and rows[1]["b"] == "0"
+    assert rows[1]["traps"] == "eps-missing;oob-read"
+    assert rows[3]["status"] == "error" and rows[3]["score"] == "" and rows[3]["a"] == ""
+    assert rows[0]["name"] == "'=cmd|ann"  # not a spreadsheet formula
+    assert rows[3]["error"].startswith("'-the grading process")
+
+def test_gradebook_json_matches_the_documented_schema(repo_root: Path, assignment: Assignment) -> None:
+    doc = (repo_root / "docs" / "gradebook.md").read_text(encoding="utf-8")
+    schema = json.loads(re.search(r"<!-- schema -->\s*```json\n(.*?)```", doc, re.S).group(1))
+    book, _ = sample_book(assignment)
+    jsonschema.validate(gradebook_json(book), schema)
+
+def test_histogram_bins_and_full_marks(assignment: Assignment) -> None:
+    book, _ = sample_book(assignment)
+    bins = histogram(book.rows)
+    assert len(bins) == 11 and bins[-1].label == "100%" and bins[-1].count == 1
+    assert bins[3].label == "30–40%" and bins[3].count == 2  # 2 / 6 points
+    assert sum(b.count for b in bins) == 3
+
+def test_class_stats_and_report(assignment: Assignment) -> None:
+    book, results = sample_book(assignment)
+    stats = class_stats(book, results, assignment)
+    traps = {t.trap: t for t in stats.traps}
+    assert [t.trap for t in stats.traps] == ["eps-missing", "oob-read", "timeout"]  # by count, then name
+    assert traps["eps-missing"].students == 1 and traps["eps-missing"].examples == ("ben",)
+    assert traps["eps-missing"].top_cases == (("a-1", 1), ("b-1", 1))
+    assert traps["timeout"].top_cases[0][0] == "a-1"
+    rates = {c.case_id: (c.passed, c.graded) for c in stats.cases}
+    assert rates == {"a-1": (1, 3), "a-2": (2, 3), "b-1": (2, 3)}
+    assert [s.student for s in stats.slowest] == ["cat", "ben", "ann"]
+    assert [(s.student, s.timed_out_cases) for s in stats.hanging] == [("cat", 2)]
+    assert [r.student for r in stats.unscored] == ["dee", "eve"]
+    html = class_report_html(stats)
+    assert '<table id="trap-frequencies">' in html
+    assert html.count('<tr data-trap="') == 3
+    assert '<a href="ben/report.html">ben</a>' in html
+    assert "=cmd|ann" in html and "<script" not in html
+
+def test_target_points_cover_every_target(assignment: Assignment) -> None:
+    points = target_points(assignment, "interpreter")
+    assert list(points) == list(assignment.targets)
+    assert sum(points.values()) == sum(c.points for c in assignment.cases_for("interpreter"))
