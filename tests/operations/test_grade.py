@@ -1,0 +1,51 @@
+"""grader/operations/grade.py without grading: a file that is not Python is rejected with complete results
+and one reason; a public run of a full spec grades its public form; interpreter limits are weighed
+against the GPU compile check. (Grades end to end: tests/test_cli.py, tests/e2e/.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grader import trap_ids
+from grader.authoring.spec import load_assignment
+from grader.operations.grade import GradeRequest, grade, rejected_result, unreadable, weigh_interpreter_limits
+from grader.results import CaseResult
+from tests.conftest import ROOT
+
+SPEC = ROOT / "assignments" / "softmax" / "assignment.toml"
+
+
+def test_a_file_that_is_not_python_is_rejected_whole(tmp_path: Path) -> None:
+    assignment = load_assignment(SPEC)
+    path = tmp_path / "softmax.py"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    problem = unreadable(path)
+    assert problem
+    result, record = grade(GradeRequest(assignment, path, "interpreter", seed=1))
+    assert result.rejected == problem and result.score == 0 and record
+    assert [c.case_id for c in result.cases] == [c.id for c in assignment.cases_for("interpreter")]
+    assert all(c.traps == (trap_ids.NOT_PYTHON_SOURCE,) for c in result.cases)
+
+
+def test_a_public_run_grades_the_public_form(tmp_path: Path) -> None:
+    request = GradeRequest(load_assignment(SPEC), tmp_path / "softmax.py", "interpreter", seed=1, public_only=True)
+    assert request.public_run
+    rejected = rejected_result(request, "nothing ran")
+    assert {c.visibility for c in rejected.cases} == {"public"} and rejected.public_only
+    assert rejected.notes == ("nothing ran",)
+
+
+def test_interpreter_limits_weighed_against_the_compile_check() -> None:
+    assignment = load_assignment(SPEC)
+
+    def case(case_id: str, target: str, traps: tuple[str, ...], passed: bool = False) -> CaseResult:
+        return CaseResult(case_id, target, case_id, "public", 1.0, 1.0 if passed else 0.0, passed, "msg", traps)
+
+    limited = case("kernel-basic", "softmax_kernel", (trap_ids.INTERPRETER_UNSUPPORTED,))
+    compiles = [case("compiles-softmax_kernel", "softmax_kernel", (), passed=True)]
+    kept, notes = weigh_interpreter_limits([limited], compiles, assignment)
+    assert kept[0].traps == (trap_ids.INTERPRETER_UNSUPPORTED,) and "grade it on a GPU backend" in kept[0].message
+    assert len(notes) == 1 and "1 case(s), 1 point(s)" in notes[0]
+    fails = [case("compiles-softmax_kernel", "softmax_kernel", (trap_ids.COMPILE_ERROR,))]
+    kept, notes = weigh_interpreter_limits([limited], fails, assignment)
+    assert trap_ids.INTERPRETER_UNSUPPORTED not in kept[0].traps and notes == []
