@@ -1,0 +1,23 @@
+"""grader/running/aot.py without compiling: the Triton signature the contract gives each kernel (pointers,
+floats, integers, constexprs) and the block sizes the GPU battery would launch it with. (The sm_90
+compile check itself runs in every interpreter grade: tests/test_cli.py, tests/e2e/.)"""
+
+from __future__ import annotations
+
+from grader.authoring.spec import KernelSpec, load_assignment
+from grader.running.aot import GPU_ARCH, gpu_meta, kernel_signature
+from tests.conftest import ROOT
+
+
+def test_kernel_signature() -> None:
+    spec = KernelSpec("k", ("x_ptr", "out_ptr", "N", "eps", "BLOCK"), ("BLOCK",), ("N",), "p", float_params=("eps",))
+    assert kernel_signature(spec) == {"x_ptr": "*fp32", "out_ptr": "*fp32", "N": "i32", "eps": "fp32",
+                                      "BLOCK": "constexpr"}
+    assert GPU_ARCH == 90
+
+
+def test_gpu_meta_is_the_first_gpu_case_of_the_kernel() -> None:
+    assignment = load_assignment(ROOT / "assignments" / "softmax" / "assignment.toml")
+    first = next(c for c in assignment.cases_for("cuda") if c.target == "softmax_kernel")
+    assert gpu_meta(assignment, "softmax_kernel") == dict(first.meta)
+    assert gpu_meta(assignment, "no_such_kernel") is None

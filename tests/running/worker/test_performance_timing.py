@@ -1,0 +1,38 @@
+"""grader/running/worker/performance_timing.py: do_bench medians with the GPU spun up first (faked here: timing itself needs a GPU, tests/e2e/test_gpu_performance.py), and what a Timing reports."""
+
+from __future__ import annotations
+
+from grader.running.worker.performance_timing import Timing
+
+
+def test_bench_spins_the_gpu_up_and_discards_it(monkeypatch) -> None:
+    """performance_timing.bench: one discarded do_bench of `spin_up_ms` first, then `repeats` medians over the sets."""
+    from grader.running.worker import performance_timing
+
+    calls: list[tuple[float, float]] = []
+    answers = iter([99.0, 1.0, 2.0, 3.0])
+
+    def fake_do_bench(fn, warmup, rep, return_mode="mean"):
+        calls.append((warmup, rep))
+        fn()
+        fn()
+        return next(answers)
+
+    sets_used: list[int] = []
+    monkeypatch.setattr(performance_timing, "do_bench", fake_do_bench)
+    measured = performance_timing.bench(sets_used.append, sets=2, repeats=3, warmup_ms=7.0, rep_ms=11.0)
+    assert measured.medians_ms == (1.0, 2.0, 3.0)  # the spin-up's 99 is not a median
+    assert calls == [(performance_timing.DEFAULT_SPIN_UP_MS, 1)] + [(7.0, 11.0)] * 3
+    assert sets_used == [0, 1] * 4  # input copies rotate through the spin-up too
+    calls.clear()
+    answers = iter([5.0])
+    assert performance_timing.bench(sets_used.append, repeats=1, spin_up_ms=0).medians_ms == (5.0,)
+    assert len(calls) == 1
+
+
+def test_timing_median_and_spread() -> None:
+
+    timing = Timing((1.0, 3.0, 2.0))
+    assert timing.median_ms == 2.0 and timing.spread_pct == 50.0
+    assert timing.to_dict() == {"medians_ms": [1.0, 3.0, 2.0]}
+    assert Timing((0.0, 0.0)).spread_pct == 0.0
