@@ -1,4 +1,5 @@
-"""grader/running/worker/performance_timing.py: do_bench medians with the GPU spun up first (faked here: timing itself needs a GPU, tests/e2e/test_gpu_performance.py), and what a Timing reports."""
+"""grader/running/worker/performance_timing.py: do_bench medians with the GPU spun up first (faked here:
+timing itself needs a GPU, tests/e2e/test_gpu_performance.py), and what a Timing reports."""
 
 from __future__ import annotations
 
