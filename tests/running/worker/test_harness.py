@@ -1,0 +1,66 @@
+"""grader/running/worker/harness.py: the tensors a wrapper allocates sit inside poisoned guards, a store
+past them is reported (allocation_reports) and named, and they stay grounded for the replay."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import torch
+
+from grader.judging.replay import grounded
+from grader.running import guards
+from grader.running.worker.harness import _Recorder, _TorchOps, allocation_reports
+from grader.running.worker.launch_record import describe_tensor, storage_bytes
+
+
+@contextlib.contextmanager
+def recorded_call() -> Any:
+    """What Harness.call sets up around a wrapper: a recorder with guarded allocations, the torch mode."""
+    recorder = _Recorder()
+    recorder.allocations = []
+    _Recorder.active = recorder
+    try:
+        with _TorchOps():
+            yield recorder
+    finally:
+        _Recorder.active = None
+
+def test_a_wrappers_allocation_sits_inside_poisoned_guards() -> None:
+    with recorded_call() as recorder:
+        out = torch.empty((3, 5), dtype=torch.float32)
+        ones = torch.ones(4)
+        ints = torch.empty(4, dtype=torch.int64)  # not a float: left as it is
+    assert out.shape == (3, 5) and out.stride() == (5, 1) and torch.equal(ones, torch.ones(4))
+    assert ints.storage_offset() == 0
+    (alloc_out, alloc_ones) = recorder.allocations
+    assert out.storage_offset() == alloc_out.guard >= guards.GUARD_MIN
+    poison = guards.nan_pattern(torch.float32, guards.PAYLOAD_OUTPUT_POISON)
+    assert bool((guards.bits(alloc_out.storage) == poison).all())  # guards and body: one repeated value
+    assert allocation_reports(recorder.allocations) == []
+
+def test_a_store_one_past_a_wrappers_own_output_is_found_and_named() -> None:
+    with recorded_call() as recorder:
+        out = torch.empty((3, 5), dtype=torch.float32)
+    out.fill_(1.0)
+    out.view(-1).as_strided((1,), (1,), out.storage_offset() + 15).fill_(0.0)  # out[3, 0]: past the end
+    (found,) = allocation_reports(recorder.allocations)
+    assert found["sid"] == describe_tensor(out)["sid"] and found["count"] == 1
+    finding = guards.allocation_guard_finding(found, "out")
+    assert finding is not None and finding.trap == "oob-write"
+    assert finding.message() == "1 out-of-bounds write(s) in out; first at 1 element(s) past the end of out's storage"
+    assert guards.allocation_guard_finding(dict(found, first=-1), "out") is None  # malformed: ignored
+
+def test_guarded_allocations_stay_grounded_for_the_replay() -> None:
+    x = torch.randn(4, 6)
+    inputs = {"x": x}
+    with recorded_call():
+        fresh = torch.empty(4)
+        zeros = torch.zeros(4)
+        copy = torch.empty((4, 6))
+        copy.copy_(x)
+        answer = torch.empty(4)
+        answer.copy_(x.mean(dim=1))
+    for tensor in (fresh, zeros, copy):
+        assert grounded(storage_bytes(tensor), [describe_tensor(tensor)], (), inputs)
+    assert not grounded(storage_bytes(answer), [describe_tensor(answer)], (), inputs)
