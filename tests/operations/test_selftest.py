@@ -16,6 +16,7 @@ the selftest names it a MISS with the seeds and the cases behind it.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -36,10 +37,17 @@ ASSIGNMENTS = [pytest.param(a, marks=pytest.mark.xdist_group(f"selftest-{a}"))
                for a in list_assignment_ids(assignments_root())]
 
 
-@pytest.fixture(scope="module", params=ASSIGNMENTS)
-def graded(request):
-    assignment = find_assignment(request.param, assignments_root())
+@functools.cache
+def graded_corpus(assignment_id: str):
+    """Each corpus graded once per process. (A module fixture with params is set up again whenever the
+    tests of its two params interleave, as they may in a pytest-xdist worker: each corpus was graded twice.)"""
+    assignment = find_assignment(assignment_id, assignments_root())
     return assignment, run_selftest(assignment, "interpreter", seed=SEED, jobs=JOBS)
+
+
+@pytest.fixture(params=ASSIGNMENTS)
+def graded(request):
+    return graded_corpus(request.param)
 
 
 def verdict(row: SelftestRow) -> tuple[str, float, tuple[str, ...]]:
