@@ -530,7 +530,7 @@ class PerformanceRunner:
 
             run_all()
             measured = performance_timing.time_graph(run_all, calls=len(copies), repeats=perf.repeats,
-                                         spin_up_ms=self._spin_up_ms())
+                                                     spin_up_ms=self._spin_up_ms())
         torch.cuda.empty_cache()
         return list(measured.medians_ms)
 

@@ -304,7 +304,7 @@ def test_runners_on_other_seeds_reuse_the_bars(tmp_path: Path, assignment: Assig
 
     def bars(seed: int, reference: list[float] | None, cached: bool = True) -> Calibration | str:
         runner = performance.PerformanceRunner(assignment, seed, device="cpu",
-                                        calibration=CalibrationStore(tmp_path) if cached else None)
+                                               calibration=CalibrationStore(tmp_path) if cached else None)
         made.append(runner)
         runner._copy_gb_per_s = 4000.0
         monkeypatch.setattr(runner, "_time_eager", lambda *_: timed.append(seed) or [0.2] * perf.repeats)

@@ -609,10 +609,11 @@ class Harness:
                     reply["result"] = encode_value(result)
             del result
             if request.get("time") and self.device.type == "cuda":
+                warmup_ms = float(request.get("warmup_ms", performance_timing.DEFAULT_WARMUP_MS))
+                rep_ms = float(request.get("rep_ms", performance_timing.DEFAULT_REP_MS))
                 measured = performance_timing.bench(prepared.call, sets=int(request.get("sets", 1)),
-                                        repeats=int(request.get("repeats", 5)),
-                                        warmup_ms=float(request.get("warmup_ms", performance_timing.DEFAULT_WARMUP_MS)),
-                                        rep_ms=float(request.get("rep_ms", performance_timing.DEFAULT_REP_MS)))
+                                                    repeats=int(request.get("repeats", 5)), warmup_ms=warmup_ms,
+                                                    rep_ms=rep_ms)
                 reply["timing"] = measured.to_dict()
         except BaseException as exc:
             return {"ok": False, "error": describe_exception(exc, self.path), "fatal": is_fatal_device_error(exc)}

@@ -34,9 +34,9 @@ def test_recorded_launches_replay_in_a_worker_that_loaded_only_the_kernels(
     from grader.running.performance import encode_call
 
     perf = {"p-layernorm": PerformanceCase(id="p-layernorm", target="layernorm", dims={"M": 5, "N": 37},
-                                    tolerance="rowwise"),
+                                           tolerance="rowwise"),
             "p-stats-kernel": PerformanceCase(id="p-stats-kernel", target="row_mean_var_kernel", dims={"M": 7, "N": 33},
-                                       tolerance="rowwise", meta={"BLOCK_N": 64})}[perf_id]
+                                              tolerance="rowwise", meta={"BLOCK_N": 64})}[perf_id]
     spec = fused_layers.kernels.get(perf.target) or fused_layers.functions[perf.target]
     problem = load_problems(fused_layers)[spec.problem]
     inputs = problem.make_inputs(perf.as_case(), InputMaker(5))
