@@ -24,7 +24,7 @@ def _untagged(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
         return loader.construct_mapping(node, deep=True)
     if isinstance(node, yaml.SequenceNode):
         return loader.construct_sequence(node, deep=True)
-    return loader.construct_scalar(node)  # type: ignore[arg-type]  # a ScalarNode here
+    return loader.construct_scalar(node)  # a ScalarNode here
 
 
 _Loader.add_multi_constructor("!", _untagged)
