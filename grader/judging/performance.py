@@ -170,7 +170,8 @@ def summary_dict(results: Sequence[PerformanceResult]) -> dict[str, Any]:
     return {"device": device.to_dict() if device else None, "cases": [p.to_dict() for p in results]}
 
 
-def by_id(results: Mapping[str, PerformanceResult], perf_cases: Sequence[PerformanceCase]) -> list[PerformanceResult]:
+def by_id(results: Mapping[str, PerformanceResult],
+          performance_cases: Sequence[PerformanceCase]) -> list[PerformanceResult]:
     """Results in spec order; a case with no result (never expected) becomes an error."""
     missing = "the grader could not run this performance case (a grader problem)"
-    return [results.get(p.id) or errored(p, missing) for p in perf_cases]
+    return [results.get(p.id) or errored(p, missing) for p in performance_cases]

@@ -13,7 +13,7 @@ from typing import Any
 
 from grader.authoring.spec import Assignment
 from grader.judging.performance import leaderboard, summary_dict
-from grader.publishing.report import hidden_summary, perf_line, public_part
+from grader.publishing.report import hidden_summary, performance_line, public_part
 from grader.results import GradeResult
 
 MAX_TEST_OUTPUT_CHARS = 6000
@@ -56,7 +56,7 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
             "score": perf.score,
             "max_score": perf.max_score,
             "status": "passed" if perf.timed else "failed",
-            "output": clip(perf_line(perf), MAX_TEST_OUTPUT_CHARS),
+            "output": clip(performance_line(perf), MAX_TEST_OUTPUT_CHARS),
             "tags": ["performance"],
             "visibility": "visible",
             "extra_data": {"case_id": perf.perf_id, "target": perf.target, "traps": [],

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from grader.publishing.gradescope import MAX_TEST_OUTPUT_CHARS, MAX_TOP_OUTPUT_CHARS, clip
-from grader.publishing.report import perf_line
+from grader.publishing.report import performance_line
 from grader.results import GradeResult
 
 HIDDEN_MESSAGE = "A hidden case: its inputs and details are not shown."
@@ -44,7 +44,7 @@ def prairielearn_json(result: GradeResult, summary: str) -> dict[str, Any]:
             continue
         tests.append({"name": f"performance {perf.title}", "description": f"performance case {perf.perf_id}",
                       "points": perf.score, "max_points": perf.max_score, "message": perf.status,
-                      "output": clip(perf_line(perf), MAX_TEST_OUTPUT_CHARS)})
+                      "output": clip(performance_line(perf), MAX_TEST_OUTPUT_CHARS)})
     fraction = result.score / result.max_score if result.max_score > 0 else 0.0
     traps = ", ".join(result.traps) or "none"
     return {

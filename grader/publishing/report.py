@@ -485,8 +485,8 @@ class ReportView:
         return clean(self.result.submission, 200)
 
     @property
-    def performance(self) -> tuple[PerfRow, ...]:
-        return tuple(perf_row(p) for p in self.result.performance)
+    def performance(self) -> tuple[PerformanceRow, ...]:
+        return tuple(performance_row(p) for p in self.result.performance)
 
     @property
     def performance_device(self) -> str:
@@ -510,7 +510,7 @@ class ReportView:
 
 
 @dataclass(frozen=True)
-class PerfRow:
+class PerformanceRow:
     """One performance case, formatted for a table (every field a short string)."""
 
     id: str
@@ -552,8 +552,8 @@ def throughput(m: Measurement | None) -> str:
     return ", ".join(parts)
 
 
-def perf_row(p: PerformanceResult) -> PerfRow:
-    return PerfRow(
+def performance_row(p: PerformanceResult) -> PerformanceRow:
+    return PerformanceRow(
         id=p.perf_id, title=p.title, shape=f"{p.shape} {p.dtype}", status=p.status,
         time=_ms(p.student), spread=f"±{p.student.spread_pct:.1f}%" if p.student else "",
         vs_torch=_times(p.speedup_vs_torch), vs_reference=_times(p.speedup_vs_reference),
@@ -564,9 +564,9 @@ def perf_row(p: PerformanceResult) -> PerfRow:
     )
 
 
-def perf_line(p: PerformanceResult) -> str:
+def performance_line(p: PerformanceResult) -> str:
     """One performance case in one line of plain text (Gradescope test output, terminal)."""
-    r = perf_row(p)
+    r = performance_row(p)
     if not r.timed:
         return f"{r.status}: {r.reason}"
     parts = [f"{r.time} {r.spread}", f"{r.vs_torch} torch eager ({r.torch_label} {r.torch_time})"]

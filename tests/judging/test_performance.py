@@ -271,9 +271,9 @@ def test_reports_have_no_performance_section_without_performance_cases(assignmen
     assert "## Performance" not in report.markdown(result, assignment)
 
 
-def test_perf_line_for_each_status(assignment: Assignment) -> None:
-    assert report.perf_line(skipped(perf_case(assignment, "perf-layernorm"))) == "skipped: " + NEEDS_CUDA
-    line = report.perf_line(timed_result(assignment))
+def test_performance_line_for_each_status(assignment: Assignment) -> None:
+    assert report.performance_line(skipped(perf_case(assignment, "perf-layernorm"))) == "skipped: " + NEEDS_CUDA
+    line = report.performance_line(timed_result(assignment))
     assert (
         line.startswith("0.2000 ms ±")
         and "F.layer_norm 0.2215 ms" in line
