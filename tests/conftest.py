@@ -190,10 +190,26 @@ def _grade_reference(folder: Path, text: str) -> Graded:
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under `--dist loadgroup`, each test file runs in one xdist worker (its module fixtures, which grade
-    submissions, are computed once) unless a test names a group of its own (the selftest: one per corpus)."""
+    submissions, are computed once) unless a test names a group of its own (the selftest: one per corpus).
+    The groups are handed out in collection order, so the longest come first: the selftest's corpora, then
+    the files with slow tests, then the rest (each file's own order kept)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    rank: dict[str, int] = {}
+    for item in items:  # a file's rank: its costliest test's (files stay whole, in their own order)
+        rank[_file(item)] = min(rank.get(_file(item), 2), _cost_rank(item))
+    items.sort(key=lambda item: rank[_file(item)])
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::")[0]
+
+
+def _cost_rank(item: pytest.Item) -> int:
+    if _file(item) == "tests/operations/test_selftest.py":
+        return 0
+    return 1 if item.get_closest_marker("slow") else 2
 
 
 @pytest.fixture(scope="session", autouse=True)
