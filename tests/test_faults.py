@@ -289,7 +289,7 @@ FAKE_FAULT = '''    out = torch.empty((M, N), device=x.device, dtype=torch.float
 
 @pytest.mark.slow
 def test_a_wrapper_case_that_faults_is_rerun_under_the_tool_and_named(tmp_path: Path, softmax) -> None:
-    reference = (ROOT / "assignments" / "softmax" / "reference.py").read_text(encoding="utf-8")
+    reference = (ROOT / "reference" / "softmax" / "reference.py").read_text(encoding="utf-8")
     allocation = "    out = torch.empty((M, N), device=x.device, dtype=torch.float32)\n"
     assert reference.count(allocation) == 1
     submission = tmp_path / "softmax.py"
