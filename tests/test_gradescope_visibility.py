@@ -55,7 +55,7 @@ def visible_before_the_due_date(results: dict[str, Any]) -> str:
 
 
 def written(tmp_path: Path, assignment: Assignment, graded: GradeResult) -> dict[str, Any]:
-    write_outputs(tmp_path, graded, assignment, {"tests": []})
+    write_outputs(tmp_path, graded, assignment, "{\"tests\": []}")  # the pytest-json-report record, as text
     return json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
 
 
