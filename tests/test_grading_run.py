@@ -33,13 +33,14 @@ def template_copy(assignment: Assignment, tmp_path: Path) -> Path:
 
 
 def test_the_run_collects_from_the_assignment_it_was_given(assignment: Assignment, tmp_path: Path) -> None:
-    """Only the public cases of one target, from the Assignment object (never the spec re-read from disk),
-    each graded into a typed CaseResult; pytest's record is handed back as text and still holds them."""
-    one = dataclasses.replace(assignment, cases=tuple(c for c in assignment.cases if c.target == "row_mean_var_kernel"))
+    """Only the cases of the Assignment object it was given (here: one target's public cases, never the spec
+    re-read from disk), each graded into a typed CaseResult; pytest's record is handed back as text and
+    still holds them."""
+    one = dataclasses.replace(assignment, cases=tuple(c for c in assignment.cases
+                                                      if c.target == "row_mean_var_kernel" and c.is_public))
     submission = template_copy(assignment, tmp_path)
-    result, report = grade(GradeRequest(one, submission, "interpreter", seed=3, public_only=True,
-                                        gpu_compile_check=False))
-    wanted = [c.id for c in one.cases_for("interpreter", public_only=True)]
+    result, report = grade(GradeRequest(one, submission, "interpreter", seed=3, gpu_compile_check=False))
+    wanted = [c.id for c in one.cases_for("interpreter")]
     assert wanted and [c.case_id for c in result.cases if not c.case_id.startswith("false-hint")] == wanted
     assert all(isinstance(c, CaseResult) and not c.passed for c in result.cases)
     record = json.loads(report)
