@@ -15,17 +15,18 @@ from grader.authoring.discovery import (
     require_folder,
 )
 from grader.authoring.mutants import Mutant, MutantError, load_mutants, write_mutant
-from grader.authoring.spec import SpecError
+from grader.authoring.spec import SpecError, load_assignment
 from grader.operations.environment import detect_backend
 from grader.operations.executors import EXECUTORS
-from grader.operations.grade import GradeRequest, grade
-from grader.operations.interactive import CheckError, resolve_assignment, run_check
 from grader.operations.notebook import NotebookError
-from grader.publishing import report
 from grader.publishing.classroom import DEFAULT_GRADER_REPO
-from grader.publishing.files import write_outputs
 from grader.running.calibration import DEFAULT_MAX_AGE_S, CalibrationStore, default_folder
+from grader.running.sandbox import Sandbox, start_sandbox
 from grader.seeds import fresh_seed
+from grader.submission_file import fit
+
+# Imported where used, not here: grader.operations.grade, .interactive, grader.publishing.report and .files
+# import torch (seconds), and `grade` / `check` start the submission's sandbox before that (_early_sandbox).
 
 DEFAULT_MAX_AGE_H = DEFAULT_MAX_AGE_S / 3600
 ASSIGNMENTS_HELP = ("folder of assignments (default: $GRADER_ASSIGNMENTS, else the checkout's assignments/, "
@@ -141,10 +142,55 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_classroom_workflow(args, root)
         if args.command == "student-bundle":
             return cmd_student_bundle(args, root)
-    except (UsageError, SpecError, AssignmentNotFound, MutantError, NotebookError, CheckError) as exc:
+    except _user_errors() as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return 2
     raise AssertionError(args.command)
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """The exceptions whose message is for the user (evaluated when one is raised: CheckError's module is heavy)."""
+    from grader.operations.interactive import CheckError
+
+    return (UsageError, SpecError, AssignmentNotFound, MutantError, NotebookError, CheckError)
+
+
+def _early_sandbox(assignment_id: str | None, submission: Path, root: Path, backend: str,
+                   hidden: tuple[str, ...], calibration: CalibrationStore | None) -> Sandbox | None:
+    """The submission's sandbox, started before this process imports torch (its zygote's imports of torch
+    and triton overlap ours), or None when the assignment or the backend cannot be told cheaply yet. The
+    grade checks it fits (GradeRequest.sandbox) and starts its own otherwise."""
+    spec = None
+    if assignment_id:
+        spec = root / assignment_id / "assignment.toml"
+    else:
+        fitting = []
+        for candidate in sorted(root.glob("*/assignment.toml")) if root.is_dir() else []:
+            try:
+                if fit(submission.name, load_assignment(candidate).submission_file):
+                    fitting.append(candidate)
+            except SpecError:
+                return None
+        spec = fitting[0] if len(fitting) == 1 else None
+    if spec is None or not spec.is_file():
+        return None
+    if backend == "auto":
+        backend = "cuda" if Path("/dev/nvidiactl").exists() else "interpreter"  # detect_backend confirms it
+    if backend == "cuda" and calibration is not None:
+        hidden = (*hidden, str(calibration.folder.resolve()))  # as grade.guard_calibration hides it
+    try:
+        return start_sandbox(load_assignment(spec), submission, backend, hidden)
+    except (SpecError, OSError):
+        return None
+
+
+def _adopt(sandbox: Sandbox | None, backend: str) -> Sandbox | None:
+    """The early sandbox if it was made for `backend` (the zygote imported Triton for one flavour), else
+    none (it is closed)."""
+    if sandbox is None or (sandbox.options.backend == "interpreter") == (backend == "interpreter"):
+        return sandbox
+    sandbox.close()
+    return None
 
 
 def entry_point() -> None:
@@ -158,19 +204,28 @@ def _submission(path: Path) -> Path:
 
 
 def cmd_grade(args: argparse.Namespace, root: Path) -> int:
-    assignment = find_assignment(args.assignment, root)
-    backend = detect_backend(args.backend)
     submissions = [_submission(p) for p in args.submissions]
     stems = [p.stem for p in submissions]
     if len(set(stems)) != len(stems):
         raise UsageError("two submissions share a file name; grade them separately")
     calibration = calibration_store(args)
+    early = None
+    if len(submissions) == 1:
+        args.out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
+        early = _early_sandbox(args.assignment, submissions[0], root, args.backend, (str(args.out.resolve()),),
+                               calibration)
+    from grader.operations.grade import GradeRequest, grade
+    from grader.publishing.files import write_outputs
+
+    assignment = find_assignment(args.assignment, root)
+    backend = detect_backend(args.backend)
+    early = _adopt(early, backend)
     for path in submissions:
         out = args.out if len(submissions) == 1 else args.out / path.stem
         out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
         result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed,
                                                    hidden=(str(out.resolve()),), sanitize=args.sanitize,
-                                                   calibration=calibration))
+                                                   calibration=calibration, sandbox=early))
         write_outputs(out, result, assignment, pytest_report, prairielearn=args.prairielearn)
         traps = ", ".join(result.traps) or "none"
         print(f"{path.name}: {result.score:g} / {result.max_score:g}  traps: {traps}  "
@@ -182,10 +237,21 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
 
 def cmd_check(args: argparse.Namespace, root: Path) -> int:
     path = _submission(args.submission)
-    assignment = resolve_assignment(args.assignment, path, root)
+    calibration = calibration_store(args)
+    early = _early_sandbox(args.assignment, path, root, args.backend, (), calibration)
+    from grader.operations.interactive import resolve_assignment, run_check
+    from grader.publishing import report
+    from grader.publishing.files import write_outputs
+
+    try:
+        assignment = resolve_assignment(args.assignment, path, root)
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
     backend = detect_backend(args.backend)
-    result, pytest_report = run_check(path, assignment, backend, args.seed, tuple(args.target),
-                                      calibration_store(args))
+    result, pytest_report = run_check(path, assignment, backend, args.seed, tuple(args.target), calibration,
+                                      sandbox=_adopt(early, backend))
     print(report.terminal(result, assignment))
     if args.out:
         write_outputs(args.out, result, assignment, pytest_report)

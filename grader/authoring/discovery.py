@@ -11,9 +11,7 @@ import os
 from pathlib import Path
 
 from grader.authoring.mutants import CORPUS_NAMES, Mutant, MutantError, load_mutants
-from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import Assignment, SpecError, load_assignment, load_public_assignment
-from grader.authoring.validation import validate
 from grader.submission_file import fit
 
 SPEC_NAME = "assignment.toml"
@@ -77,6 +75,9 @@ def load_validated(spec: Path, public: bool = False) -> Assignment:
     """Load an assignment and validate it as a whole (spec, oracles, mutant corpus); with `public`, its
     public form (grader.authoring.public), which has no reference and so no corpus to check against."""
     assignment = load_public_assignment(spec) if public else load_assignment(spec)
+    from grader.authoring.oracle_loader import load_problems  # imports torch: only when an assignment loads
+    from grader.authoring.validation import validate
+
     validate(assignment, load_problems(assignment), proven_traps(assignment))
     return assignment
 

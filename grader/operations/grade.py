@@ -34,11 +34,11 @@ from grader.judging.faults import name_from_other_cases
 from grader.judging.judge import renamed_head
 from grader.judging.performance import by_id, errored, not_run, skipped
 from grader.operations.environment import backend_label, versions
-from grader.operations.grading_run import GradingRun, start_sandbox
+from grader.operations.grading_run import GradingRun
 from grader.operations.notebook import NotebookError, is_notebook, materialise, read_notebook
 from grader.results import CaseResult, GradeResult, PerformanceResult
 from grader.running.calibration import CalibrationStore
-from grader.running.sandbox import Sandbox
+from grader.running.sandbox import Sandbox, start_sandbox
 from grader.running.sanitizer import sanitizer_command
 from grader.seeds import fresh_seed
 from grader.submission_file import fit, notebook_problem, source_problem

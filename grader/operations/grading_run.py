@@ -24,11 +24,10 @@ import pytest
 
 from grader.authoring.spec import Assignment, Case, PerformanceCase
 from grader.results import CaseResult, PerformanceResult
-from grader.running.battery import Battery, sandbox_options
+from grader.running.battery import Battery
 from grader.running.calibration import CalibrationStore
 from grader.running.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
-from grader.running.gpu_memory import MemoryWatchdog, nvml_reader, worker_budget_bytes
-from grader.running.sandbox import GpuBudget, Sandbox
+from grader.running.sandbox import Sandbox, start_sandbox
 from grader.running.sanitizer import sanitizer_command
 
 
@@ -190,30 +189,6 @@ class GradingRun:
         if isinstance(item, PerformanceItem) and item.result is not None:
             return {"performance": item.result.to_dict()}
         return {}
-
-
-def start_sandbox(assignment: Assignment, submission: Path, backend: str, hidden: tuple[str, ...] = (),
-                  concurrent_grades: int = 1) -> Sandbox:
-    """A submission's sandbox for one grade, its zygote started (it imports torch and triton in the
-    background). Call it from the thread that lives as long as the grade."""
-    sandbox = Sandbox(sandbox_options(assignment, Path(submission).resolve(), backend, hidden),
-                      gpu_budget=gpu_budget(backend, concurrent_grades))
-    sandbox.start()
-    return sandbox
-
-
-def gpu_budget(backend: str, concurrent_grades: int) -> GpuBudget | None:
-    """On CUDA with NVML: each worker's share of GPU memory (a grade runs two at a time: its worker and the
-    replayer or timer), held by a watchdog thread in this process. None without NVML (then only torch's
-    per-process fraction is not set either, and a worker may take what the GPU has)."""
-    if backend != "cuda":
-        return None
-    reader = nvml_reader()
-    if reader is None:
-        return None
-    total = reader.total_bytes()
-    budget = worker_budget_bytes(total, max(1, concurrent_grades), workers_per_grade=2)
-    return GpuBudget(MemoryWatchdog(reader), reader, budget, total)
 
 
 class CaseFailed(Exception):

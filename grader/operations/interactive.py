@@ -17,6 +17,7 @@ from grader.operations.grade import GradeRequest, grade
 from grader.publishing import report
 from grader.results import GradeResult
 from grader.running.calibration import CalibrationStore, default_folder
+from grader.running.sandbox import Sandbox
 
 
 class CheckError(Exception):
@@ -41,14 +42,17 @@ def resolve_assignment(assignment_id: str | None, path: Path, root: Path) -> Ass
 
 def run_check(path: Path, assignment: Assignment, backend: str, seed: int | None = None,
               targets: tuple[str, ...] = (), calibration: CalibrationStore | None = None,
-              ) -> tuple[GradeResult, str]:
+              sandbox: Sandbox | None = None) -> tuple[GradeResult, str]:
     """The public cases of `path` (only `targets`' when given) on `backend` ("interpreter" or "cuda");
-    performance bars cached in `calibration` (None: measured for this check alone)."""
+    performance bars cached in `calibration` (None: measured for this check alone); `sandbox`: the
+    submission's sandbox, started ahead (the command line starts it before importing torch)."""
     unknown = [t for t in targets if t not in assignment.targets]
     if unknown:
+        if sandbox is not None:
+            sandbox.close()
         raise CheckError(f"no target {unknown[0]!r} in {assignment.id} (known: {', '.join(assignment.targets)})")
     return grade(GradeRequest(assignment, path, backend, seed=seed, public_only=True, targets=targets,
-                              calibration=calibration))
+                              calibration=calibration, sandbox=sandbox))
 
 
 def check(submission: str | os.PathLike[str], assignment: str | None = None, *, target: str | None = None,

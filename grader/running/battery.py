@@ -20,7 +20,7 @@ from grader import trap_ids
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import In, Out, Problem
-from grader.authoring.spec import REFERENCE_DIR, Assignment, Case, FunctionSpec, KernelSpec
+from grader.authoring.spec import Assignment, Case, FunctionSpec, KernelSpec
 from grader.judging import faults
 from grader.judging.compare import close_mask
 from grader.judging.diagnosis import nan_leaks
@@ -34,7 +34,7 @@ from grader.running.client import Deadline, Worker, WorkerFailure
 from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.observation import Finding, Observation, classify_error, error_message, failure_message
 from grader.running.phases import PhaseClock
-from grader.running.sandbox import Sandbox, WorkerOptions
+from grader.running.sandbox import Sandbox, sandbox_options
 from grader.running.sanitizer import (
     SANITIZER_ENV,
     announced_allocations,
@@ -763,21 +763,6 @@ def _replay_failure(target: str, failure: WorkerFailure | None, reply: Mapping[s
                        f"({error_message(error, submission)}): the worker's account of what the wrapper ran "
                        "was altered")
     return Finding(classify_error(error, calls), failure_message(error, head, submission))
-
-
-def sandbox_options(assignment: Assignment, submission: Path, backend: str,
-                    hidden: tuple[str, ...] = ()) -> WorkerOptions:
-    """How a submission's sandbox confines its workers on `backend`."""
-    return WorkerOptions(backend=backend, import_timeout_s=assignment.import_timeout_s,
-                         hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden))
-
-
-def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, ...]:
-    """Folders student code has no business reading: the course's assignments/ (hidden cases, oracles)
-    and reference/ (reference solutions, mutant corpora), whether or not this assignment has one, and the
-    folder the submission came from (other students' files)."""
-    paths = [assignment.root.parent, assignment.course_root / REFERENCE_DIR, Path(submission).resolve().parent]
-    return tuple(str(p) for p in paths)
 
 
 def _tail(text: str) -> str:

@@ -32,9 +32,9 @@ from typing import Any
 from grader.authoring.spec import Assignment, Case
 from grader.judging.false_hints import hint_calls
 from grader.results import CaseResult
-from grader.running.battery import Battery, sandbox_options
+from grader.running.battery import Battery
 from grader.running.client import WorkerFailure
-from grader.running.sandbox import Sandbox, SandboxFailure
+from grader.running.sandbox import Sandbox, SandboxFailure, sandbox_options
 
 STOP_WAIT_S = 30.0  # closing: how long the hint thread may take to notice its worker is gone
 BACKEND = "interpreter"

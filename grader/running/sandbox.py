@@ -35,7 +35,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grader.running.gpu_memory import MemoryWatchdog, NvmlReader, Watch, first_guard_fraction
+from grader.authoring.spec import REFERENCE_DIR, Assignment
+from grader.running.gpu_memory import (
+    MemoryWatchdog,
+    NvmlReader,
+    Watch,
+    first_guard_fraction,
+    nvml_reader,
+    worker_budget_bytes,
+)
 from grader.running.worker.zygote import receive_control, send_control
 
 WORKER_OUTPUT_LIMIT_BYTES = 64 << 20
@@ -547,3 +555,45 @@ class Sandbox:
             self._stop_zygote()
             self._zygote = None
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- a submission's sandbox
+
+
+def sandbox_options(assignment: Assignment, submission: Path, backend: str,
+                    hidden: tuple[str, ...] = ()) -> WorkerOptions:
+    """How a submission's sandbox confines its workers on `backend`."""
+    return WorkerOptions(backend=backend, import_timeout_s=assignment.import_timeout_s,
+                         hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden))
+
+
+def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, ...]:
+    """Folders student code has no business reading: the course's assignments/ (hidden cases, oracles)
+    and reference/ (reference solutions, mutant corpora), whether or not this assignment has one, and the
+    folder the submission came from (other students' files)."""
+    paths = [assignment.root.parent, assignment.course_root / REFERENCE_DIR, Path(submission).resolve().parent]
+    return tuple(str(p) for p in paths)
+
+
+def start_sandbox(assignment: Assignment, submission: Path, backend: str, hidden: tuple[str, ...] = (),
+                  concurrent_grades: int = 1) -> Sandbox:
+    """A submission's sandbox for one grade, its zygote started (it imports torch and triton in the
+    background). Call it from the thread that lives as long as the grade."""
+    sandbox = Sandbox(sandbox_options(assignment, Path(submission).resolve(), backend, hidden),
+                      gpu_budget=gpu_budget(backend, concurrent_grades))
+    sandbox.start()
+    return sandbox
+
+
+def gpu_budget(backend: str, concurrent_grades: int) -> GpuBudget | None:
+    """On CUDA with NVML: each worker's share of GPU memory (a grade runs two at a time: its worker and the
+    replayer or timer), held by a watchdog thread in this process. None without NVML (then only torch's
+    per-process fraction is not set either, and a worker may take what the GPU has)."""
+    if backend != "cuda":
+        return None
+    reader = nvml_reader()
+    if reader is None:
+        return None
+    total = reader.total_bytes()
+    budget = worker_budget_bytes(total, max(1, concurrent_grades), workers_per_grade=2)
+    return GpuBudget(MemoryWatchdog(reader), reader, budget, total)

@@ -39,9 +39,8 @@ def test_the_run_collects_from_the_assignment_it_was_given(assignment: Assignmen
     one = dataclasses.replace(assignment, public=True, cases=tuple(
         c for c in assignment.cases if c.target == "row_mean_var_kernel" and c.is_public))
     submission = template_copy(assignment, tmp_path)
-    result, report = grade(GradeRequest(one, submission, "interpreter", seed=3, public_only=True,
-                                        gpu_compile_check=False))
-    wanted = [c.id for c in one.cases_for("interpreter", public_only=True)]
+    result, report = grade(GradeRequest(one, submission, "interpreter", seed=3, gpu_compile_check=False))
+    wanted = [c.id for c in one.cases_for("interpreter")]
     assert wanted and [c.case_id for c in result.cases if not c.case_id.startswith("false-hint")] == wanted
     assert all(isinstance(c, CaseResult) and not c.passed for c in result.cases)
     record = json.loads(report)
