@@ -119,7 +119,7 @@ def re_reading(counted: TargetTraffic, thresholds: Thresholds = DEFAULT_THRESHOL
         return None
     reads, name = worst
     loaded_all = sum(counted.loaded.values())
-    message = (f"each program loads `{name}` {reads:.1f} times over: {_bytes(counted.loaded[name])} loaded for the "
+    message = (f"each program loads the same bytes of `{name}` {reads:.1f} times: {_bytes(counted.loaded[name])} loaded for the "
                f"{_bytes(counted.needed[name])} its programs need, and in all {loaded_all / needed_all:.1f}x the "
                f"bytes it needs: {_bytes(loaded_all)} for {_bytes(needed_all)} ({_cases(counted)})")
     return PerformanceTrap(trap_ids.RE_READING, counted.target, message, {

@@ -9,10 +9,10 @@ tl.load / tl.store of a launch with its `ptrs` and `mask` arrays; while a reques
 - per storage (named by the kernel parameter it came in), the bytes loaded and the bytes each program
   loaded at least once, summed over programs: their ratio is how often a program reads the same bytes
   (the interpreter runs programs one after the other, so a program is a run of calls with one grid index);
-- requests and 32-byte sectors: a request is a group of 32 consecutive active lanes (a warp) of the block,
-  taken in the order Triton's coalescing pass would give them (the block's most contiguous axis fastest);
-  its sectors are the distinct 32-byte segments its addresses fall in, against the fewest its distinct
-  bytes could fill;
+- requests and 32-byte sectors: a request is what one warp asks, 32 consecutive lanes of the block (one
+  element each) taken in the order Triton's coalescing pass would give them (the block's most contiguous
+  axis fastest), of which the active ones count; its sectors are the distinct 32-byte segments their
+  addresses fall in, against the fewest their distinct bytes could fill;
 - how many tl.dot a launch ran (InterpreterBuilder.create_dot).
 
 Everything is numpy on arrays the interpreter already has; nothing is counted unless asked, and the
@@ -40,23 +40,24 @@ class _Side:
         self.sectors = 0
         self.min_sectors = 0
 
-    def add(self, addresses: np.ndarray, itemsize: int) -> None:
+    def add(self, addresses: np.ndarray, lanes: np.ndarray, itemsize: int) -> None:
+        """`addresses` of the active lanes, `lanes` their positions in the (coalescing-ordered) block."""
         n = int(addresses.size)
         self.bytes += n * itemsize
-        group = (np.arange(n, dtype=np.uint64) // np.uint64(WARP_LANES)) << np.uint64(40)
+        warp = (lanes // WARP_LANES).astype(np.uint64)
         low = addresses.min()
-        sector = (addresses - (low - low % np.uint64(SECTOR_BYTES))) // np.uint64(SECTOR_BYTES)
-        if int(addresses.max() - low) >= 1 << 40 or n >= 1 << 23:  # a request too spread to key: count it all apart
-            self.requests += (n + WARP_LANES - 1) // WARP_LANES
+        if int(addresses.max() - low) >= 1 << 40 or int(warp.max()) >= 1 << 23:  # too spread to key
+            self.requests += int(np.unique(warp).size)
             self.sectors += n
             self.min_sectors += n
             return
-        groups = (n + WARP_LANES - 1) // WARP_LANES
-        self.requests += groups
+        group = warp << np.uint64(40)
+        sector = (addresses - (low - low % np.uint64(SECTOR_BYTES))) // np.uint64(SECTOR_BYTES)
         self.sectors += int(np.unique(group | sector).size)
-        distinct = np.unique(group | (addresses - low))
-        per_group = np.bincount((distinct >> np.uint64(40)).astype(np.int64), minlength=groups)
-        self.min_sectors += int(((per_group * itemsize + SECTOR_BYTES - 1) // SECTOR_BYTES).sum())
+        distinct = np.unique(group | (addresses - low)) >> np.uint64(40)
+        warps, per_warp = np.unique(distinct, return_counts=True)
+        self.requests += int(warps.size)
+        self.min_sectors += int(((per_warp * itemsize + SECTOR_BYTES - 1) // SECTOR_BYTES).sum())
 
     def to_dict(self) -> dict[str, int]:
         return {"bytes": self.bytes, "requests": self.requests, "sectors": self.sectors,
@@ -81,11 +82,11 @@ class LaunchTraffic:
         self._itemsize = [1] * len(names)
 
     def note(self, ptrs: Any, mask: Any, itemsize: int, is_load: bool) -> None:
-        addresses = active_addresses(ptrs, mask, itemsize)
+        addresses, lanes = active_lanes(ptrs, mask, itemsize)
         self._enter(_program_index())
         if addresses.size == 0:
             return
-        (self.load if is_load else self.store).add(addresses, itemsize)
+        (self.load if is_load else self.store).add(addresses, lanes, itemsize)
         if is_load and self.names:
             slot = max(int(np.searchsorted(self.starts, addresses.min(), side="right")) - 1, 0)
             self.loaded[slot] += int(addresses.size) * itemsize
@@ -114,9 +115,9 @@ class LaunchTraffic:
                 "load": self.load.to_dict(), "store": self.store.to_dict(), "storages": storages}
 
 
-def active_addresses(ptrs: Any, mask: Any, itemsize: int) -> np.ndarray:
-    """The active lanes' addresses, flattened with the block's most contiguous axis fastest (the order
-    Triton's coalescing pass gives a warp's lanes)."""
+def active_lanes(ptrs: Any, mask: Any, itemsize: int) -> tuple[np.ndarray, np.ndarray]:
+    """The active lanes' addresses and their positions in the block, flattened with the block's most
+    contiguous axis fastest (the order Triton's coalescing pass gives a warp's lanes)."""
     addresses = np.asarray(ptrs, dtype=np.uint64)
     active = None if mask is None else np.broadcast_to(np.asarray(mask, dtype=bool), addresses.shape)
     if addresses.ndim > 1:
@@ -124,7 +125,10 @@ def active_addresses(ptrs: Any, mask: Any, itemsize: int) -> np.ndarray:
         addresses = np.moveaxis(addresses, axis, -1)
         active = None if active is None else np.moveaxis(active, axis, -1)
     flat = addresses.reshape(-1)
-    return flat if active is None else flat[active.reshape(-1)]
+    if active is None:
+        return flat, np.arange(flat.size, dtype=np.int64)
+    lanes = np.flatnonzero(active.reshape(-1))
+    return flat[lanes], lanes
 
 
 def contiguous_axis(addresses: np.ndarray, itemsize: int) -> int:
@@ -134,7 +138,7 @@ def contiguous_axis(addresses: np.ndarray, itemsize: int) -> int:
     for axis in range(addresses.ndim):
         if addresses.shape[axis] < 2:
             continue
-        first = np.take(addresses, [0, 1], axis=axis).reshape(2, -1)[:, 0].astype(np.int64)
+        first = np.moveaxis(np.take(addresses, [0, 1], axis=axis), axis, 0).reshape(2, -1)[:, 0].astype(np.int64)
         step = abs(int(first[1] - first[0]))
         if step and (best_step is None or step < best_step or (step == best_step and axis == addresses.ndim - 1)):
             best, best_step = axis, step
