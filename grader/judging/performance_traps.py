@@ -119,9 +119,10 @@ def re_reading(counted: TargetTraffic, thresholds: Thresholds = DEFAULT_THRESHOL
         return None
     reads, name = worst
     loaded_all = sum(counted.loaded.values())
-    message = (f"each program loads the same bytes of `{name}` {reads:.1f} times: {_bytes(counted.loaded[name])} loaded for the "
-               f"{_bytes(counted.needed[name])} its programs need, and in all {loaded_all / needed_all:.1f}x the "
-               f"bytes it needs: {_bytes(loaded_all)} for {_bytes(needed_all)} ({_cases(counted)})")
+    message = (f"each program loads the same bytes of `{name}` {reads:.1f} times: "
+               f"{_bytes(counted.loaded[name])} loaded for the {_bytes(counted.needed[name])} its programs need; "
+               f"in all it loads {loaded_all / needed_all:.1f}x the bytes it needs, {_bytes(loaded_all)} for "
+               f"{_bytes(needed_all)} ({_cases(counted)})")
     return PerformanceTrap(trap_ids.RE_READING, counted.target, message, {
         "reads": round(reads, 3), "loaded_bytes": float(loaded_all), "needed_bytes": float(needed_all),
         "ratio": round(loaded_all / needed_all, 3)})
