@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader import trap_ids
 from grader.authoring.spec import BACKENDS
 from grader.publishing.atomic import write_text
 
@@ -233,6 +234,7 @@ def _load_whole_file(path: Path, kind: str) -> Mutant:
     if kind == "variant" and (header.traps or any(header.overrides.values())):
         raise MutantError(path, mutant_id, "a variant is a correct solution: '# expect: none'")
     overrides = tuple(sorted(header.overrides.items()))
+    _check_performance(header.performance_traps, lambda problem: MutantError(path, mutant_id, problem))
     return Mutant(mutant_id, kind, header.traps, header.description, path, overrides=overrides, text=text,
                   performance_traps=header.performance_traps)
 
@@ -277,9 +279,18 @@ def _patch(path: Path, number: int, table: Mapping[str, Any]) -> Mutant:
     edits = table.get("edits")
     if not isinstance(edits, list) or not edits:
         raise fail("'edits' must be a non-empty list of { find = ..., replace = ..., count = N }")
+    performance = _traps(table, "performance_traps", fail) or ()
+    _check_performance(performance, fail)
     return Mutant(mutant_id, "patch", traps, mistake.strip(), path,
                   edits=tuple(_edit(e, i, fail) for i, e in enumerate(edits, 1)), overrides=overrides,
-                  performance_traps=_traps(table, "performance_traps", fail) or ())
+                  performance_traps=performance)
+
+
+def _check_performance(traps: tuple[str, ...], fail: Any) -> None:
+    unknown = [t for t in traps if t not in trap_ids.PERFORMANCE]
+    if unknown:
+        known = ", ".join(sorted(trap_ids.PERFORMANCE))
+        raise fail(f"performance trap {unknown[0]!r} is none of the grader's ({known})")
 
 
 def _traps(table: Mapping[str, Any], key: str, fail: Any) -> tuple[str, ...] | None:
