@@ -156,6 +156,8 @@ def launch(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterat
         checked.traffic = traffic.begin(_kernel_name(kernel), checked.names, checked.starts)
     else:
         checked.traffic = fence.launches[0].traffic
+        if checked.traffic is not None:
+            checked.traffic.next_run()
     fence.launches.append(checked)
     try:
         yield

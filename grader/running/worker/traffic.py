@@ -99,6 +99,12 @@ class LaunchTraffic:
             self._program = program
             self.programs += 1
 
+    def next_run(self) -> None:
+        """An inner level starts a run of the kernel (each autotune config runs once in the interpreter):
+        its first program is a new one even where its grid index equals the last one's."""
+        self.flush()
+        self._program = None
+
     def flush(self) -> None:
         """Close the current program: count the distinct bytes it loaded of each storage."""
         for slot, pending in enumerate(self._pending):
