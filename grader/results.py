@@ -162,6 +162,28 @@ class PerformanceResult:
 
 
 @dataclass(frozen=True)
+class PerformanceTrap:
+    """A performance trap named from evidence (grader/judging/performance_traps.py): informational, no points.
+    `basis`: "prediction" (counted by the interpreter, lane by lane); a GPU measurement would be "measured"."""
+
+    trap: str
+    target: str  # the kernel or wrapper whose cases gave the evidence
+    message: str  # the finding in one sentence, with its numbers
+    numbers: Mapping[str, float] = field(default_factory=dict)
+    basis: str = "prediction"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"trap": self.trap, "target": self.target, "message": self.message,
+                "numbers": dict(self.numbers), "basis": self.basis}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PerformanceTrap:
+        return cls(trap=str(data["trap"]), target=str(data["target"]), message=str(data["message"]),
+                   numbers={str(k): float(v) for k, v in dict(data.get("numbers", {})).items()},
+                   basis=str(data.get("basis", "prediction")))
+
+
+@dataclass(frozen=True)
 class GradeResult:
     assignment: str
     submission: str
@@ -176,6 +198,7 @@ class GradeResult:
     performance: tuple[PerformanceResult, ...] = ()  # [[performance]] cases (skipped ones have max_score 0)
     phases: Mapping[str, float] = field(default_factory=dict)  # wall seconds per phase (grader.running.phases)
     rejected: str = ""  # why nothing of the submission ran (not Python source, say); '' when it was graded
+    performance_traps: tuple[PerformanceTrap, ...] = ()  # why it may be slow: informational, never scored
 
     @property
     def score(self) -> float:
@@ -196,6 +219,10 @@ class GradeResult:
             for trap in case.traps:
                 seen.setdefault(trap, None)
         return tuple(seen)
+
+    @property
+    def performance_trap_ids(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(t.trap for t in self.performance_traps))
 
     def score_by_target(self) -> dict[str, tuple[float, float]]:
         out: dict[str, tuple[float, float]] = {}
@@ -222,6 +249,7 @@ class GradeResult:
             "performance": [p.to_dict() for p in self.performance],
             "phases": dict(self.phases),
             "rejected": self.rejected,
+            "performance_traps": [t.to_dict() for t in self.performance_traps],
         }
 
     @classmethod
@@ -240,4 +268,5 @@ class GradeResult:
             performance=tuple(PerformanceResult.from_dict(p) for p in data.get("performance", ())),
             phases={str(k): float(v) for k, v in (data.get("phases") or {}).items()},
             rejected=str(data.get("rejected", "")),
+            performance_traps=tuple(PerformanceTrap.from_dict(t) for t in data.get("performance_traps", ())),
         )

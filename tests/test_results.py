@@ -12,6 +12,7 @@ from grader.results import (
     GradeResult,
     Measurement,
     PerformanceResult,
+    PerformanceTrap,
 )
 
 
@@ -32,6 +33,10 @@ def test_round_trips_through_json() -> None:
     data = json.loads(json.dumps(grade.to_dict(), allow_nan=False))
     assert data["format_version"] == RESULTS_FORMAT_VERSION
     assert GradeResult.from_dict(data) == grade
+    slow = PerformanceTrap("re-reading", "layernorm", "loads x_ptr 3.0 times", {"reads": 3.0})
+    with_slow = GradeResult(**{**vars(grade), "performance_traps": (slow, slow)})
+    assert GradeResult.from_dict(json.loads(json.dumps(with_slow.to_dict()))) == with_slow
+    assert with_slow.performance_trap_ids == ("re-reading",) and with_slow.score == grade.score
     assert perf.shape == "4096x4096" and perf.timed and grade.performance_device == perf.device
 
 

@@ -9,6 +9,8 @@ only: it never ships and workers cannot see it), beside the reference solution, 
       id = "eps_outside_sqrt"                # names the mutant, and its file when written out
       traps = ["eps-outside-sqrt"]           # what the grader must name; [] for a correct variant
       traps_cuda = ["compile-error"]         # optional: where one backend diagnoses differently
+      performance_traps = ["re-reading"]     # optional: performance traps it must get where they are
+                                             # predicted (the interpreter); informational, no points
       mistake = "eps added after the square root: 1 / (sqrt(var) + eps)"
       edits = [{ find = "tl.sqrt(var + eps)", replace = "(tl.sqrt(var) + eps)" }]
 
@@ -20,8 +22,9 @@ only: it never ships and workers cannot see it), beside the reference solution, 
 * `variants/*.py`: whole-file correct solutions written in genuinely different styles.
 
 A whole file starts with comment lines: `# expect: trap, trap` (or `# expect: none`), optionally
-`# expect-<backend>: ...`, and `# mistake: ...` (mutants) or `# variant: ...` (variants), whose
-text may continue on the comment lines after it.
+`# expect-<backend>: ...`, `# performance: trap, trap` (performance traps it must get where they are
+predicted; a slow but correct variant may have them), and `# mistake: ...` (mutants) or
+`# variant: ...` (variants), whose text may continue on the comment lines after it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader import trap_ids
 from grader.authoring.spec import BACKENDS
 from grader.publishing.atomic import write_text
 
@@ -52,8 +56,9 @@ RESERVED_ID = "reference"  # the reference's own id in a corpus
 _ID = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 _EXPECT = re.compile(r"^#\s*expect(?:-(\w+))?:\s*(.+)$")
 _DESCRIBE = re.compile(r"^#\s*(mistake|variant):\s*(.*)$")
+_PERFORMANCE = re.compile(r"^#\s*performance:\s*(.+)$")
 _KEYED_COMMENT = re.compile(r"^#\s*[\w-]+:")
-_MUTANT_KEYS = {"id", "traps", "mistake", "edits"} | {f"traps_{b}" for b in BACKENDS}
+_MUTANT_KEYS = {"id", "traps", "mistake", "edits", "performance_traps"} | {f"traps_{b}" for b in BACKENDS}
 _EDIT_KEYS = {"find", "replace", "count"}
 
 
@@ -97,6 +102,9 @@ class Mutant:
     edits: tuple[Edit, ...] = ()
     overrides: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (backend, traps) where a backend differs
     text: str | None = None  # a whole file's text
+    # performance traps the grader must name where it predicts them (grader/judging/performance_traps.py):
+    # informational, so a correct variant may have them too
+    performance_traps: tuple[str, ...] = ()
 
     def expected(self, backend: str) -> tuple[str, ...]:
         """The traps the grader must name on `backend`."""
@@ -168,6 +176,7 @@ class Header:
     traps: tuple[str, ...] | None  # `# expect:`; None where there is no such line
     overrides: Mapping[str, tuple[str, ...]]  # `# expect-<backend>:`
     description: str  # `# mistake:` or `# variant:`, continuation lines joined
+    performance_traps: tuple[str, ...] = ()  # `# performance: ...`
 
     def expected(self, backend: str) -> tuple[str, ...] | None:
         return self.overrides.get(backend, self.traps)
@@ -178,13 +187,18 @@ def parse_header(lines: Iterable[str]) -> Header:
     traps: tuple[str, ...] | None = None
     overrides: dict[str, tuple[str, ...]] = {}
     description: list[str] = []
+    performance: tuple[str, ...] = ()
     continuing = False  # the line before was the description or its continuation
     for raw in lines:
         line = raw.strip()
         if line and not raw.startswith("#"):
             break
-        expect, describe = _EXPECT.match(line), _DESCRIBE.match(line)
-        if expect:
+        expect, describe, slow = _EXPECT.match(line), _DESCRIBE.match(line), _PERFORMANCE.match(line)
+        if slow:
+            value = slow.group(1).strip()
+            performance = () if value == "none" else tuple(t.strip() for t in value.split(",") if t.strip())
+            continuing = False
+        elif expect:
             value = expect.group(2).strip()
             found = () if value == "none" else tuple(t.strip() for t in value.split(",") if t.strip())
             if expect.group(1) is None:
@@ -199,7 +213,7 @@ def parse_header(lines: Iterable[str]) -> Header:
             description.append(line.lstrip("#").strip())
         else:
             continuing = False
-    return Header(traps, overrides, " ".join(d for d in description if d))
+    return Header(traps, overrides, " ".join(d for d in description if d), performance)
 
 
 def _load_whole_file(path: Path, kind: str) -> Mutant:
@@ -220,7 +234,9 @@ def _load_whole_file(path: Path, kind: str) -> Mutant:
     if kind == "variant" and (header.traps or any(header.overrides.values())):
         raise MutantError(path, mutant_id, "a variant is a correct solution: '# expect: none'")
     overrides = tuple(sorted(header.overrides.items()))
-    return Mutant(mutant_id, kind, header.traps, header.description, path, overrides=overrides, text=text)
+    _check_performance(header.performance_traps, lambda problem: MutantError(path, mutant_id, problem))
+    return Mutant(mutant_id, kind, header.traps, header.description, path, overrides=overrides, text=text,
+                  performance_traps=header.performance_traps)
 
 
 # ------------------------------------------------------------------------------------ mutants.toml
@@ -263,8 +279,18 @@ def _patch(path: Path, number: int, table: Mapping[str, Any]) -> Mutant:
     edits = table.get("edits")
     if not isinstance(edits, list) or not edits:
         raise fail("'edits' must be a non-empty list of { find = ..., replace = ..., count = N }")
+    performance = _traps(table, "performance_traps", fail) or ()
+    _check_performance(performance, fail)
     return Mutant(mutant_id, "patch", traps, mistake.strip(), path,
-                  edits=tuple(_edit(e, i, fail) for i, e in enumerate(edits, 1)), overrides=overrides)
+                  edits=tuple(_edit(e, i, fail) for i, e in enumerate(edits, 1)), overrides=overrides,
+                  performance_traps=performance)
+
+
+def _check_performance(traps: tuple[str, ...], fail: Any) -> None:
+    unknown = [t for t in traps if t not in trap_ids.PERFORMANCE]
+    if unknown:
+        known = ", ".join(sorted(trap_ids.PERFORMANCE))
+        raise fail(f"performance trap {unknown[0]!r} is none of the grader's ({known})")
 
 
 def _traps(table: Mapping[str, Any], key: str, fail: Any) -> tuple[str, ...] | None:

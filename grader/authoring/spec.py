@@ -98,6 +98,7 @@ class KernelSpec:
     problem: str
     description: str = ""
     float_params: tuple[str, ...] = ()  # scalar parameters passed as floats (the rest are integers)
+    matmul: bool = False  # its tiles are matrix products, meant for tl.dot (performance trap no-tensor-cores)
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class FunctionSpec:
     problem: str
     max_launches: int
     description: str = ""
+    matmul: bool = False  # launches matrix products, meant for tl.dot (performance trap no-tensor-cores)
 
 
 @dataclass(frozen=True)
@@ -493,7 +495,7 @@ def _backend_tables(profile: _Reader) -> list[tuple[str, dict[str, _Reader]]]:
 
 
 def _load_kernel(name: str, r: _Reader) -> KernelSpec:
-    r.reject_unknown({"params", "constexprs", "grid", "problem", "description", "float_params"})
+    r.reject_unknown({"params", "constexprs", "grid", "problem", "description", "float_params", "matmul"})
     params = r.strings("params")
     constexprs = r.strings("constexprs", ())
     for c in constexprs:
@@ -512,11 +514,11 @@ def _load_kernel(name: str, r: _Reader) -> KernelSpec:
         if f not in params:
             raise r.fail("float_params", f"{f!r} is not one of params")
     return KernelSpec(name, params, constexprs, grid, r.get("problem", str), r.get("description", str, ""),
-                      float_params)
+                      float_params, r.get("matmul", bool, False))
 
 
 def _load_function(name: str, r: _Reader) -> FunctionSpec:
-    r.reject_unknown({"params", "returns", "problem", "max_launches", "description"})
+    r.reject_unknown({"params", "returns", "problem", "max_launches", "description", "matmul"})
     max_launches = r.get("max_launches", int, 1)
     if max_launches < 0:
         raise r.fail("max_launches", "must be >= 0")
@@ -527,6 +529,7 @@ def _load_function(name: str, r: _Reader) -> FunctionSpec:
         problem=r.get("problem", str),
         max_launches=max_launches,
         description=r.get("description", str, ""),
+        matmul=r.get("matmul", bool, False),
     )
 
 

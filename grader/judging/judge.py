@@ -60,6 +60,8 @@ def judge_case(
     hint = false_hint_evidence(observation.false_hint)
     if hint is not None:  # a warning for the whole kernel (grade.py), never points off this case
         evidence["false_hint"] = hint
+    if observation.traffic is not None:  # the performance traps' evidence (grader/judging/performance_traps.py)
+        evidence["traffic"] = [dict(launch) for launch in observation.traffic]
 
     def result(passed: bool, message: str, named: list[str]) -> CaseResult:
         return CaseResult(

@@ -33,6 +33,7 @@ from grader.judging.false_hints import as_cpu_grade, false_hint_checks, with_cpu
 from grader.judging.faults import name_from_other_cases
 from grader.judging.judge import renamed_head
 from grader.judging.performance import by_id, errored, not_run, skipped
+from grader.judging.performance_traps import diagnose as diagnose_performance
 from grader.operations.environment import backend_label, versions
 from grader.operations.grading_run import GradingRun
 from grader.operations.notebook import NotebookError, is_notebook, materialise, read_notebook
@@ -163,6 +164,8 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
     # warnings, zero points each; on CUDA worded from the interpreter's cases, as a CPU grade words them
     hinted = as_cpu_grade(cases, promises, run.hint_cases) if promises else cases
     cases = cases + false_hint_checks(hinted, request.assignment)
+    # why it may be slow, from the traffic the interpreter counted (informational: no points)
+    performance_traps = diagnose_performance(cases, matmul_targets(request.assignment))
     result = GradeResult(
         assignment=request.assignment.id,
         submission=request.submission.name,
@@ -175,8 +178,15 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
         public_only=request.public_run,
         performance=every_performance(run),
         phases=phases,
+        performance_traps=performance_traps,
     )
     return result, report
+
+
+def matmul_targets(assignment: Assignment) -> tuple[str, ...]:
+    """The kernels and wrappers the contract marks `matmul = true` (no-tensor-cores is judged on them)."""
+    return tuple(name for specs in (assignment.kernels, assignment.functions)
+                 for name, spec in specs.items() if spec.matmul)
 
 
 def every_case(run: GradingRun) -> list[CaseResult]:

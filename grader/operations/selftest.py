@@ -4,7 +4,8 @@ The corpus is the reference plus what `grader.authoring.mutants.load_mutants` fi
 reference folder (reference/<id>/ of the course): patch mutants (mutants.toml), whole-file mutants
 (mutants/) and variants (variants/). Each is
 written as a real submission file into a temporary folder and graded like a student's. A row passes
-when the diagnosed traps equal the expected ones; a correct submission must also get full marks. Graded at
+when the diagnosed traps equal the expected ones, and the performance traps named (informational, where the
+backend predicts them: the interpreter) the expected ones; a correct submission must also get full marks. Graded at
 several seeds (`--seeds N`), a row also fails when its score or its traps change with the seed: a mutant
 that only some inputs expose proves its trap by luck. A MISS is explained below the table, naming the
 cases behind it (their scores and the traps they named).
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from grader.authoring.mutants import RESERVED_ID, Mutant, load_mutants, parse_header, write_mutant
 from grader.authoring.spec import REFERENCE_DIR, REFERENCE_FILE, Assignment, SpecError
+from grader.judging.performance_traps import PREDICTING_BACKENDS
 from grader.operations.grade import GradeRequest, grade
 from grader.publishing.files import write_outputs
 
@@ -45,9 +47,11 @@ class SeedVerdict:
     seed: int
     score: float
     diagnosed: tuple[str, ...]
+    performance: tuple[str, ...] = ()  # performance traps named (informational)
 
     def describe(self) -> str:
-        return f"seed {self.seed}: {self.score:g} [{', '.join(self.diagnosed) or 'none'}]"
+        slow = f" [performance: {', '.join(self.performance)}]" if self.performance else ""
+        return f"seed {self.seed}: {self.score:g} [{', '.join(self.diagnosed) or 'none'}]{slow}"
 
 
 @dataclass(frozen=True)
@@ -60,15 +64,20 @@ class SelftestRow:
     seconds: float
     cases: tuple[CaseVerdict, ...] = ()  # the cases (at the first seed) that lost points or named a trap
     seeds: tuple[SeedVerdict, ...] = ()  # every seed graded (the first is the row's own); one with --seeds 1
+    # performance traps (informational) expected where the backend predicts them, and those named
+    expected_performance: tuple[str, ...] = ()
+    performance: tuple[str, ...] = ()
 
     @property
     def seed_dependent(self) -> bool:
         """The score or the traps named changed with the seed: a mutant only some inputs expose."""
-        return len({(s.score, frozenset(s.diagnosed)) for s in self.seeds}) > 1
+        return len({(s.score, frozenset(s.diagnosed), frozenset(s.performance)) for s in self.seeds}) > 1
 
     @property
     def ok(self) -> bool:
         if set(self.expected) != set(self.diagnosed) or self.seed_dependent:
+            return False
+        if set(self.expected_performance) != set(self.performance):
             return False
         return bool(self.expected) or self.score == self.max_score
 
@@ -85,6 +94,12 @@ class SelftestRow:
             named_by = {t: [c.case_id for c in self.cases if t in c.traps] for t in extra}
             lines.append("named but not expected: " + "; ".join(
                 f"{t} (by {', '.join(cases) or 'the submission as a whole'})" for t, cases in named_by.items()))
+        slow_missing = [t for t in self.expected_performance if t not in self.performance]
+        slow_extra = [t for t in self.performance if t not in self.expected_performance]
+        if slow_missing:
+            lines.append(f"performance trap not named: {', '.join(slow_missing)}")
+        if slow_extra:
+            lines.append(f"performance trap named but not expected: {', '.join(slow_extra)}")
         if not self.expected and self.score != self.max_score:
             lines.append(f"a correct submission lost points: {self.score:g}/{self.max_score:g}")
         if self.seed_dependent:
@@ -138,7 +153,13 @@ def grade_one(args: GradeJob) -> tuple[SeedVerdict, tuple[CaseVerdict, ...], flo
         write_outputs(out, result, assignment, report)
     cases = tuple(CaseVerdict(c.case_id, c.score, c.max_score, c.traps) for c in result.cases
                   if c.traps or c.score < c.max_score)
-    return SeedVerdict(seed, result.score, result.traps), cases, result.max_score, result.execution_time_s
+    verdict = SeedVerdict(seed, result.score, result.traps, result.performance_trap_ids)
+    return verdict, cases, result.max_score, result.execution_time_s
+
+
+def expected_performance(mutant: Mutant, backend: str) -> tuple[str, ...]:
+    """The performance traps a submission must get on `backend`: its own where the backend predicts them."""
+    return mutant.performance_traps if backend in PREDICTING_BACKENDS else ()
 
 
 def selftest_seeds(seed: int, seeds: int) -> tuple[int, ...]:
@@ -178,6 +199,7 @@ def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1,
         rows.append(SelftestRow(
             submission=mutant.id, expected=mutant.expected(backend), diagnosed=first.diagnosed, score=first.score,
             max_score=max_score, seconds=seconds, cases=cases, seeds=tuple(r[0] for r in runs),
+            expected_performance=expected_performance(mutant, backend), performance=first.performance,
         ))
     return rows
 
@@ -187,8 +209,13 @@ def format_table(rows: list[SelftestRow]) -> str:
     header = f"{'submission':32} {'expected':36} {'diagnosed':36} {'score':>9} {'time':>6}  ok"
     lines = [header, "-" * len(header)]
     for row in rows:
+        expected = ", ".join(row.expected) or "none"
+        diagnosed = ", ".join(row.diagnosed) or "none"
+        if row.expected_performance or row.performance:  # performance traps, after the correctness ones
+            expected += f" +slow: {', '.join(row.expected_performance) or 'none'}"
+            diagnosed += f" +slow: {', '.join(row.performance) or 'none'}"
         lines.append(
-            f"{row.submission:32} {', '.join(row.expected) or 'none':36} {', '.join(row.diagnosed) or 'none':36} "
+            f"{row.submission:32} {expected:36} {diagnosed:36} "
             f"{row.score:>4g}/{row.max_score:<4g} {row.seconds:5.1f}s  {'ok' if row.ok else 'MISS'}"
         )
     misses = [r for r in rows if not r.ok]

@@ -323,7 +323,8 @@ def histogram(rows: Sequence[GradebookRow], bins: int = 10) -> tuple[HistogramBi
 
 
 def class_stats(book: Gradebook, results: Mapping[str, GradeResult], assignment: Assignment) -> ClassStats:
-    """Pass rate per case, trap frequencies with example students, slowest and hanging submissions."""
+    """Pass rate per case, trap frequencies with example students (performance traps among them, named most in
+    a target rather than a case), slowest and hanging submissions."""
     scored_ids = [r.student for r in book.rows if r.score is not None and r.student in results]
     catalog = trap_catalog(assignment)
     case_order: dict[str, CaseRate] = {}
@@ -342,7 +343,10 @@ def class_stats(book: Gradebook, results: Mapping[str, GradeResult], assignment:
             for trap in case.traps:
                 per_case = trap_cases.setdefault(trap, {})
                 per_case[case.case_id] = per_case.get(case.case_id, 0) + 1
-        for trap in result.traps:
+        for found in result.performance_traps:  # why it may be slow: counted per target, not per case
+            per_target = trap_cases.setdefault(found.trap, {})
+            per_target[found.target] = per_target.get(found.target, 0) + 1
+        for trap in (*result.traps, *result.performance_trap_ids):
             trap_students.setdefault(trap, []).append(student)
     spec_rank = {c.id: i for i, c in enumerate(assignment.cases)}
     cases = sorted(

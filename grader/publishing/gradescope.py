@@ -82,6 +82,8 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
             "versions": dict(result.versions),
             "notes": list(result.notes),
             "performance": summary_dict(result.performance),
+            # why it may be slow (informational): ids only, the report has their numbers
+            "performance_traps": list(result.performance_trap_ids),
         },
     }
     board = leaderboard(result.performance)

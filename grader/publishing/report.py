@@ -502,11 +502,34 @@ class ReportView:
         return f"{len(perf)} performance case(s) not measured: {'; '.join(reasons)}."
 
     @property
+    def slow_reasons(self) -> tuple[SlowReason, ...]:
+        """Why it may be slow: the performance traps named (informational), each with its numbers and fix."""
+        out = []
+        for found in self.result.performance_traps:
+            text = self.catalog.get(found.trap)
+            out.append(SlowReason(found.trap, text.title if text else found.trap, found.target,
+                                  clean(found.message, MAX_MESSAGE_CHARS), text.fix if text else "", found.basis))
+        return tuple(out)
+
+    @property
     def legend(self) -> list[tuple[str, str, str]]:
         return [(c, MAP_COLOURS[c], LEGEND[c]) for c in CODES]
 
 
 # ------------------------------------------------------------------------------------------ performance
+
+
+@dataclass(frozen=True)
+class SlowReason:
+    """One performance trap as the report's "Why it may be slow" lists it."""
+
+    trap: str
+    title: str
+    target: str
+    message: str  # the finding with its numbers
+    fix: str
+    basis: str  # "prediction" (counted on the CPU) or "measured"
+
 
 
 @dataclass(frozen=True)

@@ -538,7 +538,8 @@ class Battery:
         args = arguments.kernel_arguments(spec, binding, placed)
         what = f"{spec.name}[grid]({', '.join(f'{k}={v}' for k, v in case.meta.items())})"
         message = {"op": "launch", "kernel": spec.name, "storages": placed.storages, "views": placed.views(),
-                   "args": args, "meta": dict(case.meta), "grid": list(spec.grid)}
+                   "args": args, "meta": dict(case.meta), "grid": list(spec.grid),
+                   "count_traffic": self.backend == "interpreter"}
         return placed, message, what
 
     def _run_kernel(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
@@ -636,7 +637,7 @@ class Battery:
         placed = self._place(case, arguments.call_buffers(args, kwargs), inputs, finite_guard=finite_guard)
         wired_args, wired_kwargs = arguments.call_arguments(args, kwargs, placed)
         message = {"op": "call", "function": spec.name, "storages": placed.storages, "views": placed.views(),
-                   "args": wired_args, "kwargs": wired_kwargs}
+                   "args": wired_args, "kwargs": wired_kwargs, "count_traffic": self.backend == "interpreter"}
         return placed, message, f"{spec.name}(...)"
 
     def _run_function(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
@@ -668,6 +669,7 @@ class Battery:
             elapsed_s=float(reply.get("elapsed_s", 0.0)),
             row_strides=placed.row_strides(),
             false_hint=observation.false_hint,
+            traffic=observation.traffic,
         )
 
     def _observe(self, placed: _Placed, reply: dict[str, Any], launches: Any, case: Case) -> Observation:
@@ -695,6 +697,7 @@ class Battery:
             block_meta=dict(case.meta),
             row_strides=placed.row_strides(),
             false_hint=reply.get("false_hint"),
+            traffic=_traffic(reply),
         )
 
 
@@ -890,3 +893,11 @@ def _what(item: Any) -> str:
     if isinstance(item, Mapping) and "sequence" in item:
         return f"a {item.get('type')}"
     return "something else"
+
+
+def _traffic(reply: Mapping[str, Any]) -> tuple[Mapping[str, Any], ...] | None:
+    """The memory traffic the worker counted (interpreter), as plain data; None where it counted none."""
+    counted = reply.get("traffic")
+    if not isinstance(counted, list):
+        return None
+    return tuple(dict(launch) for launch in counted if isinstance(launch, dict))

@@ -53,6 +53,9 @@ class Observation:
     # named besides `failure`, each with its sentence, and plain data for the case's evidence (`gpu_fault`).
     fault_findings: tuple[Finding, ...] = ()
     fault: Mapping[str, Any] | None = None
+    # Interpreter: each launch's loads and stores as counted lane by lane (grader/running/worker/traffic.py),
+    # the evidence of the performance traps (grader/judging/performance_traps.py). None: not counted.
+    traffic: tuple[Mapping[str, Any], ...] | None = None
 
 
 def error_message(error: Mapping[str, Any], submission_name: str) -> str:

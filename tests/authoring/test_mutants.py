@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from grader import trap_ids
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.discovery import list_assignment_ids
 from grader.authoring.mutants import Edit, Mutant, MutantError, load_mutants, parse_header, write_mutant
@@ -218,6 +219,8 @@ def test_load_reads_patches_then_whole_mutants_then_variants(tmp_path: Path) -> 
         (GOOD.replace('"off_by_one"', '"reference"'), "names the reference solution itself"),
         (GOOD.replace('"off_by_one"', '"Off-By-One"'), "'id' must be lower-case"),
         (GOOD.replace("[[mutant]]", "[[mutants]]"), "unknown top-level key(s) ['mutants']"),
+        (GOOD.replace("edits = [", 'performance_traps = ["slow"]\nedits = ['), "performance trap 'slow' is none"),
+        (GOOD.replace("edits = [", 'performance_traps = ["oob-write"]\nedits = ['), "performance trap 'oob-write'"),
     ],
 )
 def test_a_bad_mutants_toml_fails_at_load_naming_file_and_mutant(tmp_path: Path, toml: str, problem: str) -> None:
@@ -236,6 +239,7 @@ def test_a_bad_mutants_toml_fails_at_load_naming_file_and_mutant(tmp_path: Path,
         ("mutants/bug.py", "# expect: crash\n# expect-rocm: crash\n# mistake: m\n", "names no backend"),
         ("variants/style.py", "# expect: oob-read\n# variant: v\n", "a variant is a correct solution"),
         ("variants/Style.py", "# expect: none\n# variant: v\n", "lower-case letters"),
+        ("variants/style.py", "# expect: none\n# performance: slow\n# variant: v\n", "performance trap 'slow'"),
     ],
 )
 def test_a_bad_whole_file_fails_at_load_naming_it(tmp_path: Path, name: str, text: str, problem: str) -> None:
@@ -309,3 +313,21 @@ def test_a_written_mutant_grades_to_its_expected_traps(tmp_path: Path) -> None:
                             "--out", str(tmp_path / "out"), "--seed", "3", "--backend", "interpreter")
     assert code == 0
     assert "traps: eps-outside-sqrt " in printed, printed
+
+
+def test_performance_traps_are_expected_apart_from_the_correctness_ones(tmp_path: Path) -> None:
+    write(tmp_path, "mutants.toml", GOOD.replace("edits = [", 'performance_traps = ["re-reading"]\nedits = ['))
+    write(tmp_path, "variants/three_reads.py",
+          "# expect: none\n# performance: re-reading, uncoalesced-access\n# variant: reads its row three\n# times\n")
+    patch, variant = load_mutants(tmp_path)
+    assert (patch.traps, patch.performance_traps) == (("oob-write",), ("re-reading",))
+    assert variant.traps == () and variant.performance_traps == ("re-reading", "uncoalesced-access")
+    assert variant.mistake == "reads its row three times"  # the performance line is not the description
+
+
+@pytest.mark.parametrize("assignment_id", ASSIGNMENTS)
+def test_every_performance_trap_of_the_corpus_is_one_of_the_graders(assignment_id: str) -> None:
+    slow = [m for m in load_mutants(spec(assignment_id).reference_dir) if m.performance_traps]
+    assert slow  # each corpus proves a performance trap
+    for mutant in slow:
+        assert set(mutant.performance_traps) <= trap_ids.PERFORMANCE, mutant.id

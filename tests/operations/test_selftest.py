@@ -134,3 +134,15 @@ def test_a_mutant_whose_verdict_moves_with_the_seed_is_a_miss(tmp_path: Path, ca
     printed = capsys.readouterr().out
     assert printed.startswith("selftest row_sums on interpreter, seeds 1..3\n") and table in printed
     assert main([*argv, "--seeds", "0"]) == 2
+
+
+def test_a_performance_trap_is_compared_apart_from_the_correctness_traps() -> None:
+    row = SelftestRow("slow", (), (), 10.0, 10.0, 1.0, expected_performance=("re-reading",),
+                      performance=("re-reading",))
+    assert row.ok
+    missed = SelftestRow("slow", (), (), 10.0, 10.0, 1.0, expected_performance=("re-reading",))
+    extra = SelftestRow("ref", (), (), 10.0, 10.0, 1.0, performance=("uncoalesced-access",))
+    assert not missed.ok and "performance trap not named: re-reading" in missed.explain()
+    assert not extra.ok and "performance trap named but not expected: uncoalesced-access" in extra.explain()
+    table = format_table([row, extra])
+    assert "none +slow: re-reading" in table and "1 of 2 as expected, 1 MISS" in table

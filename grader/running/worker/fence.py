@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from grader.running.worker import traffic
+
 
 class StrayAccess(Exception):
     """A kernel addressed memory outside every storage its launch was given."""
@@ -46,6 +48,7 @@ class _Launch:
         self.starts = np.array([r[0] for r in ranges], dtype=np.uint64)
         self.ends = np.array([r[1] for r in ranges], dtype=np.uint64)
         self.names = [r[2] for r in ranges]
+        self.traffic: traffic.LaunchTraffic | None = None  # counted while a request asks (worker/traffic.py)
 
     def check(self, ptrs: Any, mask: Any, itemsize: int, stray: type[StrayAccess]) -> None:
         addresses = np.asarray(ptrs, dtype=np.uint64).reshape(-1)
@@ -93,7 +96,10 @@ class _FencedInterpreter:
 
     def _check(self, ptrs: Any, mask: Any, itemsize: int, stray: type[StrayAccess]) -> None:
         if self.launches:
-            self.launches[-1].check(ptrs, mask, itemsize, stray)
+            launch = self.launches[-1]
+            launch.check(ptrs, mask, itemsize, stray)
+            if launch.traffic is not None:
+                launch.traffic.note(ptrs, mask, itemsize, is_load=stray is StrayRead)
 
     def load(self, ptrs: Any, mask: Any, other: Any, dtype: Any) -> Any:
         self._check(ptrs, mask, np.dtype(dtype).itemsize, StrayRead)
@@ -104,11 +110,13 @@ class _FencedInterpreter:
         return self._real.store(ptrs, value, mask)
 
     def atomic_cas(self, ptr: Any, cmp: Any, val: Any, sem: Any) -> Any:
-        self._check(ptr, None, np.asarray(val).dtype.itemsize, StrayWrite)
+        if self.launches:  # checked, not counted: the performance traps look at loads and stores
+            self.launches[-1].check(ptr, None, np.asarray(val).dtype.itemsize, StrayWrite)
         return self._real.atomic_cas(ptr, cmp, val, sem)
 
     def atomic_rmw(self, op: Any, ptr: Any, val: Any, mask: Any, sem: Any) -> Any:
-        self._check(ptr, mask, np.asarray(val).dtype.itemsize, StrayWrite)
+        if self.launches:
+            self.launches[-1].check(ptr, mask, np.asarray(val).dtype.itemsize, StrayWrite)
         return self._real.atomic_rmw(op, ptr, val, mask, sem)
 
 
@@ -136,16 +144,27 @@ def install() -> bool:
 @contextlib.contextmanager
 def launch(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[None]:
     """While this launch (or an autotune/heuristics level of it) runs, only its tensors' storages are
-    reachable. No-op where the fence is not installed."""
+    reachable; while a request counts traffic (grader/running/worker/traffic.py), the top level's loads and
+    stores are counted, those of its inner levels with them. No-op where the fence is not installed."""
     if not _FENCE:
         yield
         return
     fence = _FENCE[0]
-    fence.launches.append(_Launch(_storage_ranges(kernel, args, kwargs)))
+    checked = _Launch(_storage_ranges(kernel, args, kwargs))
+    top = not fence.launches
+    if top:
+        checked.traffic = traffic.begin(_kernel_name(kernel), checked.names, checked.starts)
+    else:
+        checked.traffic = fence.launches[0].traffic
+        if checked.traffic is not None:
+            checked.traffic.next_run()
+    fence.launches.append(checked)
     try:
         yield
     finally:
         fence.launches.pop()
+        if top:
+            traffic.end(checked.traffic)
 
 
 def _storage_ranges(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[int, int, str]]:
@@ -170,6 +189,15 @@ def _tensors(value: Any, depth: int = 0) -> list[torch.Tensor]:
         return [t for v in value for t in _tensors(v, depth + 1)]
     base = getattr(value, "base", None)
     return _tensors(base, depth + 1) if isinstance(base, torch.Tensor) and depth < 4 else []
+
+
+def _kernel_name(kernel: Any) -> str:
+    fn = kernel
+    for _ in range(10):
+        if inspect.isfunction(fn) or not hasattr(fn, "fn"):
+            break
+        fn = fn.fn
+    return str(getattr(fn, "__name__", "?"))
 
 
 def _param_names(kernel: Any) -> list[str]:

@@ -6,6 +6,7 @@ back to the grader, which does every comparison itself.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import os
@@ -21,7 +22,7 @@ import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from grader.running import guards
-from grader.running.worker import fence, interpreter_compat, performance_timing, progress
+from grader.running.worker import fence, interpreter_compat, performance_timing, progress, traffic
 from grader.running.worker.hint_check import HintLog
 from grader.running.worker.launch_record import (
     LaunchRecord,
@@ -422,12 +423,28 @@ class Harness:
         meta = {k: v for k, v in request["meta"].items() if k not in tuned}
         self._announce(request)
         self.hints.reset()
+        counted: list[traffic.LaunchTraffic] = []
         try:
-            kernel[make_grid(request["grid"])](*args, **meta)
+            with self._counting(request) as counted:
+                kernel[make_grid(request["grid"])](*args, **meta)
             self._sync()
         except BaseException as exc:
             return self._with_hints(_failed(request, exc, self.path, device_ptrs=self._device_ptrs()))
-        return self._with_hints({"ok": True, "storages": self._storages_back(), "device_ptrs": self._device_ptrs()})
+        return self._with_traffic(request, counted, self._with_hints(
+            {"ok": True, "storages": self._storages_back(), "device_ptrs": self._device_ptrs()}))
+
+    def _counting(self, request: dict[str, Any]) -> Any:
+        """Count the request's memory traffic (interpreter, when asked: `count_traffic`)."""
+        if request.get("count_traffic") and self.backend == "interpreter":
+            return traffic.counting()
+        return contextlib.nullcontext([])
+
+    @staticmethod
+    def _with_traffic(request: dict[str, Any], counted: list[traffic.LaunchTraffic],
+                      reply: dict[str, Any]) -> dict[str, Any]:
+        if request.get("count_traffic"):
+            reply["traffic"] = traffic.summaries(counted)
+        return reply
 
     def _announce(self, request: dict[str, Any]) -> None:
         """Under memcheck a launch may kill the worker: print the buffers' device addresses first."""
@@ -525,8 +542,9 @@ class Harness:
         self._announce(request)
         _Recorder.active = recorder
         self.hints.reset()
+        counted: list[traffic.LaunchTraffic] = []
         try:
-            with _TorchOps():
+            with _TorchOps(), self._counting(request) as counted:
                 result = function(*args, **kwargs)
             self._sync()
         except BaseException as exc:
@@ -534,7 +552,7 @@ class Harness:
                                             torch_ops=recorder.torch_ops))
         finally:
             _Recorder.active = None
-        return self._with_hints({
+        return self._with_traffic(request, counted, self._with_hints({
             "ok": True,
             "result": encode_value(result),
             "launches": recorder.launches,
@@ -542,7 +560,7 @@ class Harness:
             "storages": self._storages_back(),
             "result_views": result_views(result),
             "allocation_findings": allocation_reports(recorder.allocations),
-        })
+        }))
 
     # ------------------------------------------------------------------ performance: the "time" op
 

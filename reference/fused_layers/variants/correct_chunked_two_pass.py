@@ -1,4 +1,5 @@
 # expect: none
+# performance: re-reading
 # variant: row kernels loop over 32-wide chunks, two passes for stats, one for output
 """Reference solution for the ``fused_layers`` assignment (textbook chapter 20).
 

@@ -1,4 +1,5 @@
 # expect: none
+# performance: re-reading
 # variant: the chunked kernel makes three passes (max, then sum, then write)
 # instead of the online rescaling; the wrapper picks the chunked kernel with 128 columns above
 # 128 columns. Slower (one more read of the row), but every output is right, so full marks.
