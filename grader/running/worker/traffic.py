@@ -13,7 +13,10 @@ tl.load / tl.store of a launch with its `ptrs` and `mask` arrays; while a reques
   element each) taken in the order Triton's coalescing pass would give them (the block's most contiguous
   axis fastest), of which the active ones count; its sectors are the distinct 32-byte segments their
   addresses fall in, against the fewest their distinct bytes could fill;
-- how many tl.dot a launch ran (InterpreterBuilder.create_dot).
+- how many tl.dot a launch ran (InterpreterBuilder.create_dot);
+- for the launch-bound trap: the tl.load / tl.store calls with an active lane and the block elements
+  they covered (masked lanes included: the block's size, what the kernel chose), and the runs of the
+  kernel (an autotuned launch runs once per config), so programs per run is the grid.
 
 Everything is numpy on arrays the interpreter already has; nothing is counted unless asked, and the
 fence's fast path is untouched then.
@@ -39,11 +42,16 @@ class _Side:
         self.requests = 0
         self.sectors = 0
         self.min_sectors = 0
+        self.calls = 0  # tl.load / tl.store calls with an active lane
+        self.block_lanes = 0  # the block elements of those calls, masked ones included
 
-    def add(self, addresses: np.ndarray, lanes: np.ndarray, itemsize: int) -> None:
-        """`addresses` of the active lanes, `lanes` their positions in the (coalescing-ordered) block."""
+    def add(self, addresses: np.ndarray, lanes: np.ndarray, itemsize: int, block: int) -> None:
+        """`addresses` of the active lanes, `lanes` their positions in the (coalescing-ordered) block of
+        `block` elements."""
         n = int(addresses.size)
         self.bytes += n * itemsize
+        self.calls += 1
+        self.block_lanes += block
         warp = (lanes // WARP_LANES).astype(np.uint64)
         low = addresses.min()
         if int(addresses.max() - low) >= 1 << 40 or int(warp.max()) >= 1 << 23:  # too spread to key
@@ -61,7 +69,7 @@ class _Side:
 
     def to_dict(self) -> dict[str, int]:
         return {"bytes": self.bytes, "requests": self.requests, "sectors": self.sectors,
-                "min_sectors": self.min_sectors}
+                "min_sectors": self.min_sectors, "calls": self.calls, "block_lanes": self.block_lanes}
 
 
 class LaunchTraffic:
@@ -72,6 +80,7 @@ class LaunchTraffic:
         self.names = names  # the storages' parameter names, in the order of `starts`
         self.starts = starts
         self.programs = 0
+        self.runs = 0  # runs of the kernel that ran a program (one per autotune config)
         self.dots = 0
         self.load = _Side()
         self.store = _Side()
@@ -86,7 +95,7 @@ class LaunchTraffic:
         self._enter(_program_index())
         if addresses.size == 0:
             return
-        (self.load if is_load else self.store).add(addresses, lanes, itemsize)
+        (self.load if is_load else self.store).add(addresses, lanes, itemsize, int(np.size(ptrs)))
         if is_load and self.names:
             slot = max(int(np.searchsorted(self.starts, addresses.min(), side="right")) - 1, 0)
             self.loaded[slot] += int(addresses.size) * itemsize
@@ -96,6 +105,7 @@ class LaunchTraffic:
     def _enter(self, program: Any) -> None:
         if program != self._program:
             self.flush()
+            self.runs += self._program is None
             self._program = program
             self.programs += 1
 
@@ -117,7 +127,7 @@ class LaunchTraffic:
         storages = [{"name": name, "loaded": loaded, "program_distinct": distinct}
                     for name, loaded, distinct in zip(self.names, self.loaded, self.program_distinct, strict=True)
                     if loaded]
-        return {"kernel": self.kernel, "programs": self.programs, "dots": self.dots,
+        return {"kernel": self.kernel, "programs": self.programs, "runs": self.runs, "dots": self.dots,
                 "load": self.load.to_dict(), "store": self.store.to_dict(), "storages": storages}
 
 

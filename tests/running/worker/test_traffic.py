@@ -17,10 +17,14 @@ from tests.conftest import ROOT
 BASE = 1 << 20  # an address aligned to every sector
 
 
-def side(addresses: np.ndarray, lanes: np.ndarray | None = None, itemsize: int = 4) -> dict[str, int]:
+def side(addresses: np.ndarray, lanes: np.ndarray | None = None, itemsize: int = 4,
+         block: int | None = None) -> dict[str, int]:
     counted = _Side()
-    counted.add(addresses.astype(np.uint64), np.arange(addresses.size) if lanes is None else lanes, itemsize)
-    return counted.to_dict()
+    counted.add(addresses.astype(np.uint64), np.arange(addresses.size) if lanes is None else lanes, itemsize,
+                addresses.size if block is None else block)
+    found = counted.to_dict()
+    assert found.pop("calls") == 1 and found.pop("block_lanes") == (addresses.size if block is None else block)
+    return found
 
 
 def test_32_consecutive_float32_are_one_request_of_4_sectors() -> None:
@@ -113,7 +117,9 @@ def test_counting_small_kernels_in_the_interpreter() -> None:
     found = json.loads(done.stdout.strip().splitlines()[-1])
 
     (rows,) = found["rows_twice"]
-    assert rows["kernel"] == "rows_twice" and rows["programs"] == 64 and rows["dots"] == 0
+    assert rows["kernel"] == "rows_twice" and rows["programs"] == 64 and rows["runs"] == 1 and rows["dots"] == 0
+    assert rows["load"]["calls"] == 2 * 64 and rows["load"]["block_lanes"] == 2 * 64 * 128  # masked lanes too
+    assert rows["store"]["calls"] == 64
     assert rows["load"]["bytes"] == 2 * 64 * 100 * 4 and rows["store"]["bytes"] == 64 * 100 * 4
     assert rows["storages"] == [{"name": "x_ptr", "loaded": 2 * 25600, "program_distinct": 25600}]
     assert rows["load"]["sectors"] < 1.2 * rows["load"]["min_sectors"]  # rows of 400 bytes: coalesced
