@@ -165,7 +165,8 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
     hinted = as_cpu_grade(cases, promises, run.hint_cases) if promises else cases
     cases = cases + false_hint_checks(hinted, request.assignment)
     # why it may be slow, from the traffic the interpreter counted (informational: no points)
-    performance_traps = diagnose_performance(cases, matmul_targets(request.assignment))
+    performance_traps = diagnose_performance(cases, matmul_targets(request.assignment),
+                                             wrapper_targets=tuple(request.assignment.functions))
     result = GradeResult(
         assignment=request.assignment.id,
         submission=request.submission.name,

@@ -1,4 +1,5 @@
 # expect: none
+# performance: launch-bound
 # variant: row kernels merge 32-wide chunks with Chan's parallel Welford update
 """Reference solution for the ``fused_layers`` assignment (textbook chapter 20).
 

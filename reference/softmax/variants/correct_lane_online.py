@@ -1,4 +1,5 @@
 # expect: none
+# performance: launch-bound
 # variant: the online kernel keeps one running max and one running sum PER LANE
 # (vectors of BLOCK_N) and combines the lanes once at the end; the chunk loop counts chunks
 # (tl.cdiv) instead of columns, and the wrapper always uses the online kernel with small chunks.
