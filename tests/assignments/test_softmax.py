@@ -25,6 +25,7 @@ from grader.judging.compare import compare
 from grader.judging.diagnosis import match_traps
 from grader.seeds import case_seed
 from tests.conftest import all_traps, corpus_mutant
+from tests.corpus import corpus_results
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 3
@@ -324,12 +325,14 @@ def test_reference_gets_full_marks(spec, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("selftest-softmax")  # the corpus's worker: its grades are read, not repeated
 @pytest.mark.parametrize("mutant", sorted(TRAP_MUTANTS))
-def test_each_trap_is_named_on_its_mutant(spec, mutant: str, tmp_path: Path) -> None:
+def test_each_trap_is_named_on_its_mutant(spec, mutant: str) -> None:
+    """Each mutant as the selftest's corpus graded it (tests/operations/test_selftest.py): its trap named
+    on every case that exposes it, on the targets the mistake is in, and only where points were lost."""
     trap, targets = TRAP_MUTANTS[mutant]
-    corpus_entry, text = corpus_mutant(mutant, "softmax")
-    code, results, _ = grade_copy(text, tmp_path)
-    assert code == 0
+    corpus_entry, _ = corpus_mutant(mutant, "softmax")
+    results = corpus_results("softmax", mutant)
     assert trap in all_traps(results)
     assert set(all_traps(results)) == set(corpus_entry.expected("interpreter"))
     assert results["score"] < results["extra_data"]["max_score"]

@@ -16,7 +16,6 @@ the selftest names it a MISS with the seeds and the cases behind it.
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
@@ -25,11 +24,10 @@ from grader.authoring.discovery import assignments_root, find_assignment, list_a
 from grader.cli import main
 from grader.operations import selftest
 from grader.operations.selftest import SelftestRow, corpus, format_table, run_selftest
+from tests.corpus import JOBS, SEED, graded_corpus
 
 pytestmark = pytest.mark.slow
 
-SEED = 5
-JOBS = 2
 MIN_CORRECT = {"fused_layers": 4, "softmax": 4}  # the reference and its correct variants
 WARNINGS = {"gpu-incompatible", "false-hint"}  # named, but cost no points when the outputs are right
 # each corpus is graded in one xdist worker (its module fixture is computed once)
@@ -37,17 +35,10 @@ ASSIGNMENTS = [pytest.param(a, marks=pytest.mark.xdist_group(f"selftest-{a}"))
                for a in list_assignment_ids(assignments_root())]
 
 
-@functools.cache
-def graded_corpus(assignment_id: str):
-    """Each corpus graded once per process. (A module fixture with params is set up again whenever the
-    tests of its two params interleave, as they may in a pytest-xdist worker: each corpus was graded twice.)"""
-    assignment = find_assignment(assignment_id, assignments_root())
-    return assignment, run_selftest(assignment, "interpreter", seed=SEED, jobs=JOBS)
-
-
 @pytest.fixture(params=ASSIGNMENTS)
 def graded(request):
-    return graded_corpus(request.param)
+    assignment, rows, _ = graded_corpus(request.param)
+    return assignment, rows
 
 
 def verdict(row: SelftestRow) -> tuple[str, float, tuple[str, ...]]:
