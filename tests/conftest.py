@@ -191,7 +191,8 @@ def _grade_reference(folder: Path, text: str) -> Graded:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under `--dist loadgroup`, each test file runs in one xdist worker (its module fixtures, which grade
     submissions, are computed once) unless a test names a group of its own (the selftest: one per corpus).
-    The groups are handed out in collection order, so the longest come first: the selftest's corpora, then
+    The groups are handed out in collection order (pyproject's --no-loadscope-reorder; xdist would
+    otherwise hand out the groups with the most tests first), so the longest come first: the selftest's corpora, then
     the files with slow tests, then the rest (each file's own order kept)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
@@ -200,6 +201,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:  # a file's rank: its costliest test's (files stay whole, in their own order)
         rank[_file(item)] = min(rank.get(_file(item), 2), _cost_rank(item))
     items.sort(key=lambda item: rank[_file(item)])
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In an xdist worker under --dist loadgroup, every test must carry its group in its node id (xdist adds
+    `@group`): where it does not (pytest-xdist and pytest out of step), the groups are ignored and each corpus
+    is graded in both workers, doubling the suite's time. Stop then, saying so."""
+    if "PYTEST_XDIST_WORKER" not in os.environ or not session.config.getvalue("loadgroup") or not session.items:
+        return
+    ungrouped = [item.nodeid for item in session.items if "@" not in item.nodeid.rsplit("]", 1)[-1]]
+    if ungrouped:
+        raise pytest.UsageError(f"pytest-xdist's --dist loadgroup is not in effect (pytest {pytest.__version__}): "
+                                f"{ungrouped[0]} has no @group in its node id; install the dev extra's pytest")
 
 
 def _file(item: pytest.Item) -> str:
