@@ -41,8 +41,9 @@ def graded(request):
     return assignment, rows
 
 
-def verdict(row: SelftestRow) -> tuple[str, float, tuple[str, ...]]:
-    return row.submission, row.score, tuple(sorted(row.diagnosed))
+def verdict(row: SelftestRow) -> tuple[str, float, tuple[str, ...], tuple[str, ...]]:
+    """What one seed must give every time: the score, the traps and the performance traps named."""
+    return row.submission, row.score, tuple(sorted(row.diagnosed)), tuple(sorted(row.performance))
 
 
 def determinism_sample(assignment) -> list[str]:
