@@ -4,12 +4,7 @@ interpreter is chosen when @triton.jit runs."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
-from tests.conftest import ROOT
+from tests.running.worker.interpreted import run_interpreted
 
 FENCE_SCRIPT = """
 import json, torch, triton, triton.language as tl
@@ -38,12 +33,7 @@ print(json.dumps({"ok": ok, "trap": classify_error(error) if error else None,
 """
 
 def test_the_fence_stops_a_store_outside_every_tensor_of_the_launch() -> None:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
-    env.update(TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-c", FENCE_SCRIPT], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = run_interpreted(FENCE_SCRIPT)
     assert report["ok"]  # an in-bounds launch runs as before
     assert report["trap"] == "oob-write"
     assert "15 store(s) addressed memory outside every tensor" in report["message"]

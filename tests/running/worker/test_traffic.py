@@ -4,15 +4,10 @@ lane arithmetic on plain arrays; the counting on small kernels in Triton's inter
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 
 from grader.running.worker.traffic import _Side, active_lanes, contiguous_axis
-from tests.conftest import ROOT
+from tests.running.worker.interpreted import run_interpreted
 
 BASE = 1 << 20  # an address aligned to every sector
 
@@ -109,12 +104,7 @@ print(json.dumps(found))
 
 
 def test_counting_small_kernels_in_the_interpreter() -> None:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
-    env.update(TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, "-c", COUNT_SCRIPT], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    found = run_interpreted(COUNT_SCRIPT)
 
     (rows,) = found["rows_twice"]
     assert rows["kernel"] == "rows_twice" and rows["programs"] == 64 and rows["runs"] == 1 and rows["dots"] == 0
