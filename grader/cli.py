@@ -1,5 +1,5 @@
 """Command line: `grader grade | check | selftest | mutant | list | batch | gradescope-bundle | student-bundle |
-new-assignment | classroom-workflow`. `main(argv) -> int`; a thin entry point."""
+new-assignment | classroom-workflow | course-seed`. `main(argv) -> int`; a thin entry point."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from grader.authoring.course_seed import choose_seed, ensure_course_seed, rotate_course_seed
 from grader.authoring.discovery import (
     AssignmentNotFound,
     assignments_root,
@@ -87,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     n = sub.add_parser("new-assignment", help="write a new assignment folder to start from (validates, passes "
                                               "its selftest)")
     n.add_argument("id", help="the new assignment's id: its folder and submission file name")
+    k = sub.add_parser("course-seed", help="show or rotate the course's grading seed (reference/course-seed.toml)")
+    k.add_argument("--rotate", action="store_true",
+                   help="replace it with a new one: later grades draw other inputs (a batch regrades its students)")
+    k.add_argument("--show", action="store_true", help="print the seed itself (it is as secret as the reference)")
     _add_batch_parsers(sub)
     for command in sub.choices.values():  # accepted after the subcommand too, where users type it
         command.add_argument("--assignments", default=argparse.SUPPRESS, help=ASSIGNMENTS_HELP)
@@ -95,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=("auto", "interpreter", "cuda"), default="auto")
-    p.add_argument("--seed", type=int, help="input seed (default: fresh; it is recorded in the results)")
+    p.add_argument("--seed", type=int, help="input seed (default: the course's seed, reference/course-seed.toml, "
+                                            "created once; a public run's: the assignment's public seed); recorded "
+                                            "in the results, so the same file always gets the same grade")
 
 
 def _calibration(p: argparse.ArgumentParser) -> None:
@@ -142,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_classroom_workflow(args, root)
         if args.command == "student-bundle":
             return cmd_student_bundle(args, root)
+        if args.command == "course-seed":
+            return cmd_course_seed(args, root)
     except _user_errors() as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return 2
@@ -220,10 +229,13 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
     assignment = find_assignment(args.assignment, root)
     backend = detect_backend(args.backend)
     early = _adopt(early, backend)
+    seed = choose_seed(assignment, args.seed, public_run=False)
+    if seed.note:
+        print(f"grader: {seed.note}", file=sys.stderr)
     for path in submissions:
         out = args.out if len(submissions) == 1 else args.out / path.stem
         out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
-        result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed,
+        result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=seed.seed, seed_source=seed.source,
                                                    hidden=(str(out.resolve()),), sanitize=args.sanitize,
                                                    calibration=calibration, sandbox=early))
         write_outputs(out, result, assignment, pytest_report, prairielearn=args.prairielearn)
@@ -380,7 +392,8 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
                    help="torch build setup.sh installs (Gradescope's machines have no GPU: cpu)")
     z.add_argument("--torch-version", default="2.13.0")
     z.add_argument("--seed", type=int,
-                   help="grade every submission with this seed (default: a fresh one each time, recorded)")
+                   help="grade every submission with this seed (default: the course's seed, reference/course-seed.toml;"
+                        " kept in bundle.json, which only root reads on Gradescope)")
 
     w = sub.add_parser("classroom-workflow", help="write a GitHub Classroom autograding workflow for an assignment")
     w.add_argument("--assignment", required=True)
@@ -463,4 +476,18 @@ def cmd_student_bundle(args: argparse.Namespace, root: Path) -> int:
         raise UsageError(str(exc)) from None
     print(f"wrote {path}: students unzip it and run, in the folder {assignment.id}/,\n"
           f"  grader check {assignment.submission_file} --assignments assignments")
+    return 0
+
+
+def cmd_course_seed(args: argparse.Namespace, root: Path) -> int:
+    """The course folder's grading seed (grader.authoring.course_seed): shown, created, or rotated."""
+    course = require_folder(root).resolve().parent
+    if args.rotate:
+        seed, created = rotate_course_seed(course), False
+    else:
+        seed, created = ensure_course_seed(course)
+    verb = "rotated: later grades draw other inputs;" if args.rotate else ("created" if created else "is")
+    print(f"course seed {seed.fingerprint} {verb} {seed.path}" + (f" (created {seed.created})" if seed.created else ""))
+    if args.show:
+        print(seed.seed)
     return 0

@@ -199,6 +199,7 @@ class GradeResult:
     phases: Mapping[str, float] = field(default_factory=dict)  # wall seconds per phase (grader.running.phases)
     rejected: str = ""  # why nothing of the submission ran (not Python source, say); '' when it was graded
     performance_traps: tuple[PerformanceTrap, ...] = ()  # why it may be slow: informational, never scored
+    seed_source: str = ""  # "course", "public" or "given" (grader.authoring.course_seed); "" in older records
 
     @property
     def score(self) -> float:
@@ -238,6 +239,7 @@ class GradeResult:
             "submission": self.submission,
             "backend": self.backend,
             "seed": self.seed,
+            "seed_source": self.seed_source,
             "versions": dict(self.versions),
             "execution_time_s": self.execution_time_s,
             "notes": list(self.notes),
@@ -269,4 +271,5 @@ class GradeResult:
             phases={str(k): float(v) for k, v in (data.get("phases") or {}).items()},
             rejected=str(data.get("rejected", "")),
             performance_traps=tuple(PerformanceTrap.from_dict(t) for t in data.get("performance_traps", ())),
+            seed_source=str(data.get("seed_source", "")),
         )

@@ -27,6 +27,7 @@ import pytest
 
 from grader import trap_ids
 from grader.authoring.catalog import trap_catalog, trap_title
+from grader.authoring.course_seed import GIVEN, choose_seed
 from grader.authoring.spec import Assignment, load_public_assignment
 from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
 from grader.judging.false_hints import as_cpu_grade, false_hint_checks, with_cpu_evidence
@@ -41,7 +42,6 @@ from grader.results import CaseResult, GradeResult, PerformanceResult
 from grader.running.calibration import CalibrationStore
 from grader.running.sandbox import Sandbox, start_sandbox
 from grader.running.sanitizer import sanitizer_command
-from grader.seeds import fresh_seed
 from grader.submission_file import fit, notebook_problem, source_problem
 
 INHERITED_TRAPS = {trap_ids.OOB_WRITE, trap_ids.OOB_READ, trap_ids.UNWRITTEN_OUTPUT}
@@ -52,7 +52,8 @@ class GradeRequest:
     assignment: Assignment
     submission: Path
     backend: str  # "interpreter" or "cuda"
-    seed: int | None = None
+    seed: int | None = None  # None: the course's seed (a public run: the assignment's public seed)
+    seed_source: str = ""  # where `seed` came from (grader.authoring.course_seed): set by `grade` when it chooses
     public_only: bool = False
     gpu_compile_check: bool = True
     hidden: tuple[str, ...] = ()  # extra folders the worker must not see (the output folder, say)
@@ -77,6 +78,9 @@ def grade(request: GradeRequest) -> tuple[GradeResult, str]:
     `rejected_result`."""
     if request.public_run and not request.assignment.public:  # the public form, computed in one place
         request = replace(request, assignment=load_public_assignment(request.assignment.spec_path))
+    if request.seed is None:  # a grade is a function of the file: the course's seed, never a fresh draw
+        choice = choose_seed(request.assignment, None, request.public_run)
+        request = replace(request, seed=choice.seed, seed_source=choice.source)
     problem = unreadable(request.submission)
     if problem:
         if request.sandbox is not None:
@@ -127,7 +131,7 @@ def rejected_result(request: GradeRequest, problem: str) -> GradeResult:
                         for p in wanted) if request.performance else ()
     return GradeResult(
         assignment=assignment.id, submission=request.submission.name, backend=backend_label(request.backend),
-        seed=request.seed if request.seed is not None else fresh_seed(), versions=versions(), cases=cases,
+        seed=_seed(request), seed_source=request.seed_source or GIVEN, versions=versions(), cases=cases,
         execution_time_s=0.0, notes=(problem,), public_only=request.public_run, performance=performance,
         rejected=problem,
     )
@@ -136,7 +140,7 @@ def rejected_result(request: GradeRequest, problem: str) -> GradeResult:
 def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
     started = time.monotonic()
     request = guard_calibration(request)
-    seed = request.seed if request.seed is not None else fresh_seed()
+    seed = _seed(request)
     run = GradingRun(request.assignment, request.submission, request.backend, seed,
                      public_only=request.public_run, hidden=request.hidden, targets=request.targets,
                      performance=request.performance, sanitize=request.sanitize, calibration=request.calibration,
@@ -172,6 +176,7 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
         submission=request.submission.name,
         backend=backend_label(request.backend),
         seed=seed,
+        seed_source=request.seed_source or GIVEN,
         versions=versions(),
         cases=tuple(cases),
         execution_time_s=round(time.monotonic() - started, 3),
@@ -182,6 +187,13 @@ def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
         performance_traps=performance_traps,
     )
     return result, report
+
+
+def _seed(request: GradeRequest) -> int:
+    """The request's seed: `grade` chose it before anything ran."""
+    if request.seed is None:
+        raise ValueError("a grade request reached grading without a seed (grade() chooses one)")
+    return request.seed
 
 
 def matmul_targets(assignment: Assignment) -> tuple[str, ...]:
