@@ -1,5 +1,5 @@
 """Command line: `grader grade | check | selftest | mutant | list | batch | gradescope-bundle | student-bundle |
-new-assignment | classroom-workflow | course-seed`. `main(argv) -> int`; a thin entry point."""
+new-assignment | classroom-workflow | course-seed | margins`. `main(argv) -> int`; a thin entry point."""
 
 from __future__ import annotations
 
@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="grade only this submission of the corpus (repeatable; see `grader mutant --list`)")
     _common(s)
 
+    r = sub.add_parser("margins", help="does a case's verdict depend on the draw? every trap's predicted output "
+                                         "against each case's tolerance, at many seeds (no kernel runs)")
+    r.add_argument("--assignment", required=True)
+    r.add_argument("--seeds", type=int, default=40, metavar="N", help="seeds 0..N-1 (default 40)")
+    r.add_argument("--backend", choices=("interpreter", "cuda"), action="append",
+                   help="the tolerances of this backend (repeatable; default both)")
+    r.add_argument("--all", action="store_true", help="list every (case, trap), not only those that depend")
+
     m = sub.add_parser("mutant", help="write out, diff or list an assignment's mutants (the selftest corpus)")
     m.add_argument("ids", nargs="*", metavar="ID", help="mutant ids (see --list)")
     m.add_argument("--assignment", required=True)
@@ -151,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_student_bundle(args, root)
         if args.command == "course-seed":
             return cmd_course_seed(args, root)
+        if args.command == "margins":
+            return cmd_margins(args, root)
     except _user_errors() as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return 2
@@ -491,3 +501,19 @@ def cmd_course_seed(args: argparse.Namespace, root: Path) -> int:
     if args.show:
         print(seed.seed)
     return 0
+
+
+def cmd_margins(args: argparse.Namespace, root: Path) -> int:
+    """Exit 1 when a case's verdict for some predicted mistake depends on the draw (grader.operations.margins)."""
+    from grader.operations.margins import DEPENDS, audit, format_margins
+
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    assignment = find_assignment(args.assignment, root)
+    depends = 0
+    for backend in args.backend or ("interpreter", "cuda"):
+        margins = audit(assignment, backend, range(args.seeds))
+        depends += sum(m.verdict == DEPENDS for m in margins)
+        print(f"{assignment.id} on {backend}, seeds 0..{args.seeds - 1}:")
+        print(format_margins(margins, everything=args.all))
+    return 1 if depends else 0

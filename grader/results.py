@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from grader.seeds import seed_text
+
 RESULTS_FORMAT_VERSION = 1
 
 
@@ -208,6 +210,11 @@ class GradeResult:
     @property
     def max_score(self) -> float:
         return sum(c.max_score for c in self.cases) + sum(p.max_score for p in self.performance)
+
+    @property
+    def seed_text(self) -> str:
+        """The seed as a report names it (grader.seeds.seed_text): the course's by its fingerprint only."""
+        return seed_text(self.seed, self.seed_source)
 
     @property
     def performance_device(self) -> DeviceInfo | None:

@@ -28,3 +28,18 @@ def public_seed(assignment_id: str) -> int:
     """The seed of a public run (`grader check`) of an assignment: the same for every student and every run, so
     a student's check of the same file always says the same (grader.authoring.course_seed)."""
     return case_seed(0, f"public:{assignment_id}")
+
+
+def fingerprint(seed: int) -> str:
+    """A short public name for a seed: tells two seeds apart without telling either (a course's seed is secret)."""
+    return hashlib.sha256(f"kernel-grader course seed {seed}".encode()).hexdigest()[:12]
+
+
+def seed_text(seed: int, source: str) -> str:
+    """How a report names a grade's seed: the course's by its fingerprint only (it is as secret as the hidden
+    cases), any other with the option that reproduces it."""
+    if source == "course":
+        return f"the course seed {fingerprint(seed)} (re-run without --seed)"
+    if source == "public":
+        return f"the public seed {seed}"
+    return f"seed {seed} (re-run with --seed {seed})"

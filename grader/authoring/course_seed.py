@@ -13,7 +13,6 @@ from `grader.seeds.public_seed(assignment id)`, the same for every student and e
 
 from __future__ import annotations
 
-import hashlib
 import os
 import secrets
 import sys
@@ -23,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from grader.authoring.spec import REFERENCE_DIR, Assignment, SpecError
-from grader.seeds import public_seed
+from grader.seeds import fingerprint, public_seed
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -58,10 +57,6 @@ class SeedChoice:
     seed: int
     source: str  # GIVEN, COURSE or PUBLIC
     note: str = ""  # said once to whoever runs the grade (the course seed was just created, say)
-
-
-def fingerprint(seed: int) -> str:
-    return hashlib.sha256(f"kernel-grader course seed {seed}".encode()).hexdigest()[:12]
 
 
 def seed_path(course_root: Path) -> Path:

@@ -34,6 +34,7 @@ from grader.running.client import Deadline, Worker, WorkerFailure
 from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.observation import Finding, Observation, classify_error, error_message, failure_message
 from grader.running.phases import PhaseClock
+from grader.running.placement import Placed, launch_grid, place_buffers
 from grader.running.sandbox import Sandbox, sandbox_options
 from grader.running.sanitizer import (
     SANITIZER_ENV,
@@ -47,7 +48,6 @@ from grader.seeds import case_seed
 # Finite value put into input guards for the second run that confirms an out-of-bounds read.
 GUARD_PROBE_VALUE = 7.0
 
-OUTPUT_ROW_GAP = 1
 
 # On a GPU a correctness case's kernels finish in milliseconds: one still running this long after its last
 # launch is spinning, and the worker is stopped (compiles get their own time: grader.running.client.Deadline).
@@ -59,41 +59,12 @@ SANITIZER_SLOWDOWN = 20
 # After a fault under memcheck the worker ends itself; the tool writes its report as the process ends.
 SANITIZER_REPORT_WAIT_S = 30.0
 
-# Row gaps for "row-gap" layouts: distinct per buffer so a kernel that mixes up two strides is seen.
-_GAPS = (3, 5, 7, 11, 13, 17, 19, 23)
-
-
 @dataclass(frozen=True)
 class SymbolProblem:
     """Why a target cannot be run at all (missing, wrong signature, import failure)."""
 
     trap: str
     message: str
-
-
-@dataclass(frozen=True)
-class _Placed:
-    plans: dict[str, guards.BufferPlan]  # keyed by buffer key
-    storages: list[torch.Tensor]
-    keys: list[str]
-
-    def reference(self, ref: In | Out) -> dict[str, int]:
-        """The request names a buffer by its view (grader.running.arguments.Placement)."""
-        return {"view": self.keys.index(buffer_key(ref))}
-
-    def stride(self, ref: In | Out, dim: int) -> int:
-        return self.plans[buffer_key(ref)].view_stride[dim]
-
-    def row_strides(self) -> dict[str, int]:
-        return {p.name: p.row_stride for p in self.plans.values() if p.role == "input"}
-
-    def views(self) -> list[dict[str, Any]]:
-        out = []
-        for index, key in enumerate(self.keys):
-            plan = self.plans[key]
-            out.append({"storage": index, "shape": list(plan.view_shape), "stride": list(plan.view_stride),
-                        "offset": plan.offset})
-        return out
 
 
 class Battery:
@@ -350,53 +321,6 @@ class Battery:
         spec: KernelSpec | FunctionSpec = self.assignment.kernels.get(target) or self.assignment.functions[target]
         return spec.problem
 
-    def _place(self, case: Case, refs: list[Any], inputs: Mapping[str, Any],
-               param_keys: Mapping[str, str] | None = None, finite_guard: float | None = None,
-               grid: tuple[int, ...] | None = None) -> _Placed:
-        """Put every In/Out referenced by a case into guarded storage (gaps for row-gap layouts).
-        An Out with `like=param` shares the row gap of the buffer bound to that parameter. The guard
-        bands cover the launch's reach (guards.reach): from `grid` and the case's block sizes for the
-        grader's own launch of a kernel, from the case's sizes alone for a wrapper (grid None)."""
-        plans: dict[str, guards.BufferPlan] = {}
-        values: dict[str, torch.Tensor | None] = {}
-        dtypes: dict[str, torch.dtype] = {}
-        keys: list[str] = []
-        gap_of: dict[str, int] = {}
-        for ref in refs:
-            key = buffer_key(ref)
-            if key in plans:
-                continue
-            if isinstance(ref, In):
-                value = inputs[ref.name]
-                shape = tuple(value.T.shape) if ref.transpose else tuple(value.shape)
-                gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else 0
-                plan = guards.plan_buffer(ref.name, "input", shape, gap, transpose=ref.transpose)
-                values[key], dtypes[key] = (value.T if ref.transpose else value), value.dtype
-            else:
-                shared = gap_of.get((param_keys or {}).get(ref.like or "", ""), None)
-                if shared is not None:
-                    gap = shared
-                else:
-                    # An output with a layout of its own always gets a sentinel gap after each row: a
-                    # store that runs past the end of a row is then an out-of-bounds write, not a
-                    # silent (and, on a GPU, racy) overwrite of the next row's first elements.
-                    gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else OUTPUT_ROW_GAP
-                plan = guards.plan_buffer(ref.name, "output", ref.shape, gap)
-                values[key], dtypes[key] = None, ref.dtype
-            gap_of[key] = plan.row_stride - plan.cols
-            plans[key] = plan
-            keys.append(key)
-        sizes = [*case.dims.values(), *(n for p in plans.values() for n in (p.rows, p.cols))]
-        reach = guards.reach(sizes, [p.row_stride for p in plans.values()], grid,
-                             [v for v in case.meta.values() if isinstance(v, int)])
-        storages = []
-        for key in keys:
-            plan = plans[key] = dataclasses.replace(
-                plans[key], guard=guards.guard_elements(reach, plans[key].rows * plans[key].row_stride))
-            storages.append(guards.build_storage(plan, dtypes[key], values[key],
-                                                 finite_guard if plan.role == "input" else None))
-        return _Placed(plans, storages, keys)
-
     def _request(self, message: dict[str, Any], what: str) -> dict[str, Any] | Observation:
         try:
             with self.shared_gpu():
@@ -529,11 +453,11 @@ class Battery:
         return self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
 
     def _launch_message(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
-                        finite_guard: float | None = None) -> tuple[_Placed, dict[str, Any], str]:
+                        finite_guard: float | None = None) -> tuple[Placed, dict[str, Any], str]:
         """The grader's own launch of a kernel case: guarded buffers, the request, and its description."""
         binding = arguments.kernel_binding(problem, inputs)
         by_param = {p: buffer_key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
-        placed = self._place(case, arguments.kernel_buffers(binding), inputs, by_param, finite_guard,
+        placed = place_buffers(case, arguments.kernel_buffers(binding), inputs, by_param, finite_guard,
                              grid=launch_grid(spec, binding, case))
         args = arguments.kernel_arguments(spec, binding, placed)
         what = f"{spec.name}[grid]({', '.join(f'{k}={v}' for k, v in case.meta.items())})"
@@ -631,10 +555,10 @@ class Battery:
             time.sleep(0.05)
 
     def _call_message(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
-                      finite_guard: float | None = None) -> tuple[_Placed, dict[str, Any], str]:
+                      finite_guard: float | None = None) -> tuple[Placed, dict[str, Any], str]:
         """A wrapper case's call: guarded buffers, the request, and its description."""
         args, kwargs = arguments.call_binding(problem, inputs)
-        placed = self._place(case, arguments.call_buffers(args, kwargs), inputs, finite_guard=finite_guard)
+        placed = place_buffers(case, arguments.call_buffers(args, kwargs), inputs, finite_guard=finite_guard)
         wired_args, wired_kwargs = arguments.call_arguments(args, kwargs, placed)
         message = {"op": "call", "function": spec.name, "storages": placed.storages, "views": placed.views(),
                    "args": wired_args, "kwargs": wired_kwargs, "count_traffic": self.backend == "interpreter"}
@@ -672,7 +596,7 @@ class Battery:
             traffic=observation.traffic,
         )
 
-    def _observe(self, placed: _Placed, reply: dict[str, Any], launches: Any, case: Case) -> Observation:
+    def _observe(self, placed: Placed, reply: dict[str, Any], launches: Any, case: Case) -> Observation:
         after = reply.get("storages") or []
         if len(after) != len(placed.storages):
             return Observation(trap=trap_ids.CRASH, message="the worker returned a malformed reply")
@@ -699,19 +623,6 @@ class Battery:
             false_hint=reply.get("false_hint"),
             traffic=_traffic(reply),
         )
-
-
-def launch_grid(spec: KernelSpec, binding: Mapping[str, Any], case: Case) -> tuple[int, ...] | None:
-    """The grid of the grader's launch of a kernel case (the contract's expressions over the case's
-    scalar arguments and block sizes), or None where it cannot be evaluated here."""
-    scope: dict[str, Any] = {k: v for k, v in binding.items() if isinstance(v, int) and not isinstance(v, bool)}
-    scope.update(case.meta)
-    scope.update({"cdiv": lambda a, b: -(-a // b), "next_power_of_2": lambda n: 1 << max(0, n - 1).bit_length(),
-                  "max": max, "min": min})
-    try:
-        return tuple(int(eval(expr, {"__builtins__": {}}, scope)) for expr in spec.grid)  # noqa: S307
-    except Exception:  # an expression over names this case does not bind: size the guards as for a wrapper
-        return None
 
 
 def outputs_close(outputs: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], tol: Any) -> bool:
