@@ -347,7 +347,8 @@ def cmd_new_assignment(args: argparse.Namespace, root: Path) -> int:
     find_assignment(args.id, root)  # validates as written
     written = "\n".join(f"  {folder}" for folder in folders)
     print(f"wrote a row-sum assignment to start from (contract, reference and mutant, student template):\n"
-          f"{written}\ncheck it with\n  grader selftest --assignment {args.id} --assignments {root}")
+          f"{written}\ncheck it with\n  grader margins --assignment {args.id} --assignments {root}\n"
+          f"  grader selftest --assignment {args.id} --seeds 3 --assignments {root}")
     return 0
 
 

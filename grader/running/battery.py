@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from grader import trap_ids
+from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import In, Out, Problem
@@ -26,7 +27,7 @@ from grader.judging.compare import close_mask
 from grader.judging.diagnosis import nan_leaks
 from grader.judging.false_hints import HintCall, gpu_fault_note, hint_calls, names_false_hint
 from grader.judging.judge import judge_case
-from grader.judging.replay import ReplayPlan, check_outputs, plan_replay
+from grader.judging.replay import ReplayPlan, check_outputs, explain_replay_mismatch, plan_replay, same_buffers
 from grader.results import CaseResult
 from grader.running import arguments, guards
 from grader.running.arguments import buffer_key
@@ -74,13 +75,15 @@ class Battery:
                  hidden: tuple[str, ...] = (),
                  sanitizer: tuple[str, ...] | None = None, sandbox: Sandbox | None = None, *,
                  fault_tool: tuple[str, ...] | None = None,
-                 cpu_rerun: Callable[[Case], CaseResult | None] | None = None,
+                 cpu_rerun: Callable[[Case, int], CaseResult | None] | None = None,
                  replayer: bool = True) -> None:
         """`sandbox`: the grade's sandbox for this submission (its zygote forks every worker here, and its
         Triton cache holds the submission's kernels compiled once per grade); by default one of its own.
         `sanitizer`: `--sanitize`, every kernel case once more under this memcheck command. A case that ends in
         a GPU memory fault (grader/judging/faults.py) is run again alone under `fault_tool` (memcheck, where it
-        is installed), else graded again by `cpu_rerun` (the same case in Triton's interpreter), to name it.
+        is installed), else graded again by `cpu_rerun(case, seed)` (the same case in Triton's interpreter), to name
+        it; a GPU case whose wrong values nothing named (`unknown`) is graded there too (a wild access that lands in
+        another allocation is invisible to memcheck and to the guards; the interpreter's fence stops it).
         `replayer`: False for a battery that never needs a replay started ahead (the CPU companion's)."""
         self.assignment = assignment
         self.problems: Mapping[str, Problem] = load_problems(assignment)
@@ -271,14 +274,16 @@ class Battery:
             except WorkerFailure:
                 self.load_reply = None  # the cases start a fresh worker and report what happens
 
-    def run_case(self, case: Case) -> CaseResult:
+    def run_case(self, case: Case, seed: int | None = None) -> CaseResult:
+        """Grade one case on the inputs of `seed` (default: the battery's own; a run graded at several seeds
+        passes each, grader.operations.grading_run)."""
         with self.clock.phase("correctness"):
-            return self._run_case(case)
+            return self._run_case(case, self.seed if seed is None else seed)
 
-    def _run_case(self, case: Case) -> CaseResult:
+    def _run_case(self, case: Case, seed: int) -> CaseResult:
         started = time.monotonic()
         problem = self.problems[self._problem_name(case.target)]
-        inputs = problem.make_inputs(case, InputMaker(case_seed(self.seed, case.id)))
+        inputs = problem.make_inputs(case, InputMaker(case_seed(seed, case.id)))
         expected = problem.expected(inputs)
         blocked = self.symbol_problem(case.target)
         if blocked is not None:
@@ -289,11 +294,11 @@ class Battery:
             observation = self._probe_guard_reads(case, problem, inputs, expected, observation)
             observation = self._verify_by_replay(case, inputs, expected, observation)
             observation = self._sanitize(case, problem, inputs, observation)
-            observation = self._name_fault(case, problem, inputs, observation)
+            observation = self._name_fault(case, problem, inputs, observation, seed)
             if needs_fresh_worker(observation):
                 self._replace_worker()
         tolerance = self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
-        return judge_case(
+        result = judge_case(
             case=case,
             assignment=self.assignment,
             inputs=inputs,
@@ -303,6 +308,16 @@ class Battery:
             traps=problem.traps,
             elapsed_s=time.monotonic() - started,
         )
+        return self._name_unexplained(case, result, seed)
+
+    def _name_unexplained(self, case: Case, result: CaseResult, seed: int) -> CaseResult:
+        """CUDA: a case whose wrong values nothing named, graded again on the CPU (faults.name_unexplained)."""
+        if (self.backend != "cuda" or self.cpu_rerun is None or not faults.unexplained(result)
+                or not case.runs_on("interpreter")):
+            return result
+        with self.clock.phase("cpu-rerun"):
+            rerun = self.cpu_rerun(case, seed)
+        return faults.name_unexplained(result, rerun, trap_catalog(self.assignment))
 
     def observe(self, case: Case) -> Observation:
         """What the worker reports for one run of `case`: no probes, replays, reruns or judgement (the CPU
@@ -422,7 +437,21 @@ class Battery:
             else:
                 tol = self._tol(case)
                 finding = check_outputs(observation.outputs, observation.result_views, plan, reply, tol.atol, tol.rtol)
+                if finding is not None and finding.trap == trap_ids.NOT_FUSED:
+                    finding = self._race_or_not_fused(finding, plan, case, reply, observation)
         return dataclasses.replace(observation, replay_finding=finding) if finding else observation
+
+    def _race_or_not_fused(self, finding: Finding, plan: ReplayPlan, case: Case, first: Mapping[int, torch.Tensor],
+                           observation: Observation) -> Finding:
+        """The replay gave other values: computed outside the kernels, or the kernels race (a stray store landing
+        before or after a neighbour program's, differently on every run)? A case that writes out of bounds races
+        by itself; otherwise the launches are replayed once more, and two replays that disagree are a race."""
+        writes_out = any(f.trap == trap_ids.OOB_WRITE for f in observation.guard_findings)
+        agree = True
+        if not writes_out:
+            second = self._replay(plan, case.target)
+            agree = isinstance(second, Finding) or same_buffers(first, second)
+        return explain_replay_mismatch(finding, writes_out_of_bounds=writes_out, replays_agree=agree)
 
     def _replay(self, plan: ReplayPlan, target: str) -> dict[int, torch.Tensor] | Finding:
         """Run the planned launches in the replay worker: its buffers after the last, or what went wrong,
@@ -489,7 +518,7 @@ class Battery:
         return dataclasses.replace(observation, sanitizer_findings=findings) if findings else observation
 
     def _name_fault(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
-                    observation: Observation) -> Observation:
+                    observation: Observation, seed: int) -> Observation:
         """A case that ended in a GPU memory fault, named for what it is (grader/judging/faults.py): from the case
         run again alone under compute-sanitizer memcheck where it is installed, else from the same case graded
         in Triton's interpreter on the CPU; else `memory-fault`, which the grade names from the submission's
@@ -502,7 +531,7 @@ class Battery:
         naming = faults.from_sanitizer(self._sanitizer_rerun(case, problem, inputs)) if self.sanitizer else None
         if naming is None and self.cpu_rerun is not None and case.runs_on("interpreter"):
             with self.clock.phase("cpu-rerun"):
-                rerun = self.cpu_rerun(case)
+                rerun = self.cpu_rerun(case, seed)
             naming = faults.from_cpu_rerun(rerun) if rerun is not None else None
         return faults.fault_observation(observation, fault, naming)
 
