@@ -52,7 +52,7 @@ def main() -> int:
     finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     print(finished.stdout[-2000:], finished.stderr[-2000:], sep="\n")
     print(f"batch of {len(args.files) * args.copies} took {time.monotonic() - started:.0f} s")
-    worst = 0.0
+    worst = 0.0 if finished.returncode == 0 else float("inf")
     for path in args.files:
         by_case: dict[str, list[float]] = {}
         for copy in range(1, args.copies + 1):
@@ -60,8 +60,12 @@ def main() -> int:
             for perf in grade["performance"]:
                 if perf.get("status") == "timed" and perf.get("speedup_vs_reference"):
                     by_case.setdefault(perf["perf_id"], []).append(float(perf["speedup_vs_reference"]))
-                else:
+                else:  # a case not timed against the reference is a failure of this check, never a 0% spread
                     print(f"{path.stem}__{copy} {perf['perf_id']}: {perf.get('status')} {perf.get('reason', '')[:200]}")
+                    worst = float("inf")
+                if perf.get("status") == "timed" and "timed in turn" not in perf.get("reason", ""):
+                    print(f"{path.stem}__{copy} {perf['perf_id']}: the reference was not timed in turn")
+                    worst = float("inf")
         for perf_id, speedups in sorted(by_case.items()):
             spread = spread_pct(speedups)
             worst = max(worst, spread)

@@ -136,7 +136,7 @@ def judge_case(
             named.append(trap_ids.OOB_READ)
             for name, reads in observation.guard_reads.items():
                 lines.append(f"{int(reads.sum())} element(s) of {name} are NaN where the oracle is finite, and turn "
-                             "finite when the guard bands around the inputs hold a number instead of NaN: "
+                             "finite when the guard bands around the case's tensors hold a number instead of NaN: "
                              "a load read outside its tensor")
         if not named:
             named.append(classify_unmatched(comparisons))

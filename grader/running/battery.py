@@ -46,7 +46,7 @@ from grader.running.sanitizer import (
 )
 from grader.seeds import case_seed
 
-# Finite value put into input guards for the second run that confirms an out-of-bounds read.
+# Finite value put into every guard band for the second run that confirms an out-of-bounds read.
 GUARD_PROBE_VALUE = 7.0
 
 

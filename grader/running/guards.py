@@ -173,11 +173,12 @@ def build_storage(
 ) -> torch.Tensor:
     """Allocate the guarded storage on the CPU: guards, gaps and (for outputs) poison filled in.
 
-    `finite_guard` fills an input's guards and gaps with that finite value instead of NaN: the probe
-    that tells NaN read from outside a tensor apart from NaN made by arithmetic (0/0, sqrt(-1))."""
+    `finite_guard` fills the guards and gaps with that finite value instead of NaN (an output's interior keeps
+    its poison): the probe that tells NaN read from outside a tensor apart from NaN made by arithmetic (0/0,
+    sqrt(-1)). Every buffer's, outputs' too: a wild load may land in any of the case's guard bands."""
     storage = torch.empty(plan.storage_size, dtype=dtype)
     guard_payload = PAYLOAD_INPUT_GUARD if plan.role == "input" else PAYLOAD_OUTPUT_GUARD
-    if plan.role == "input" and finite_guard is not None:
+    if finite_guard is not None:
         storage.fill_(finite_guard)
     else:
         bits(storage).fill_(nan_pattern(dtype, guard_payload))

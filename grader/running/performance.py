@@ -617,12 +617,9 @@ class PerformanceRunner:
         if self.assignment.reference_solution is None:
             raise RuntimeError("the assignment has no reference solution")
         path = self.assignment.reference_solution.resolve()
-        # Trusted code: its compiled kernels persist beside the bars (a folder no student worker can see), so a
-        # grade after the first compiles nothing of the reference.
-        cache = self.calibration.folder / "triton-reference" if self.calibration is not None else None
         return Worker(path, list(self.assignment.required_symbols),
                       WorkerOptions(backend="cuda" if self.device == "cuda" else "interpreter",
-                                    import_timeout_s=self.assignment.import_timeout_s), triton_cache=cache)
+                                    import_timeout_s=self.assignment.import_timeout_s))
 
     def start_reference(self) -> Worker:
         """A worker running the assignment's reference solution (trusted code, same timing path)."""

@@ -90,7 +90,7 @@ def place_buffers(case: Case, refs: list[Any], inputs: Mapping[str, Any],
         plan = plans[key] = dataclasses.replace(
             plans[key], guard=guards.guard_elements(reach, plans[key].rows * plans[key].row_stride))
         storages.append(guards.build_storage(plan, dtypes[key], values[key],
-                                             finite_guard if plan.role == "input" else None))
+                                             finite_guard))
     return Placed(plans, storages, keys)
 
 

@@ -61,15 +61,24 @@ def test_sanitize_names_a_wild_read(tmp_path, repo_root, planted, capsys) -> Non
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     kernel_cases = [t for t in results["tests"] if t["extra_data"]["target"] == "row_mean_var_kernel"]
     assert kernel_cases
+    # The GPU verdict is the CPU verdict: the same file graded in Triton's interpreter, case by case. A read that
+    # lands inside another of the case's tensors is invisible to memcheck and to the interpreter's fence alike
+    # (`unknown` on both); where memcheck sees it outside every allocation it names it, a better verdict.
+    cpu_out = tmp_path / "cpu"
+    assert main(["--assignments", str(repo_root / "assignments"), "grade", str(submission), "--assignment",
+                 "fused_layers", "--out", str(cpu_out), "--seed", "3", "--backend", "interpreter"]) == 0
+    capsys.readouterr()
+    cpu = {t["extra_data"]["case_id"]: t for t in json.loads((cpu_out / "results.json").read_text())["tests"]}
     for test in kernel_cases:
-        assert test["score"] == 0 and "oob-read" in test["tags"], (test["name"], test["tags"], test["output"])
-        assert "unknown" not in test["tags"], test["output"]
+        assert test["score"] == 0, (test["name"], test["tags"], test["output"])
         by_memcheck = "compute-sanitizer memcheck" in test["output"]
-        by_cpu = "The same case on the CPU" in test["output"]
-        assert by_memcheck or by_cpu, test["output"]
-        assert "row_mean_var_kernel (fused_layers.py, line" in test["output"] or (
-            by_cpu and "in row_mean_var_kernel" in test["output"]), test["output"]
-    assert any("compute-sanitizer memcheck" in t["output"] for t in kernel_cases)
+        on_cpu = cpu[test["extra_data"]["case_id"]]
+        assert sorted(test["tags"]) == sorted(on_cpu["tags"]) or (by_memcheck and "oob-read" in test["tags"]), (
+            test["name"], test["tags"], on_cpu["tags"], test["output"])
+        if by_memcheck:
+            assert "row_mean_var_kernel (fused_layers.py, line" in test["output"], test["output"]
+    named = [t["tags"] for t in kernel_cases]
+    assert any("compute-sanitizer memcheck" in t["output"] for t in kernel_cases), named
     clean = [
         t
         for t in results["tests"]
