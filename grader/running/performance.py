@@ -202,6 +202,8 @@ class PerformanceRunner:
         self._timer_problem = "the timer was not started"
         self._results: dict[str, PerformanceResult] | None = None
         self._reference_kept: set[str] = set()  # cases whose reference launches wait in its worker (in turn)
+        self._timer_kept: set[str] = set()  # cases whose launches wait in the current timer worker
+        self._in_turn_failed = ""  # why timing in turn failed in this grade (then cases are timed alone)
         self._spun = False
         self._folder = Path(tempfile.mkdtemp(prefix="grader-timer-"))
 
@@ -373,6 +375,7 @@ class PerformanceRunner:
         if isinstance(run, str):
             self._drop_timer()
             return _failed(perf, run)
+        self._timer_kept.add(perf.id)
         expected = self._eager_outputs(baseline, prepared.inputs, perf)
         tol = self.assignment.tolerances[perf.tolerance].lookup("cuda", perf.dtype)
         named = dict(zip(prepared.call.output_names, run[0], strict=False))
@@ -390,23 +393,33 @@ class PerformanceRunner:
         if isinstance(bars, str):
             return errored(perf, bars)
         device = self.device_info(bars.copy_gb_per_s)
-        timer = self._timer_for(battery)
+        what = f"timing {perf.target} at {perf.shape}"
+        timer = self._kept_timer(prepared, battery)
         if isinstance(timer, str):
             return errored(perf, timer, device)
-        what = f"timing {perf.target} at {perf.shape}"
         reference_medians: Sequence[float] | None = bars.reference
         note = bars.reference_note
         with battery.clock.phase("timing/student"):
-            if perf.id in self._reference_kept:
+            student_medians: list[float] | str = ""
+            if perf.id in self._reference_kept and not self._in_turn_failed:
                 in_turn = self._time_in_turn(timer, perf, what)
-                if isinstance(in_turn, str):
-                    student_medians: list[float] | str = in_turn
+                if isinstance(in_turn, str):  # never expected: time alone, against the bars, and say so
+                    self._in_turn_failed = in_turn
+                    self._drop_timer()
+                    timer = self._kept_timer(prepared, battery)
+                    if isinstance(timer, str):
+                        return errored(perf, timer, device)
                 else:
                     student_medians, beside = in_turn
                     if beside:
                         reference_medians, note = beside, IN_TURN_NOTE
-            else:
+            if not student_medians:
                 student_medians = self._time_kept(timer, perf, what)
+                self._timer_kept.discard(perf.id)
+                if self._in_turn_failed:
+                    note = (f"{note}; " if note else "") + (
+                        f"timing in turn with the reference failed ({self._in_turn_failed[:200]}): compared with "
+                        "the reference's calibrated timing")
         if isinstance(student_medians, str):
             self._drop_timer()
             return _failed(perf, student_medians, device)
@@ -491,6 +504,21 @@ class PerformanceRunner:
         if self._timer is not None:
             self._timer.close()
             self._timer = None
+        self._timer_kept.clear()  # what it kept died with it
+
+    def _kept_timer(self, prepared: _Prepared, battery: Battery) -> Worker | str:
+        """The timer, with this case's launches kept in it: run once more in a timer started after a failure
+        (a worker that died took every case it kept with it)."""
+        perf = prepared.perf
+        timer = self._timer_for(battery)
+        if isinstance(timer, str) or perf.id in self._timer_kept:
+            return timer
+        run = self._time_plan(timer, prepared, f"running {perf.target}'s launches at {perf.shape}", keep=perf.id)
+        if isinstance(run, str):
+            self._drop_timer()
+            return run
+        self._timer_kept.add(perf.id)
+        return timer
 
     def _time_plan(self, worker: Worker, prepared: _Prepared, what: str,
                    keep: str = "") -> tuple[list[torch.Tensor], list[float]] | str:

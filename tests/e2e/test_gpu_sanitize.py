@@ -63,7 +63,7 @@ def test_sanitize_names_a_wild_read(tmp_path, repo_root, planted, capsys) -> Non
     assert kernel_cases
     # The GPU verdict is the CPU verdict: the same file graded in Triton's interpreter, case by case. A read that
     # lands inside another of the case's tensors is invisible to memcheck and to the interpreter's fence alike
-    # (`unknown` on both); where memcheck sees it outside every allocation it names it, a better verdict.
+    # (`unknown` on both); where memcheck or the GPU's guard probe sees it, the GPU names it, a better verdict.
     cpu_out = tmp_path / "cpu"
     assert main(["--assignments", str(repo_root / "assignments"), "grade", str(submission), "--assignment",
                  "fused_layers", "--out", str(cpu_out), "--seed", "3", "--backend", "interpreter"]) == 0
@@ -73,7 +73,10 @@ def test_sanitize_names_a_wild_read(tmp_path, repo_root, planted, capsys) -> Non
         assert test["score"] == 0, (test["name"], test["tags"], test["output"])
         by_memcheck = "compute-sanitizer memcheck" in test["output"]
         on_cpu = cpu[test["extra_data"]["case_id"]]
-        assert sorted(test["tags"]) == sorted(on_cpu["tags"]) or (by_memcheck and "oob-read" in test["tags"]), (
+        # the GPU may name more: memcheck outside every allocation, or the probe run's finite guard bands (a read
+        # that lands in another tensor's guard on the GPU and in its poison on the CPU, as seen on the H200)
+        better = "oob-read" in test["tags"] and set(on_cpu["tags"]) <= {"unknown", "oob-read"}
+        assert sorted(test["tags"]) == sorted(on_cpu["tags"]) or better, (
             test["name"], test["tags"], on_cpu["tags"], test["output"])
         if by_memcheck:
             assert "row_mean_var_kernel (fused_layers.py, line" in test["output"], test["output"]

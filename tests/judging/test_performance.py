@@ -401,8 +401,55 @@ def test_measure_path_on_a_fake_clock(
     assert result.student.pct_of_copy_bandwidth == pytest.approx(100 * result.student.gb_per_s / 4000.0)
     assert result.torch is not None and result.torch.label == "F.layer_norm"
     assert result.reference is not None and result.reference.median_ms == pytest.approx(0.12)
+    assert "timed in turn" in result.reason  # the reference's samples came in turn with the student's
     assert (result.score, result.max_score) == (2.0, 2.0)
     assert result.device is not None and result.device.copy_gb_per_s == H200.copy_gb_per_s
+
+
+class BreaksInTurn(Clocked):
+    """A timer that dies at the first sample taken in turn (a held graph), as no timer should."""
+
+    def request(self, message, timeout, what):
+        if message.get("op") == "time_kept" and message.get("hold"):
+            from grader.running.client import WorkerFailure
+
+            self.worker.stop()
+            raise WorkerFailure("crash", "the worker died while timing (exit code 71)")
+        return super().request(message, timeout, what)
+
+
+@pytest.mark.slow
+def test_a_timer_that_fails_in_turn_is_timed_alone_against_the_bars(
+    monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
+    """Timing in turn is a refinement: when it fails, a fresh timer keeps the case's launches again and times
+    them alone, against the reference's calibrated bar, and the result says so; the next case is timed too."""
+    from grader.running import performance
+    from grader.running.client import Worker, WorkerOptions
+
+    submission = tmp_path / "fused_layers.py"
+    submission.write_text(reference_source, encoding="utf-8")
+    battery = Battery(assignment, submission, "interpreter", 1)
+    battery.backend = "cuda"
+    perfs = [PerformanceCase(id=f"p-ln{i}", target="layernorm", dims={"M": 6, "N": 37}, tolerance="rowwise",
+                             repeats=3) for i in (1, 2)]
+    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=perfs)
+    runner._copy_gb_per_s = H200.copy_gb_per_s
+    timer_for = runner._timer_for
+    monkeypatch.setattr(runner, "_timer_for", lambda b: BreaksInTurn(timer_for(b), 0.1))
+    monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
+    monkeypatch.setattr(runner, "_new_reference", lambda: Clocked(Worker(
+        repo_root / "reference" / "fused_layers" / "reference.py", list(assignment.required_symbols),
+        WorkerOptions(backend="interpreter", import_timeout_s=60)), 0.12))
+    try:
+        results = [runner.run(perf, battery, [case("layernorm", True)]) for perf in perfs]
+    finally:
+        runner.close()
+        battery.close()
+    for result in results:
+        assert result.status == "timed", result.reason
+        assert result.student is not None and result.student.medians_ms == (0.1, 0.1, 0.1)
+        assert result.speedup_vs_reference == pytest.approx(1.2)  # the calibrated bar: 0.12 ms
+        assert "timing in turn with the reference failed" in result.reason and "exit code 71" in result.reason
 
 
 def test_nothing_measured_is_one_line_not_a_table(assignment: Assignment) -> None:

@@ -31,7 +31,13 @@ from grader.running.worker.launch_record import (
     storage_bytes,
     storage_id,
 )
-from grader.running.worker.performance_run import note_freshness, storage_describer, time_kept, time_launches
+from grader.running.worker.performance_run import (
+    held_graphs,
+    note_freshness,
+    storage_describer,
+    time_kept,
+    time_launches,
+)
 from grader.running.worker.protocol import ALLOCATION_LINE, POINTERS_LINE
 
 try:
@@ -75,6 +81,15 @@ def describe_exception(exc: BaseException, submission: str) -> dict[str, Any]:
     if isinstance(exc, SyntaxError):
         info["frames"] = [{"line": exc.lineno or 0, "function": "<module>", "code": (exc.text or "").rstrip()}]
     return info
+
+
+def release_cached_memory(device: torch.device) -> None:
+    """Give cached GPU memory back between timed requests, unless a captured graph is held for the next one (its
+    pool must stay as it is); never an error of the request's own."""
+    if device.type != "cuda" or held_graphs():
+        return
+    with contextlib.suppress(RuntimeError):
+        torch.cuda.empty_cache()
 
 
 def _safe_str(exc: BaseException) -> str:
@@ -590,8 +605,7 @@ class Harness:
         except BaseException as exc:
             return {"ok": False, "error": describe_exception(exc, self.path), "fatal": is_fatal_device_error(exc)}
         finally:
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()
+            release_cached_memory(self.device)
 
     def time(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run a target once on the request's inputs (that run compiles and autotunes it), send back its

@@ -159,6 +159,11 @@ _KEPT: dict[str, tuple[Callable[[], None], int]] = {}  # key -> (run every set o
 _HELD: dict[str, performance_timing.GraphSampler] = {}  # key -> its captured graph, sampled request by request
 
 
+def held_graphs() -> bool:
+    """Is a captured graph held for a later request (time_kept's `hold`)?"""
+    return bool(_HELD)
+
+
 def time_kept(request: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
     """Time launches an earlier `time_launches(keep=key)` ran and kept (their outputs already checked): only the
     CUDA-graph capture and its replays happen here, inside the grade's exclusive slot. `repeats` samples; with
