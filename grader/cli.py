@@ -4,6 +4,7 @@ new-assignment | classroom-workflow`. `main(argv) -> int`; a thin entry point.""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -16,10 +17,9 @@ from grader.authoring.discovery import (
 )
 from grader.authoring.mutants import Mutant, MutantError, load_mutants, write_mutant
 from grader.authoring.spec import SpecError, load_assignment
-from grader.operations.environment import detect_backend
+from grader.operations.environment import detect_backend, github_repo, grader_version, installed_from_github
 from grader.operations.executors import EXECUTORS
 from grader.operations.notebook import NotebookError
-from grader.publishing.classroom import DEFAULT_GRADER_REPO
 from grader.running.calibration import DEFAULT_MAX_AGE_S, CalibrationStore, default_folder
 from grader.running.sandbox import Sandbox, start_sandbox
 from grader.seeds import fresh_seed
@@ -31,6 +31,7 @@ from grader.submission_file import fit
 DEFAULT_MAX_AGE_H = DEFAULT_MAX_AGE_S / 3600
 ASSIGNMENTS_HELP = ("folder of assignments (default: $GRADER_ASSIGNMENTS, else the checkout's assignments/, "
                     "else the examples shipped with the package)")
+ASSIGNMENT_HELP = "the assignment's id: its folder under the assignments folder (`grader list` shows them)"
 
 
 class UsageError(Exception):
@@ -39,12 +40,15 @@ class UsageError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grader", description="Autograder for Triton kernel assignments.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {grader_version()}",
+                        help="print the grader's version and exit")
     parser.add_argument("--assignments", help=ASSIGNMENTS_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("grade", help="grade submissions on the full (hidden) battery and write results")
-    g.add_argument("submissions", nargs="+", type=Path)
-    g.add_argument("--assignment", required=True)
+    g.add_argument("submissions", nargs="+", type=Path,
+                   help="the files to grade (.py or .ipynb), each graded on its own")
+    g.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     g.add_argument("--out", required=True, type=Path,
                    help="output folder; with several submissions, one subfolder per submission (file stem)")
     g.add_argument("--sanitize", action="store_true",
@@ -56,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     _calibration(g)
 
     c = sub.add_parser("check", help="run the public cases on your submission and explain every failure")
-    c.add_argument("submission", type=Path)
+    c.add_argument("submission", type=Path, help="your file (.py or .ipynb)")
     c.add_argument("--assignment", help="default: the assignment whose submission file has this name")
     c.add_argument("--out", type=Path, help="also write results and reports here")
     c.add_argument("--target", action="append", default=[],
@@ -65,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     _calibration(c)
 
     s = sub.add_parser("selftest", help="grade the reference and mutant corpus; fail on any misdiagnosis")
-    s.add_argument("--assignment", required=True)
-    s.add_argument("--jobs", type=int, default=1)
+    s.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
+    s.add_argument("--jobs", type=int, default=1, help="submissions graded at a time (default 1)")
     s.add_argument("--out", type=Path, help="also write each submission's results and reports here")
     s.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="grade each submission at N seeds (--seed and the N-1 after it); a score or trap that "
@@ -77,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("mutant", help="write out, diff or list an assignment's mutants (the selftest corpus)")
     m.add_argument("ids", nargs="*", metavar="ID", help="mutant ids (see --list)")
-    m.add_argument("--assignment", required=True)
+    m.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     m.add_argument("--write", type=Path, metavar="DIR", help="write each mutant as the submission DIR/<id>.py")
     m.add_argument("--diff", action="store_true", help="print each mutant's unified diff against the reference")
     m.add_argument("--all", action="store_true", help="every mutant and variant of the assignment")
@@ -94,7 +98,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=("auto", "interpreter", "cuda"), default="auto")
+    p.add_argument("--backend", choices=("auto", "interpreter", "cuda"), default="auto",
+                   help="where kernels run: cuda (a GPU), interpreter (Triton's CPU interpreter), or auto "
+                        "(cuda when a GPU is usable; the default)")
     p.add_argument("--seed", type=int, help="input seed (default: fresh; it is recorded in the results)")
 
 
@@ -209,6 +215,7 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
     if len(set(stems)) != len(stems):
         raise UsageError("two submissions share a file name; grade them separately")
     calibration = calibration_store(args)
+    _require_spec(args.assignment, root)  # an unknown assignment or a broken spec leaves no output folder behind
     early = None
     if len(submissions) == 1:
         args.out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
@@ -233,6 +240,14 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
         if result.rejected:
             print(f"  {result.rejected}")
     return 0
+
+
+def _require_spec(assignment_id: str, root: Path) -> None:
+    """The assignment exists and its spec loads (cheap: no torch), or the user's error is raised now."""
+    spec = require_folder(root) / assignment_id / "assignment.toml"
+    if not spec.is_file():
+        raise AssignmentNotFound(assignment_id, root, list_assignment_ids(root))
+    load_assignment(spec)
 
 
 def cmd_check(args: argparse.Namespace, root: Path) -> int:
@@ -355,13 +370,14 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     b.add_argument("submissions", type=Path,
                    help="folder of .py files or of per-student folders, a .zip of either, "
                         "or a Gradescope export")
-    b.add_argument("--assignment", required=True)
+    b.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     b.add_argument("--out", required=True, type=Path, help="output folder (one subfolder per student)")
     b.add_argument("--workers", type=int,
                    help="grades at a time (default: what the CPUs, memory and GPUs hold)")
     b.add_argument("--force", action="store_true",
                    help="regrade everyone, also students that already have a current result")
-    b.add_argument("--executor", choices=tuple(EXECUTORS), default="local")
+    b.add_argument("--executor", choices=tuple(EXECUTORS), default="local",
+                   help="where grades run: local (processes on this machine; the default) or ray (a Ray cluster)")
     b.add_argument("--ray-address", help="Ray cluster to use (default: start a local Ray instance)")
     b.add_argument("--gpus-per-task", type=float,
                    help="Ray on CUDA: share of a GPU per grade (default 0.25)")
@@ -374,26 +390,28 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     _calibration(b)
 
     z = sub.add_parser("gradescope-bundle", help="write a Gradescope autograder zip for an assignment")
-    z.add_argument("--assignment", required=True)
+    z.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     z.add_argument("--out", required=True, type=Path, help="the zip to write, e.g. autograder.zip")
     z.add_argument("--torch", choices=("cpu", "cuda"), default="cpu",
                    help="torch build setup.sh installs (Gradescope's machines have no GPU: cpu)")
-    z.add_argument("--torch-version", default="2.13.0")
+    z.add_argument("--torch-version", default="2.13.0",
+                   help="the torch version setup.sh installs (default 2.13.0)")
     z.add_argument("--seed", type=int,
                    help="grade every submission with this seed (default: a fresh one each time, recorded)")
 
     w = sub.add_parser("classroom-workflow", help="write a GitHub Classroom autograding workflow for an assignment")
-    w.add_argument("--assignment", required=True)
+    w.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     w.add_argument("--out", type=Path, default=Path(".github/workflows/classroom.yml"),
                    help="the workflow file to write (default: .github/workflows/classroom.yml)")
-    w.add_argument("--grader-repo", default=DEFAULT_GRADER_REPO,
-                   help="owner/name of the kernel-grader repository the workflow pip-installs (students can read "
-                        "it: it must hold no reference/ and no hidden cases)")
+    w.add_argument("--grader-repo", metavar="OWNER/NAME",
+                   help="the GitHub repository of kernel-grader the workflow pip-installs (students can read it: "
+                        "it must hold no reference/ and no hidden cases); required unless this grader was "
+                        "pip-installed from one")
     w.add_argument("--submission", help="the file students commit (default: the assignment's submission file)")
     w.add_argument("--timeout", type=int, default=10, help="minutes per target step (default 10)")
     s = sub.add_parser("student-bundle",
                        help="write the zip for students: template, assignment text and the public cases only")
-    s.add_argument("--assignment", required=True)
+    s.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     s.add_argument("--out", required=True, type=Path, help="the zip to write, e.g. softmax-student.zip")
 
 
@@ -439,18 +457,36 @@ def cmd_classroom_workflow(args: argparse.Namespace, root: Path) -> int:
     from grader.publishing.atomic import write_text
     from grader.publishing.classroom import classroom_steps, classroom_workflow
 
+    grader_repo = _grader_repo(args.grader_repo)
     assignment = find_assignment(args.assignment, root)
     steps = classroom_steps(assignment, args.submission)
     if not steps:
         raise UsageError(f"{assignment.id} has no public cases: a GitHub Classroom workflow would grade nothing")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(args.out, classroom_workflow(assignment, args.grader_repo, args.submission, args.timeout))
+    write_text(args.out, classroom_workflow(assignment, grader_repo, args.submission, args.timeout))
     points = sum(s.points for s in steps)
     print(f"wrote {args.out}: {len(steps)} autograding steps, {points:g} points: the public cases, on the CPU "
           f"interpreter (the Classroom score covers public cases only). Commit it to the assignment's template "
           f"repository with the student bundle's files at its root ({assignment.submission_file}, README.md, "
-          f"assignments/{assignment.id}/: `grader student-bundle`); {args.grader_repo} must hold no course secrets")
+          f"assignments/{assignment.id}/: `grader student-bundle`); {grader_repo} must hold no course secrets")
     return 0
+
+
+def _grader_repo(given: str | None) -> str:
+    """`--grader-repo` (OWNER/NAME, or a github.com URL), else the GitHub repository this grader was pip-installed
+    from; never a placeholder (a workflow that installs from a repository that is not there fails for every
+    student)."""
+    if given:
+        repo = github_repo(given) or given.strip().strip("/")
+        if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+            raise UsageError(f"--grader-repo {given!r} is not OWNER/NAME of a GitHub repository")
+        return repo
+    found = installed_from_github()
+    if found is None:
+        raise UsageError("classroom-workflow needs --grader-repo OWNER/NAME: the GitHub repository of kernel-grader "
+                         "that students' workflows pip-install (it must hold no reference/ and no hidden cases); "
+                         "this grader was not pip-installed from one, so it cannot tell")
+    return found
 
 
 def cmd_student_bundle(args: argparse.Namespace, root: Path) -> int:
