@@ -16,7 +16,7 @@ from grader.authoring.discovery import (
     require_folder,
 )
 from grader.authoring.mutants import Mutant, MutantError, load_mutants, write_mutant
-from grader.authoring.spec import SpecError, load_assignment
+from grader.authoring.spec import Assignment, SpecError, load_assignment
 from grader.operations.environment import detect_backend, github_repo, grader_version, installed_from_github
 from grader.operations.executors import EXECUTORS
 from grader.operations.notebook import NotebookError
@@ -243,11 +243,23 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
 
 
 def _require_spec(assignment_id: str, root: Path) -> None:
-    """The assignment exists and its spec loads (cheap: no torch), or the user's error is raised now."""
+    """The assignment exists and its spec loads (cheap: no torch), or the user's error is raised now; the spec's
+    load notes are printed."""
     spec = require_folder(root) / assignment_id / "assignment.toml"
     if not spec.is_file():
         raise AssignmentNotFound(assignment_id, root, list_assignment_ids(root))
-    load_assignment(spec)
+    _print_load_notes(load_assignment(spec))
+
+
+def _find_assignment(assignment_id: str, root: Path) -> Assignment:
+    """find_assignment, with the spec's load notes (older keys, accepted) printed to stderr."""
+    return _print_load_notes(find_assignment(assignment_id, root))
+
+
+def _print_load_notes(assignment: Assignment) -> Assignment:
+    for note in assignment.load_notes:
+        print(f"grader: note: {note}", file=sys.stderr)
+    return assignment
 
 
 def cmd_check(args: argparse.Namespace, root: Path) -> int:
@@ -277,7 +289,7 @@ def cmd_check(args: argparse.Namespace, root: Path) -> int:
 def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.selftest import format_table, run_selftest
 
-    assignment = find_assignment(args.assignment, root)
+    assignment = _find_assignment(args.assignment, root)
     backend = detect_backend(args.backend)
     seed = args.seed if args.seed is not None else fresh_seed()
     if args.seeds < 1:
@@ -292,7 +304,7 @@ def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
 def cmd_mutant(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.selftest import reference_path
 
-    assignment = find_assignment(args.assignment, root)
+    assignment = _find_assignment(args.assignment, root)
     mutants = {m.id: m for m in load_mutants(assignment.reference_dir)}
     if args.list:
         if args.ids or args.all or args.write or args.diff:
@@ -337,7 +349,7 @@ def cmd_new_assignment(args: argparse.Namespace, root: Path) -> int:
         folders = write_scaffold(root, args.id)
     except ScaffoldError as exc:
         raise UsageError(str(exc)) from None
-    find_assignment(args.id, root)  # validates as written
+    _find_assignment(args.id, root)  # validates as written
     written = "\n".join(f"  {folder}" for folder in folders)
     print(f"wrote a row-sum assignment to start from (contract, reference and mutant, student template):\n"
           f"{written}\ncheck it with\n  grader selftest --assignment {args.id} --assignments {root}")
@@ -350,7 +362,7 @@ def cmd_list(root: Path) -> int:
         print(f"no assignments under {root}")
         return 1
     for assignment_id in ids:
-        a = find_assignment(assignment_id, root)
+        a = _find_assignment(assignment_id, root)
         print(f"{a.id}: {a.title}  ({a.max_score:g} points, {len(a.cases)} cases)")
         for target in a.targets:
             points = sum(c.points for c in a.cases if c.target == target)
@@ -419,7 +431,7 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.batch import BatchError, BatchOptions, format_summary, run_batch
     from grader.operations.executors import ExecutorUnavailable
 
-    assignment = find_assignment(args.assignment, root)
+    assignment = _find_assignment(args.assignment, root)
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
     options = BatchOptions(
@@ -441,7 +453,7 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
 def cmd_gradescope_bundle(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.bundle import BundleError, BundleOptions, write_bundle
 
-    assignment = find_assignment(args.assignment, root)
+    assignment = _find_assignment(args.assignment, root)
     options = BundleOptions(assignment, args.out, torch=args.torch, torch_version=args.torch_version,
                             seed=args.seed)
     try:
@@ -458,7 +470,7 @@ def cmd_classroom_workflow(args: argparse.Namespace, root: Path) -> int:
     from grader.publishing.classroom import classroom_steps, classroom_workflow
 
     grader_repo = _grader_repo(args.grader_repo)
-    assignment = find_assignment(args.assignment, root)
+    assignment = _find_assignment(args.assignment, root)
     steps = classroom_steps(assignment, args.submission)
     if not steps:
         raise UsageError(f"{assignment.id} has no public cases: a GitHub Classroom workflow would grade nothing")
@@ -492,7 +504,7 @@ def _grader_repo(given: str | None) -> str:
 def cmd_student_bundle(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.student_bundle import StudentBundleError, write_student_bundle
 
-    assignment = find_assignment(args.assignment, root)
+    assignment = _find_assignment(args.assignment, root)
     try:
         path = write_student_bundle(assignment, args.out)
     except StudentBundleError as exc:
