@@ -196,6 +196,9 @@ class TrapText:
     exposed_by: str
     fix: str
     section: str = ""
+    # The fix as `grader check` words it, where `fix` sends the student elsewhere ("reproduce it with grader
+    # check"); generic traps only (grader/authoring/generic_traps.toml); "" when `fix` fits everywhere.
+    fix_when_checking: str = ""
 
 
 @dataclass(frozen=True)
