@@ -1,5 +1,5 @@
-"""Command line: `grader grade | check | selftest | mutant | list | batch | gradescope-bundle | student-bundle |
-new-assignment | classroom-workflow`. `main(argv) -> int`; a thin entry point."""
+"""Command line: `grader grade | check | selftest | mutant | list | batch | similarity | gradescope-bundle |
+student-bundle | new-assignment | classroom-workflow`. `main(argv) -> int`; a thin entry point."""
 
 from __future__ import annotations
 
@@ -142,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_mutant(args, root)
         if args.command == "batch":
             return cmd_batch(args, root)
+        if args.command == "similarity":
+            return cmd_similarity(args, root)
         if args.command == "gradescope-bundle":
             return cmd_gradescope_bundle(args, root)
         if args.command == "classroom-workflow":
@@ -242,13 +244,13 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-def _require_spec(assignment_id: str, root: Path) -> None:
-    """The assignment exists and its spec loads (cheap: no torch), or the user's error is raised now; the spec's
+def _require_spec(assignment_id: str, root: Path) -> Assignment:
+    """The assignment's spec, loaded (cheap: no torch, no oracles), or the user's error raised now; the spec's
     load notes are printed."""
     spec = require_folder(root) / assignment_id / "assignment.toml"
     if not spec.is_file():
         raise AssignmentNotFound(assignment_id, root, list_assignment_ids(root))
-    _print_load_notes(load_assignment(spec))
+    return _print_load_notes(load_assignment(spec))
 
 
 def _find_assignment(assignment_id: str, root: Path) -> Assignment:
@@ -398,8 +400,28 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     b.add_argument("--canvas-column",
                    help="canvas.csv's assignment column, Canvas's 'Name (assignment id)', e.g. "
                         "'Fused layers (12345)' (default: the assignment's title)")
+    b.add_argument("--roster", type=Path, metavar="FILE",
+                   help="the class list: Canvas's gradebook export (Grades > Export: Student, ID, SIS User ID, SIS "
+                        "Login ID, Section), or a CSV of two columns, file stem or email -> SIS User ID; canvas.csv "
+                        "then names each student as Canvas does, and the gradebook lists roster students without a "
+                        "submission as missing")
+    b.add_argument("--allowed", type=Path, action="append", default=[], metavar="FILE",
+                   help="code students may share beyond the template (a tutorial, lecture code; a file or a folder; "
+                        "repeatable): similarity.html discounts it")
+    b.add_argument("--missing-score", type=float, metavar="POINTS",
+                   help="canvas.csv's score for a student without a gradable file (default: none: left out of "
+                        "canvas.csv, so Canvas keeps the grade it has)")
     _common(b)
     _calibration(b)
+
+    y = sub.add_parser("similarity", help="rank pairs of submissions by the code they share beyond the template "
+                                          "(similarity.csv, similarity.html); informational, grades nothing")
+    y.add_argument("submissions", type=Path,
+                   help="folder of .py files or of per-student folders, a .zip of either, or a Gradescope export")
+    y.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
+    y.add_argument("--out", required=True, type=Path, help="folder to write similarity.csv and similarity.html to")
+    y.add_argument("--allowed", type=Path, action="append", default=[], metavar="FILE",
+                   help="code students may share beyond the template (a file or a folder; repeatable)")
 
     z = sub.add_parser("gradescope-bundle", help="write a Gradescope autograder zip for an assignment")
     z.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
@@ -434,11 +456,15 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
     assignment = _find_assignment(args.assignment, root)
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    if args.missing_score is not None and args.missing_score < 0:
+        raise UsageError("--missing-score must not be negative")
+    _require_files(args.allowed, "--allowed")
     options = BatchOptions(
         submissions=args.submissions, assignment=assignment, assignments_root=root, out=args.out,
         backend=detect_backend(args.backend), seed=args.seed, workers=args.workers, force=args.force,
         executor=args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task,
         grade_timeout_s=args.grade_timeout, canvas_column=args.canvas_column, calibration=calibration_store(args),
+        roster=args.roster, missing_score=args.missing_score, allowed=tuple(args.allowed),
     )
     try:
         summary = run_batch(options)
@@ -448,6 +474,31 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
     if summary.interrupted:
         return 130
     return 1 if summary.counts.get("error") else 0
+
+
+def _require_files(paths: list[Path], option: str) -> None:
+    for path in paths:
+        if not path.exists():
+            raise UsageError(f"{option} {path}: no such file or folder")
+
+
+def cmd_similarity(args: argparse.Namespace, root: Path) -> int:
+    from grader.operations.batch import BatchError
+    from grader.operations.similarity import run_similarity
+
+    assignment = _require_spec(args.assignment, root)  # the spec alone: nothing is graded
+    _require_files(args.allowed, "--allowed")
+    try:
+        comparison, paths = run_similarity(args.submissions, assignment, args.out, tuple(args.allowed))
+    except BatchError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"{len(comparison.documents)} submissions, {len(comparison.pairs)} pairs sharing code beyond the template, "
+          f"{len(comparison.flagged)} flagged:")
+    for pair in comparison.pairs[:10]:
+        print(f"  {pair.score:.2f}  {pair.a}  {pair.b}{'  flagged' if pair.flagged else ''}")
+    for path in paths:
+        print(f"  {path}")
+    return 0
 
 
 def cmd_gradescope_bundle(args: argparse.Namespace, root: Path) -> int:
