@@ -60,7 +60,7 @@ def main_(argv: list[str] | None = None) -> int:
     print(f"{len(texts)} files, {sum(len(t.splitlines()) for t in texts.values())} lines: `grader similarity` "
           f"{wall:.2f} s (exit {code}); the comparison alone {alone:.2f} s ({len(comparison.pairs)} pairs); "
           f"with no fingerprint discounted as an idiom {heavy:.2f} s ({len(every.pairs)} pairs, shared regions "
-          "worked out for the top 50)")
+          "worked out for the top 100)")
     for p in comparison.pairs[:6]:
         print(f"  {p.score:.2f}  {p.a} {p.b}{'  flagged' if p.flagged else ''}")
     planted = [{"bob", "eve"}, {"cat", "fay"}]
