@@ -16,7 +16,8 @@ How (docs/similarity.md says why):
 3. Fingerprints of the template and of the allowed sources (every run of K tokens in them) are removed, and so are
    those that more than `common_share` of the class has (idioms every solution writes: MOSS does the same).
 4. Each pair's score is the share of their own tokens (those left after step 3) that their common fingerprints
-   cover, both files together: 1.0 is one file contained in the other.
+   cover in runs of at least MIN_RUN tokens (about two statements; a shorter match is everyday code), both files
+   together: 1.0 is one file contained in the other. Pairs with no such run are not listed.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ K = 20  # tokens per fingerprinted run (about one statement): shorter runs are e
 WINDOW = 6  # winnowing window: every shared run of K + WINDOW - 1 = 25 tokens is guaranteed to be found
 COMMON_SHARE = 0.3  # a fingerprint more than this share of the class has (at least COMMON_MIN files) is an idiom
 COMMON_MIN = 4
+MIN_RUN = 40  # shared runs shorter than this many tokens (two statements) count for nothing in a score
 FLAG = 0.5  # a pair at or above this score is flagged for a look (docs/similarity.md: how it was chosen)
 
 KEPT_NAMES = frozenset({"tl", "triton", "torch", "math", "libdevice", "np", "numpy", "self"})
@@ -207,10 +209,16 @@ class Comparison:
         return tuple(p for p in self.pairs if p.flagged)
 
 
-def _covered(positions: Sequence[int], k: int, length: int) -> np.ndarray:
+def _covered(positions: Sequence[int], k: int, length: int, min_run: int = 0) -> np.ndarray:
+    """Tokens covered by the k-grams starting at `positions`, keeping only runs of at least `min_run` tokens."""
     mask = np.zeros(length, dtype=bool)
     for p in positions:
         mask[p:p + k] = True
+    if min_run > k and mask.any():
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.view(np.int8), [0]))))
+        for start, end in zip(edges[::2], edges[1::2], strict=True):
+            if end - start < min_run:
+                mask[start:end] = False
     return mask
 
 
@@ -259,9 +267,11 @@ def _pair(a: Document, b: Document, k: int, with_regions: bool) -> Pair | None:
         return None
     a_positions = [p for h in shared for p in a.prints[h]]
     b_positions = [p for h in shared for p in b.prints[h]]
-    a_mask = _covered(a_positions, k, len(a.tokens.values))
-    b_mask = _covered(b_positions, k, len(b.tokens.values))
+    a_mask = _covered(a_positions, k, len(a.tokens.values), MIN_RUN)
+    b_mask = _covered(b_positions, k, len(b.tokens.values), MIN_RUN)
     a_shared, b_shared = int(a_mask.sum()), int(b_mask.sum())
+    if not a_shared or not b_shared:
+        return None  # nothing but short runs in common: everyday code
     own = max(a.own, 1) + max(b.own, 1)
     score = min(1.0, (a_shared + b_shared) / own)
     a_lines = {a.tokens.lines[i] for i in np.flatnonzero(a_mask)}
@@ -291,6 +301,7 @@ def _regions(a: Document, b: Document, shared: set[int], k: int) -> tuple[Region
         b_first, b_last = min(b_starts), max(b_starts) + k - 1
         a_last = min(a_last, len(a.tokens.lines) - 1)
         b_last = min(b_last, len(b.tokens.lines) - 1)
-        out.append(Region((a.tokens.lines[a_first], a.tokens.lines[a_last]),
-                          (b.tokens.lines[b_first], b.tokens.lines[b_last]), a_last - a_first + 1))
+        if a_last - a_first + 1 >= MIN_RUN:  # what the score counts
+            out.append(Region((a.tokens.lines[a_first], a.tokens.lines[a_last]),
+                              (b.tokens.lines[b_first], b.tokens.lines[b_last]), a_last - a_first + 1))
     return tuple(out)
