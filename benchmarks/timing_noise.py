@@ -135,7 +135,8 @@ def main() -> None:
     started = time.monotonic()
     matmul = [Graphed(lambda: ref.fused_linear_gelu(x, w, b)) for _ in range(2)]
     run_case("linear-gelu 4096^3", matmul[0], matmul[1], args.rounds, args.repeats, read)
-    xs, g, beta = torch.randn(8192, 8192, device="cuda"), torch.randn(8192, device="cuda"), torch.randn(8192, device="cuda")
+    xs = torch.randn(8192, 8192, device="cuda")
+    g, beta = torch.randn(8192, device="cuda"), torch.randn(8192, device="cuda")
     rows = [Graphed(lambda: ref.layernorm(xs, g, beta)) for _ in range(2)]
     run_case("layernorm 8192^2", rows[0], rows[1], args.rounds, args.repeats, read)
     print(f"took {time.monotonic() - started:.1f} s")

@@ -1,5 +1,6 @@
 """Command line: `grader grade | check | selftest | mutant | list | batch | similarity | gradescope-bundle |
-student-bundle | new-assignment | classroom-workflow`. `main(argv) -> int`; a thin entry point."""
+student-bundle | new-assignment | classroom-workflow | course-seed | margins`. `main(argv) -> int`; a thin entry
+point."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+from grader.authoring.course_seed import choose_seed, ensure_course_seed, rotate_course_seed
 from grader.authoring.discovery import (
     AssignmentNotFound,
     assignments_root,
@@ -79,6 +81,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="grade only this submission of the corpus (repeatable; see `grader mutant --list`)")
     _common(s)
 
+    r = sub.add_parser("margins", help="does a case's verdict depend on the draw? every trap's predicted output "
+                                         "against each case's tolerance, at many seeds (no kernel runs)")
+    r.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
+    r.add_argument("--seeds", type=int, default=40, metavar="N", help="seeds 0..N-1 (default 40)")
+    r.add_argument("--backend", choices=("interpreter", "cuda"), action="append",
+                   help="the tolerances of this backend (repeatable; default both)")
+    r.add_argument("--all", action="store_true", help="list every (case, trap), not only those that depend")
+
     m = sub.add_parser("mutant", help="write out, diff or list an assignment's mutants (the selftest corpus)")
     m.add_argument("ids", nargs="*", metavar="ID", help="mutant ids (see --list)")
     m.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
@@ -91,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     n = sub.add_parser("new-assignment", help="write a new assignment folder to start from (validates, passes "
                                               "its selftest)")
     n.add_argument("id", help="the new assignment's id: its folder and submission file name")
+    k = sub.add_parser("course-seed", help="show or rotate the course's grading seed (reference/course-seed.toml)")
+    k.add_argument("--rotate", action="store_true",
+                   help="replace it with a new one: later grades draw other inputs (a batch regrades its students)")
+    k.add_argument("--show", action="store_true", help="print the seed itself (it is as secret as the reference)")
     _add_batch_parsers(sub)
     for command in sub.choices.values():  # accepted after the subcommand too, where users type it
         command.add_argument("--assignments", default=argparse.SUPPRESS, help=ASSIGNMENTS_HELP)
@@ -101,7 +115,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=("auto", "interpreter", "cuda"), default="auto",
                    help="where kernels run: cuda (a GPU), interpreter (Triton's CPU interpreter), or auto "
                         "(cuda when a GPU is usable; the default)")
-    p.add_argument("--seed", type=int, help="input seed (default: fresh; it is recorded in the results)")
+    p.add_argument("--seed", type=int, help="input seed (default: the course's seed, reference/course-seed.toml, "
+                                            "created once; a public run's: the assignment's public seed); recorded "
+                                            "in the results, so the same file always gets the same grade")
 
 
 def _calibration(p: argparse.ArgumentParser) -> None:
@@ -150,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_classroom_workflow(args, root)
         if args.command == "student-bundle":
             return cmd_student_bundle(args, root)
+        if args.command == "course-seed":
+            return cmd_course_seed(args, root)
+        if args.command == "margins":
+            return cmd_margins(args, root)
     except _user_errors() as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return 2
@@ -229,10 +249,13 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
     assignment = find_assignment(args.assignment, root)
     backend = detect_backend(args.backend)
     early = _adopt(early, backend)
+    seed = choose_seed(assignment, args.seed, public_run=False)
+    if seed.note:
+        print(f"grader: {seed.note}", file=sys.stderr)
     for path in submissions:
         out = args.out if len(submissions) == 1 else args.out / path.stem
         out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
-        result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=args.seed,
+        result, pytest_report = grade(GradeRequest(assignment, path, backend, seed=seed.seed, seed_source=seed.source,
                                                    hidden=(str(out.resolve()),), sanitize=args.sanitize,
                                                    calibration=calibration, sandbox=early))
         write_outputs(out, result, assignment, pytest_report, prairielearn=args.prairielearn)
@@ -354,7 +377,8 @@ def cmd_new_assignment(args: argparse.Namespace, root: Path) -> int:
     _find_assignment(args.id, root)  # validates as written
     written = "\n".join(f"  {folder}" for folder in folders)
     print(f"wrote a row-sum assignment to start from (contract, reference and mutant, student template):\n"
-          f"{written}\ncheck it with\n  grader selftest --assignment {args.id} --assignments {root}")
+          f"{written}\ncheck it with\n  grader margins --assignment {args.id} --assignments {root}\n"
+          f"  grader selftest --assignment {args.id} --seeds 3 --assignments {root}")
     return 0
 
 
@@ -431,7 +455,8 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     z.add_argument("--torch-version", default="2.13.0",
                    help="the torch version setup.sh installs (default 2.13.0)")
     z.add_argument("--seed", type=int,
-                   help="grade every submission with this seed (default: a fresh one each time, recorded)")
+                   help="grade every submission with this seed (default: the course's seed, reference/course-seed.toml;"
+                        " kept in bundle.json, which only root reads on Gradescope)")
 
     w = sub.add_parser("classroom-workflow", help="write a GitHub Classroom autograding workflow for an assignment")
     w.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
@@ -563,3 +588,33 @@ def cmd_student_bundle(args: argparse.Namespace, root: Path) -> int:
     print(f"wrote {path}: students unzip it and run, in the folder {assignment.id}/,\n"
           f"  grader check {assignment.submission_file} --assignments assignments")
     return 0
+
+
+def cmd_course_seed(args: argparse.Namespace, root: Path) -> int:
+    """The course folder's grading seed (grader.authoring.course_seed): shown, created, or rotated."""
+    course = require_folder(root).resolve().parent
+    if args.rotate:
+        seed, created = rotate_course_seed(course), False
+    else:
+        seed, created = ensure_course_seed(course)
+    verb = "rotated: later grades draw other inputs;" if args.rotate else ("created" if created else "is")
+    print(f"course seed {seed.fingerprint} {verb} {seed.path}" + (f" (created {seed.created})" if seed.created else ""))
+    if args.show:
+        print(seed.seed)
+    return 0
+
+
+def cmd_margins(args: argparse.Namespace, root: Path) -> int:
+    """Exit 1 when a case's verdict for some predicted mistake depends on the draw (grader.operations.margins)."""
+    from grader.operations.margins import DEPENDS, audit, format_margins
+
+    if args.seeds < 1:
+        raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
+    assignment = find_assignment(args.assignment, root)
+    depends = 0
+    for backend in args.backend or ("interpreter", "cuda"):
+        margins = audit(assignment, backend, range(args.seeds))
+        depends += sum(m.verdict == DEPENDS for m in margins)
+        print(f"{assignment.id} on {backend}, seeds 0..{args.seeds - 1}:")
+        print(format_margins(margins, everything=args.all))
+    return 1 if depends else 0

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from grader.seeds import seed_text
+
 RESULTS_FORMAT_VERSION = 1
 
 
@@ -199,6 +201,7 @@ class GradeResult:
     phases: Mapping[str, float] = field(default_factory=dict)  # wall seconds per phase (grader.running.phases)
     rejected: str = ""  # why nothing of the submission ran (not Python source, say); '' when it was graded
     performance_traps: tuple[PerformanceTrap, ...] = ()  # why it may be slow: informational, never scored
+    seed_source: str = ""  # "course", "public" or "given" (grader.authoring.course_seed); "" in older records
 
     @property
     def score(self) -> float:
@@ -207,6 +210,11 @@ class GradeResult:
     @property
     def max_score(self) -> float:
         return sum(c.max_score for c in self.cases) + sum(p.max_score for p in self.performance)
+
+    @property
+    def seed_text(self) -> str:
+        """The seed as a report names it (grader.seeds.seed_text): the course's by its fingerprint only."""
+        return seed_text(self.seed, self.seed_source)
 
     @property
     def performance_device(self) -> DeviceInfo | None:
@@ -238,6 +246,7 @@ class GradeResult:
             "submission": self.submission,
             "backend": self.backend,
             "seed": self.seed,
+            "seed_source": self.seed_source,
             "versions": dict(self.versions),
             "execution_time_s": self.execution_time_s,
             "notes": list(self.notes),
@@ -269,4 +278,5 @@ class GradeResult:
             phases={str(k): float(v) for k, v in (data.get("phases") or {}).items()},
             rejected=str(data.get("rejected", "")),
             performance_traps=tuple(PerformanceTrap.from_dict(t) for t in data.get("performance_traps", ())),
+            seed_source=str(data.get("seed_source", "")),
         )

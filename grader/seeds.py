@@ -1,4 +1,4 @@
-"""Seeds, in one place: a fresh seed for a run, and the per-case seed derived from it.
+"""Seeds, in one place: a fresh seed for a run, a public run's seed, and the per-case seed derived from them.
 
 A run's seed is recorded in its results (and in a batch's manifest); every case's inputs are drawn
 from `case_seed(run seed, case id)`, so the same seed gives the same inputs case by case, and one
@@ -22,3 +22,24 @@ def case_seed(run_seed: int, case_id: str) -> int:
     """A stable per-case seed derived from the run's seed, so one case can be re-run alone."""
     digest = hashlib.sha256(f"{run_seed}:{case_id}".encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def public_seed(assignment_id: str) -> int:
+    """The seed of a public run (`grader check`) of an assignment: the same for every student and every run, so
+    a student's check of the same file always says the same (grader.authoring.course_seed)."""
+    return case_seed(0, f"public:{assignment_id}")
+
+
+def fingerprint(seed: int) -> str:
+    """A short public name for a seed: tells two seeds apart without telling either (a course's seed is secret)."""
+    return hashlib.sha256(f"kernel-grader course seed {seed}".encode()).hexdigest()[:12]
+
+
+def seed_text(seed: int, source: str) -> str:
+    """How a report names a grade's seed: the course's by its fingerprint only (it is as secret as the hidden
+    cases), any other with the option that reproduces it."""
+    if source == "course":
+        return f"the course seed {fingerprint(seed)} (re-run without --seed)"
+    if source == "public":
+        return f"the public seed {seed}"
+    return f"seed {seed} (re-run with --seed {seed})"

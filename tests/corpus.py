@@ -15,6 +15,7 @@ from grader.authoring.discovery import assignments_root, find_assignment
 from grader.operations.selftest import run_selftest
 
 SEED = 5
+SEEDS = 3  # every submission graded at seeds 5, 6 and 7 in one run: a score or trap that moves is a MISS
 JOBS = 2
 
 
@@ -27,7 +28,7 @@ def graded_corpus(assignment_id: str):
     assignment = find_assignment(assignment_id, assignments_root())
     out = Path(tempfile.mkdtemp(prefix=f"corpus-{assignment_id}-"))
     atexit.register(shutil.rmtree, out, True)
-    return assignment, run_selftest(assignment, "interpreter", seed=SEED, jobs=JOBS, out=out), out
+    return assignment, run_selftest(assignment, "interpreter", seed=SEED, jobs=JOBS, out=out, seeds=SEEDS), out
 
 
 def corpus_results(assignment_id: str, submission: str) -> dict[str, Any]:

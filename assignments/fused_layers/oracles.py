@@ -48,10 +48,30 @@ def linear_inputs(case: Case, maker: InputMaker) -> dict[str, Any]:
         x = maker.normal(m, k)
         weight = maker.uniform(n, k, low=-bound, high=bound)
         bias = maker.uniform(n, low=-1.0, high=1.0)  # larger than nn.Linear's init: bias mistakes show
+        bias[0] = _decisive_bias(x[0], weight[0], maker)
     with torch.no_grad():
         layer.weight.copy_(weight)
         layer.bias.copy_(bias)
     return {"x": x, "weight": layer.weight.detach(), "bias": layer.bias.detach(), "layer": layer}
+
+
+# Pre-activations where the GELU flavours differ by 4x the interpreter's tolerance or more (tanh and erf agree
+# to 1e-5 near 0 and cross at 1.88), negative so that gelu(z) + b is far from gelu(z + b) too.
+DECISIVE_BANDS = ((-1.5, -1.0), (-3.25, -2.25))
+
+
+def _decisive_bias(x_row: torch.Tensor, w_row: torch.Tensor, maker: InputMaker) -> float:
+    """bias[0] chosen so that output [0, 0] lands in a DECISIVE_BAND, at least 0.5 from the bias-free value: a case
+    with one output (1x1x1) or one column decides gelu-tanh and gelu-before-bias by the bug, not by the draw (with
+    a bias drawn like the others, a 1x1x1 case exposed gelu-tanh at 21 of 40 seeds: grader margins)."""
+    xw = float(x_row.double() @ w_row.double())
+    pick = float(maker.uniform(1, low=0.0, high=1.0))
+    for low, high in DECISIVE_BANDS:
+        target = low + pick * (high - low)
+        if abs(target - xw) >= 0.5:
+            return target - xw
+    low, high = DECISIVE_BANDS[-1]
+    return (low if abs(low - xw) > abs(high - xw) else high) - xw
 
 
 def linear_expected(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -251,6 +271,12 @@ def trap_cancellation_stats(inputs: dict[str, Any]) -> Signature:
 # --------------------------------------------------------------------------- LayerNorm
 
 
+# Random LayerNorm rows are N(0, 0.1^2): eps is then 1e-3 of the variance, and leaving it out or putting it outside
+# the sqrt moves the output by ~4x the rowwise tolerance or more at every draw. With N(0, 1) rows both mistakes sat
+# at the tolerance (eps-missing failed ln-kernel-basic at 7 of 40 seeds): grader margins.
+LAYERNORM_RANDOM_STD = 0.1
+
+
 def layernorm_inputs(case: Case, maker: InputMaker) -> dict[str, Any]:
     n = case.dims["N"]
     eps = float(case.options.get("eps", 1e-5))
@@ -259,8 +285,10 @@ def layernorm_inputs(case: Case, maker: InputMaker) -> dict[str, Any]:
         layer.weight.copy_(maker.uniform(n, low=0.5, high=1.5) * torch.where(
             maker.uniform(n) > -0.5, 1.0, -1.0))
         layer.bias.copy_(maker.uniform(n, low=-1.0, high=1.0))
-    return {"x": _rows(case, maker), "weight": layer.weight.detach(), "bias": layer.bias.detach(),
-            "eps": layer.eps, "layer": layer}
+    x = _rows(case, maker)
+    if case.kind == "random":
+        x = x * LAYERNORM_RANDOM_STD
+    return {"x": x, "weight": layer.weight.detach(), "bias": layer.bias.detach(), "eps": layer.eps, "layer": layer}
 
 
 def layernorm_expected(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -17,8 +17,8 @@ KINDS = {
     "exact": "exactly representable values (multiples of 1/8)",
     "constant": "constant rows",
     "near-constant": "near-constant rows (5.0 + 1e-6 noise)",
-    "tiny-variance": "tiny-variance rows (0.5 + 1e-4 noise)",
-    "large-mean": "large-mean rows (1e4 + unit noise)",
+    "tiny-variance": "tiny-variance rows (0.125 + 1e-4 noise)",
+    "large-mean": "large-mean rows (1e4 + N(0, 2^2) noise)",
 }
 ROW_KINDS = tuple(KINDS)
 
@@ -67,9 +67,13 @@ class InputMaker:
             # 5.0 + 1e-6 noise: the variance (~1e-12) is far below LayerNorm's eps.
             return self.normal(m, n, mean=0.0, std=1e-6).to(torch.float64).add(5.0).to(self.dtype)
         if kind == "tiny-variance":
-            # 0.5 + 1e-4 noise: variance ~1e-8, far below eps, yet well resolved in float32.
-            return self.normal(m, n, mean=0.5, std=1e-4)
+            # 0.125 + 1e-4 noise: variance ~1e-8, far below eps, yet well resolved in float32. The offset is small
+            # enough that the one-pass E[x^2] - E[x]^2 (ulps of 0.0156) stays far below eps at every draw: these
+            # rows decide the eps mistakes and leave cancellation to large-mean rows (at 0.5 it sat at the
+            # tolerance, and one draw in five passed a one-pass kernel: grader margins).
+            return self.normal(m, n, mean=0.125, std=1e-4)
         if kind == "large-mean":
-            # 1e4 + unit noise: E[x^2] - E[x]^2 cancels catastrophically in float32.
-            return self.normal(m, n, mean=1e4, std=1.0)
+            # 1e4 + N(0, 4) noise: E[x^2] - E[x]^2 cancels catastrophically in float32. Variance 4, not 1: N/(N-1)
+            # of it then lies far outside the large-mean tolerance at every draw (at 1 it was 1.6x the tolerance).
+            return self.normal(m, n, mean=1e4, std=2.0)
         raise ValueError(f"unknown row kind {kind!r} (known: {', '.join(ROW_KINDS)})")

@@ -68,7 +68,9 @@ def scaffold_files(assignment_id: str) -> dict[str, str]:
 
 
 SPEC = '''# Assignment `__ID__` (written by `grader new-assignment`): a row-sum kernel to start from. Replace the
-# contract, the cases and the traps with your own; `grader selftest --assignment __ID__` after each step.
+# contract, the cases and the traps with your own; after each step `grader margins --assignment __ID__` (every case
+# decides every trap by the bug, not by the draw of its inputs) and `grader selftest --assignment __ID__ --seeds 3`
+# (every mutant named, with the same score at every seed): docs/writing-an-assignment.md, sections 6 and 7.
 # The reference solution and the mutants are in reference/__ID__/, the template in student_template/__ID__/.
 
 [assignment]

@@ -31,6 +31,7 @@ from typing import Any
 from grader import trap_ids
 from grader.authoring.spec import Assignment
 from grader.judging.false_hints import MISALIGNED, HintCall
+from grader.judging.judge import failure_head
 from grader.results import CaseResult
 from grader.running.observation import Finding, Observation
 
@@ -133,6 +134,40 @@ def _evidence(fault: Fault, by: str | None) -> dict[str, Any]:
     return {"sign": fault.sign, "named_by": by, "message": fault.message[:2000]}
 
 
+# --------------------------------------------------------------------------- wrong values nothing named
+
+# What a GPU case's wrong values are called when no trap explains them: the same case on the CPU may
+UNEXPLAINED = frozenset({trap_ids.UNKNOWN, trap_ids.NONDETERMINISTIC})
+
+
+def unexplained(result: CaseResult) -> bool:
+    """A failed case named only `unknown` / `nondeterministic`: wrong values with no cause found."""
+    return not result.passed and bool(result.traps) and set(result.traps) <= UNEXPLAINED
+
+
+def name_unexplained(result: CaseResult, rerun: CaseResult | None, catalog: Mapping[str, Any]) -> CaseResult:
+    """The GPU verdict is the CPU verdict: a GPU case whose wrong values nothing named takes the out-of-bounds traps
+    the same case (same inputs) shows in Triton's interpreter, whose fence stops every access outside the launch's
+    tensors. A wild load that lands inside another allocation returns some other buffer's bytes on the GPU: the
+    guard bands never see it and memcheck reports nothing, so the values are only `unknown` there. Without such
+    a trap on the CPU the case keeps its own names."""
+    if not unexplained(result) or rerun is None:
+        return result
+    naming = from_cpu_rerun(rerun)
+    if naming is None:
+        return result
+    traps = tuple(dict.fromkeys(f.trap for f in naming.findings))
+    _, _, gpu_lines = result.message.partition("\n")
+    message = "\n".join([failure_head(traps, catalog),
+                         "The same case on the CPU (Triton's interpreter, the same inputs, every access checked "
+                         "against the tensors) names what the GPU's wrong values could not:",
+                         *(f"  {f.message}" for f in naming.findings if f.message),
+                         "On the GPU: " + (gpu_lines or result.message)])
+    evidence = dict(result.evidence)
+    evidence["named_on_cpu"] = {"gpu_traps": list(result.traps), "by": CPU_RERUN}
+    return dataclasses.replace(result, traps=traps, message=message, evidence=evidence)
+
+
 # --------------------------------------------------------------------------- grade-wide: the other cases
 
 
@@ -178,6 +213,6 @@ def _memory_traps_of(pool: Sequence[CaseResult], case: CaseResult) -> tuple[tupl
     return tuple(t for t in MEMORY_TRAPS if t in found), sources
 
 
-__all__ = ["CPU_RERUN", "ILLEGAL_ACCESS", "MEMORY_TRAPS", "OTHER_CASES", "SANITIZER", "Fault", "Naming",
-           "fault_observation", "from_cpu_rerun", "from_sanitizer", "gpu_fault", "name_from_other_cases",
-           "without_cuda_advice"]
+__all__ = ["CPU_RERUN", "ILLEGAL_ACCESS", "MEMORY_TRAPS", "OTHER_CASES", "SANITIZER", "UNEXPLAINED", "Fault",
+           "Naming", "fault_observation", "from_cpu_rerun", "from_sanitizer", "gpu_fault", "name_from_other_cases",
+           "name_unexplained", "unexplained", "without_cuda_advice"]

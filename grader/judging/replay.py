@@ -132,6 +132,29 @@ def check_outputs(
     return None
 
 
+def same_buffers(first: Mapping[int, torch.Tensor], second: Mapping[int, torch.Tensor]) -> bool:
+    """Two replays of the same launches left the same bytes in every buffer."""
+    return first.keys() == second.keys() and all(
+        _is_bytes(first[k]) and _is_bytes(second[k]) and torch.equal(first[k], second[k]) for k in first)
+
+
+def explain_replay_mismatch(finding: Finding, *, writes_out_of_bounds: bool, replays_agree: bool) -> Finding:
+    """A wrapper's values that its replayed launches do not reproduce are `not-fused` only when the launches are
+    deterministic: in a case whose stores land out of bounds (one element past each row, say) a stray store
+    races with the next row's program on a GPU, and replaying the same launches gives other values by itself;
+    replays that disagree with each other are a race too. Neither is torch computing the answer."""
+    if finding.trap != trap_ids.NOT_FUSED or (replays_agree and not writes_out_of_bounds):
+        return finding
+    detail = finding.message.split(": running the recorded launches", 1)[0]
+    if writes_out_of_bounds:
+        return Finding(trap_ids.OOB_WRITE, f"{detail}: replaying the recorded launches gives other values. The "
+                       "kernel stores out of bounds (above), and on a GPU such a stray store races with the program "
+                       "that owns those elements, so the output changes from run to run.")
+    return Finding(trap_ids.NONDETERMINISTIC, f"{detail}: the recorded launches, replayed twice on the same inputs, "
+                   "gave different values each time: programs of one launch write the same elements (a race) or "
+                   "read memory nothing wrote.")
+
+
 MAX_META_TEXT = 100
 MAX_META_INT = 1 << 31
 

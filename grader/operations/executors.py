@@ -64,6 +64,7 @@ class GradeJob:
     hidden: tuple[str, ...] = ()  # folders the student's code must not see (other students' files)
     calibration: CalibrationStore | None = None  # where the bars are cached, shared by the batch's grades
     concurrent_grades: int = 1  # grades sharing one GPU at a time: each worker's GPU memory budget
+    seed_source: str = "given"  # where the seed came from (grader.authoring.course_seed): "course" stays unpublished
 
 
 OnStart = Callable[["GradeJob", str], None]  # called with the job and its GPU ("" if none) as it starts
@@ -125,7 +126,7 @@ def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: boo
         "--assignment", job.assignment_id,
         "--assignments", str(job.assignments_root),
         "--backend", job.backend,
-        "--seed", str(job.seed),
+        "--seed", str(job.seed), "--seed-source", job.seed_source,
         "--out", str(out_dir),
         "--parent", str(os.getpid()),
     ]
@@ -493,6 +494,7 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("--assignments", required=True, type=Path)
     parser.add_argument("--backend", required=True, choices=("auto", "interpreter", "cuda"))
     parser.add_argument("--seed", required=True, type=int)
+    parser.add_argument("--seed-source", default="given")
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--parent", required=True, type=int)
     parser.add_argument("--pdeathsig", action="store_true")
@@ -520,7 +522,8 @@ def child_main(argv: list[str] | None = None) -> int:
     hidden = (*args.hide, str(args.out.resolve()))
     backend = detect_backend(args.backend)
     calibration = CalibrationStore.from_args(args.calibration_dir, args.calibration_max_age_s, args.calibrated_after)
-    request = GradeRequest(assignment, args.submission.resolve(), backend, seed=args.seed, hidden=hidden,
+    request = GradeRequest(assignment, args.submission.resolve(), backend, seed=args.seed,
+                           seed_source=args.seed_source, hidden=hidden,
                            calibration=calibration, concurrent_grades=args.concurrent_grades)
     if args.wait_for_go:
         # The submission's sandbox starts now (its zygote imports torch and triton) while we wait for a slot.

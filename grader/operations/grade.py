@@ -22,11 +22,13 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from grader import trap_ids
 from grader.authoring.catalog import trap_catalog, trap_title
+from grader.authoring.course_seed import GIVEN, choose_seed
 from grader.authoring.spec import Assignment, load_public_assignment
 from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
 from grader.judging.false_hints import as_cpu_grade, false_hint_checks, with_cpu_evidence
@@ -42,7 +44,6 @@ from grader.running.aot import NOT_RUN, not_compiled
 from grader.running.calibration import CalibrationStore
 from grader.running.sandbox import Sandbox, start_sandbox
 from grader.running.sanitizer import sanitizer_command
-from grader.seeds import fresh_seed
 from grader.submission_file import defines_nothing, fit, notebook_problem, source_problem
 
 INHERITED_TRAPS = {trap_ids.OOB_WRITE, trap_ids.OOB_READ, trap_ids.UNWRITTEN_OUTPUT}
@@ -53,7 +54,8 @@ class GradeRequest:
     assignment: Assignment
     submission: Path
     backend: str  # "interpreter" or "cuda"
-    seed: int | None = None
+    seed: int | None = None  # None: the course's seed (a public run: the assignment's public seed)
+    seed_source: str = ""  # where `seed` came from (grader.authoring.course_seed): set by `grade` when it chooses
     public_only: bool = False
     gpu_compile_check: bool = True
     hidden: tuple[str, ...] = ()  # extra folders the worker must not see (the output folder, say)
@@ -63,6 +65,7 @@ class GradeRequest:
     calibration: CalibrationStore | None = None  # where performance bars are cached; None: measured for this grade
     concurrent_grades: int = 1  # grades sharing this GPU (a batch's): each worker's GPU memory budget
     sandbox: Sandbox | None = None  # the submission's sandbox, started ahead (prepare_sandbox); None: at the grade
+    more_seeds: tuple[int, ...] = ()  # also grade at these seeds, in the same run (grade_at_seeds)
 
     @property
     def public_run(self) -> bool:
@@ -76,26 +79,44 @@ def grade(request: GradeRequest) -> tuple[GradeResult, str]:
     assignment's submission_file name in a temporary folder; the result keeps the notebook's name and notes
     the lines that were dropped. A file that is not Python source (or not a notebook) is not run: see
     `rejected_result`."""
+    return grade_at_seeds(replace(request, more_seeds=()))[0]
+
+
+def grade_at_seeds(request: GradeRequest) -> list[tuple[GradeResult, str]]:
+    """`grade` at the request's seed and at each of its `more_seeds`, in one run: one sandbox, one import of the
+    submission, one compile, each seed's cases in turn (the selftest's --seeds). Each result is what a grade at
+    that seed alone gives a submission that keeps no state between calls; the report record covers them all."""
     if request.public_run and not request.assignment.public:  # the public form, computed in one place
         request = replace(request, assignment=load_public_assignment(request.assignment.spec_path))
+    if request.seed is None:  # a grade is a function of the file: the course's seed, never a fresh draw
+        choice = choose_seed(request.assignment, None, request.public_run)
+        request = replace(request, seed=choice.seed, seed_source=choice.source)
     problem = unreadable(request.submission)
     if problem:
         if request.sandbox is not None:
             request.sandbox.close()
-        return rejected_result(request, problem), json.dumps({"rejected": problem, "tests": []})
+        report = json.dumps({"rejected": problem, "tests": []})
+        return [(rejected_result(replace(request, seed=s, seed_source=request.seed_source if s == request.seed
+                                         else GIVEN), problem), report) for s in _all_seeds(request)]
     fits = fit(request.submission.name, request.assignment.submission_file)
     renamed = fits.note(request.submission.name) if fits else ""
     if not is_notebook(request.submission):
-        result, report = _grade_file(request)
+        graded = _grade_file(request)
         notes: tuple[str, ...] = ()
     else:
         with tempfile.TemporaryDirectory(prefix="grader-notebook-") as tmp:
             path, source = materialise(request.submission, request.assignment.submission_file, Path(tmp))
-            result, report = _grade_file(replace(request, submission=path))
+            graded = _grade_file(replace(request, submission=path))
         note = source.note(request.submission.name)
         notes = (note,) if note else ()
-    notes = ((renamed,) if renamed else ()) + notes + _defines_nothing(result, request.submission)
-    return replace(result, submission=request.submission.name, notes=notes + result.notes), report
+    notes = ((renamed,) if renamed else ()) + notes
+    return [(replace(result, submission=request.submission.name,
+                     notes=notes + _defines_nothing(result, request.submission) + result.notes), report)
+            for result, report in graded]
+
+
+def _all_seeds(request: GradeRequest) -> tuple[int, ...]:
+    return (_seed(request), *(s for s in dict.fromkeys(request.more_seeds) if s != request.seed))
 
 
 def _defines_nothing(result: GradeResult, submission: Path) -> tuple[str, ...]:
@@ -141,61 +162,83 @@ def rejected_result(request: GradeRequest, problem: str) -> GradeResult:
                         for p in wanted) if request.performance else ()
     return GradeResult(
         assignment=assignment.id, submission=request.submission.name, backend=backend_label(request.backend),
-        seed=request.seed if request.seed is not None else fresh_seed(), versions=versions(), cases=cases,
+        seed=_seed(request), seed_source=request.seed_source or GIVEN, versions=versions(), cases=cases,
         execution_time_s=0.0, notes=(problem,), public_only=request.public_run, performance=performance,
         rejected=problem,
     )
 
 
-def _grade_file(request: GradeRequest) -> tuple[GradeResult, str]:
+def _grade_file(request: GradeRequest) -> list[tuple[GradeResult, str]]:
+    """The file graded at the request's seed, then at each of its `more_seeds`, in one run."""
     started = time.monotonic()
     request = guard_calibration(request)
-    seed = request.seed if request.seed is not None else fresh_seed()
-    run = GradingRun(request.assignment, request.submission, request.backend, seed,
+    seed = _seed(request)
+    run = GradingRun(request.assignment, request.submission, request.backend, seed, more_seeds=request.more_seeds,
                      public_only=request.public_run, hidden=request.hidden, targets=request.targets,
                      performance=request.performance, sanitize=request.sanitize, calibration=request.calibration,
                      concurrent_grades=request.concurrent_grades, sandbox=request.sandbox)
     notes: list[str] = list(sanitizer_notes(request))
+    aot_cases: list[CaseResult] = []
+    checked = False
     try:
         report = run_pytest(run)
-        # CUDA: what the interpreter found of the submission's promises, as a CPU grade has it in its cases; GPU
-        # faults nothing named yet, from the cases that ran to the end.
+        # CUDA: what the interpreter found of the submission's promises, as a CPU grade has it in its cases
         promises = run.cpu_hint_evidence()
-        cases = with_cpu_evidence(every_case(run), promises)
-        cases = name_from_other_cases(cases, request.assignment)
-        cases = consolidate_traps(cases, request.assignment)
         notes.extend(run.cpu_notes())
         phases = run.phases()
-        if request.backend == "interpreter" and request.gpu_compile_check:
+        if request.backend == "interpreter" and request.gpu_compile_check:  # the same at every seed: once
             compiling = time.monotonic()
             aot_cases, aot_notes = run.compile_check()
+            checked = True
             phases["compile"] = round(phases.get("compile", 0.0) + time.monotonic() - compiling, 4)
-            cases, limit_notes = weigh_interpreter_limits(cases, aot_cases, request.assignment)
-            cases = cases + [c for c in aot_cases if not request.targets or c.target in request.targets]
-            notes.extend(aot_notes + limit_notes)
+            notes.extend(aot_notes)
     finally:
         run.close()
+    graded = []
+    for at in run.seeds:
+        cases, seed_notes = _judge_submission(request, run, at, promises, aot_cases if checked else None)
+        graded.append((GradeResult(
+            assignment=request.assignment.id,
+            submission=request.submission.name,
+            backend=backend_label(request.backend),
+            seed=at,
+            seed_source=(request.seed_source or GIVEN) if at == seed else GIVEN,
+            versions=versions(),
+            cases=tuple(cases),
+            execution_time_s=round(time.monotonic() - started, 3),
+            notes=tuple(notes + seed_notes),
+            public_only=request.public_run,
+            performance=every_performance(run),
+            phases=phases,
+            # why it may be slow, from the traffic the interpreter counted (informational: no points)
+            performance_traps=diagnose_performance(cases, matmul_targets(request.assignment),
+                                                   wrapper_targets=tuple(request.assignment.functions)),
+        ), report))
+    return graded
+
+
+def _judge_submission(request: GradeRequest, run: GradingRun, seed: int, promises: dict[str, Any],
+                      aot_cases: list[CaseResult] | None) -> tuple[list[CaseResult], list[str]]:
+    """The submission-wide judgements over one seed's cases: GPU faults named from the other cases, traps
+    explained away or inherited, interpreter limits weighed against the GPU compile check (whose cases are
+    appended), and the zero-point false-hint warnings."""
+    cases = with_cpu_evidence(every_case(run, seed), promises)
+    cases = name_from_other_cases(cases, request.assignment)
+    cases = consolidate_traps(cases, request.assignment)
+    notes: list[str] = []
+    if aot_cases is not None:
+        cases, notes = weigh_interpreter_limits(cases, aot_cases, request.assignment)
+        cases = cases + [c for c in aot_cases if not request.targets or c.target in request.targets]
     # warnings, zero points each; on CUDA worded from the interpreter's cases, as a CPU grade words them
     hinted = as_cpu_grade(cases, promises, run.hint_cases) if promises else cases
-    cases = cases + false_hint_checks(hinted, request.assignment)
-    # why it may be slow, from the traffic the interpreter counted (informational: no points)
-    performance_traps = diagnose_performance(cases, matmul_targets(request.assignment),
-                                             wrapper_targets=tuple(request.assignment.functions))
-    result = GradeResult(
-        assignment=request.assignment.id,
-        submission=request.submission.name,
-        backend=backend_label(request.backend),
-        seed=seed,
-        versions=versions(),
-        cases=tuple(cases),
-        execution_time_s=round(time.monotonic() - started, 3),
-        notes=tuple(notes),
-        public_only=request.public_run,
-        performance=every_performance(run),
-        phases=phases,
-        performance_traps=performance_traps,
-    )
-    return result, report
+    return cases + false_hint_checks(hinted, request.assignment), notes
+
+
+def _seed(request: GradeRequest) -> int:
+    """The request's seed: `grade` chose it before anything ran."""
+    if request.seed is None:
+        raise ValueError("a grade request reached grading without a seed (grade() chooses one)")
+    return request.seed
 
 
 def matmul_targets(assignment: Assignment) -> tuple[str, ...]:
@@ -204,10 +247,10 @@ def matmul_targets(assignment: Assignment) -> tuple[str, ...]:
                  for name, spec in specs.items() if spec.matmul)
 
 
-def every_case(run: GradingRun) -> list[CaseResult]:
-    """One CaseResult per case of the run, in spec order; a case pytest did not get to run (a grader
-    problem, never expected) is a failed case that says so."""
-    graded = {c.case_id: c for c in run.cases}
+def every_case(run: GradingRun, seed: int | None = None) -> list[CaseResult]:
+    """One CaseResult per case of the run (at `seed`, default the run's own), in spec order; a case pytest did not
+    get to run (a grader problem, never expected) is a failed case that says so."""
+    graded = {c.case_id: c for c in run.seed_cases.get(run.seed if seed is None else seed, [])}
     out = []
     for case in run.correctness_cases():
         found = graded.get(case.id)

@@ -35,17 +35,22 @@ class GradingRun:
     """The grade of one submission: its settings, its workers, its results so far."""
 
     def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int, *,
-                 public_only: bool = False, hidden: tuple[str, ...] = (), targets: tuple[str, ...] = (),
+                 more_seeds: tuple[int, ...] = (), public_only: bool = False, hidden: tuple[str, ...] = (),
+                 targets: tuple[str, ...] = (),
                  performance: bool = True, sanitize: bool = False,
                  calibration: CalibrationStore | None = None, concurrent_grades: int = 1,
                  sandbox: Sandbox | None = None) -> None:
         """`calibration`: where performance bars are cached (None: measured for this grade alone).
         `concurrent_grades`: how many grades share this GPU (a batch's), for each worker's memory budget.
-        `sandbox`: the submission's sandbox, started ahead (start_sandbox); the run closes it."""
+        `sandbox`: the submission's sandbox, started ahead (start_sandbox); the run closes it.
+        `more_seeds`: grade the correctness cases at these seeds too, in the same workers (one import, one compile):
+        `seed_cases` then holds each seed's results, each what a run at that seed alone gives a stateless
+        submission (the selftest's --seeds). Performance cases and the promise check run at `seed` only."""
         self.assignment = assignment
         self.submission = Path(submission).resolve()
         self.backend = backend
         self.seed = seed
+        self.seeds = (seed, *(s for s in dict.fromkeys(more_seeds) if s != seed))
         self.public_only = public_only
         self.hidden = hidden
         self.targets = frozenset(targets)
@@ -54,7 +59,8 @@ class GradingRun:
         self.sanitizer = sanitizer_command() if sanitize and backend == "cuda" else None
         # A case that ends in a GPU memory fault runs again alone under memcheck, where it is installed.
         self.fault_tool = sanitizer_command() if backend == "cuda" else None
-        self.cases: list[CaseResult] = []  # correctness results in run order: they gate performance
+        self.cases: list[CaseResult] = []  # correctness results at `seed`, in run order: they gate performance
+        self.seed_cases: dict[int, list[CaseResult]] = {s: [] for s in self.seeds}
         self.performance: dict[str, PerformanceResult] = {}
         self._battery: Battery | None = None
         self._performance_runner: Any = None  # a grader.running.performance.PerformanceRunner, made at the first
@@ -96,9 +102,10 @@ class GradingRun:
             self._cpu = CpuCompanion(self.assignment, self.submission, self.seed, self.hidden)
         return self._cpu
 
-    def rerun_on_cpu(self, case: Case) -> CaseResult | None:
-        """A case that faulted on the GPU, graded again in Triton's interpreter (grader/judging/faults.py)."""
-        return self.cpu_companion().rerun(case)
+    def rerun_on_cpu(self, case: Case, seed: int) -> CaseResult | None:
+        """A case that faulted on the GPU, or whose wrong values nothing named, graded again in Triton's interpreter
+        on the same inputs (grader/judging/faults.py)."""
+        return self.cpu_companion().rerun(case, seed)
 
     def cpu_hint_evidence(self) -> dict[str, Any]:
         """CUDA: the interpreter's first false promise per case id (empty where the source makes no promises);
@@ -117,11 +124,14 @@ class GradingRun:
                          + "; ".join(self._cpu.problems[:3]))
         return notes
 
-    def grade_case(self, case: Case) -> CaseResult:
-        if not self.cases:  # the first case: compile the kernels of every case first, in parallel (GPU)
+    def grade_case(self, case: Case, seed: int | None = None) -> CaseResult:
+        seed = self.seed if seed is None else seed
+        if not any(self.seed_cases.values()):  # the first case: compile every case's kernels first, in parallel (GPU)
             self.battery.warm_up(self.correctness_cases())
-        result = self.battery.run_case(case)
-        self.cases.append(result)
+        result = self.battery.run_case(case, seed)
+        self.seed_cases.setdefault(seed, []).append(result)
+        if seed == self.seed:
+            self.cases.append(result)
         return result
 
     def grade_performance(self, perf: PerformanceCase) -> PerformanceResult:
@@ -203,22 +213,25 @@ class AssignmentFile(pytest.File):
         self.run = run
 
     def collect(self) -> Iterator[pytest.Item]:
-        for case in self.run.correctness_cases():
-            yield CaseItem.from_parent(self, name=case.id, case=case)
+        for seed in self.run.seeds:  # the grade's own seed first: its results gate the performance cases
+            for case in self.run.correctness_cases():
+                name = case.id if seed == self.run.seed else f"{case.id}@seed{seed}"
+                yield CaseItem.from_parent(self, name=name, case=case, seed=seed)
         for perf in self.run.performance_cases():  # after the cases: they gate it
             yield PerformanceItem.from_parent(self, name=perf.id, perf=perf)
 
 
 class CaseItem(pytest.Item):
-    def __init__(self, *, case: Case, **kwargs: Any) -> None:
+    def __init__(self, *, case: Case, seed: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.case = case
+        self.seed = seed
         self.result: CaseResult | None = None
 
     def runtest(self) -> None:
         parent = self.parent
         assert isinstance(parent, AssignmentFile)
-        self.result = parent.run.grade_case(self.case)
+        self.result = parent.run.grade_case(self.case, self.seed)
         if not self.result.passed:
             raise CaseFailed(self.result)
 

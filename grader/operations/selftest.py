@@ -23,7 +23,7 @@ from pathlib import Path
 from grader.authoring.mutants import RESERVED_ID, Mutant, load_mutants, parse_header, write_mutant
 from grader.authoring.spec import REFERENCE_DIR, REFERENCE_FILE, Assignment, SpecError
 from grader.judging.performance_traps import PREDICTING_BACKENDS
-from grader.operations.grade import GradeRequest, grade
+from grader.operations.grade import GradeRequest, grade_at_seeds
 from grader.publishing.files import write_outputs
 
 
@@ -141,20 +141,29 @@ def write_corpus(assignment: Assignment, folder: Path) -> list[tuple[Mutant, Pat
             for m in corpus(assignment)]
 
 
-GradeJob = tuple[Assignment, Mutant, Path, str, int, Path | None]  # ..., seed, where to write its results
+GradeJob = tuple[Assignment, Mutant, Path, str, tuple[int, ...], Path | None]  # ..., seeds, where to write results
+Graded = tuple[SeedVerdict, tuple[CaseVerdict, ...], float, float]
 
 
-def grade_one(args: GradeJob) -> tuple[SeedVerdict, tuple[CaseVerdict, ...], float, float]:
-    """Grade one submission of the corpus at one seed: its verdict, the cases behind it, max score, seconds."""
-    assignment, mutant, path, backend, seed, out = args
+def grade_one(args: GradeJob) -> list[Graded]:
+    """Grade one submission of the corpus at each seed, in one run (grader.operations.grade.grade_at_seeds: one
+    sandbox, import and compile; each seed's cases in turn): per seed its verdict, the cases behind it, max score,
+    seconds. With `out`, each seed's results go to out/<id>/ (the first seed) or out/<id>-seed<S>/."""
+    assignment, mutant, path, backend, seeds, out = args
+    first, *more = seeds
     # Diagnosis only: the mutants' speed is beside the point (and would cost GPU time per submission).
-    result, report = grade(GradeRequest(assignment, path, backend, seed=seed, performance=False))
-    if out is not None:  # this submission's own folder at this seed
-        write_outputs(out, result, assignment, report)
-    cases = tuple(CaseVerdict(c.case_id, c.score, c.max_score, c.traps) for c in result.cases
-                  if c.traps or c.score < c.max_score)
-    verdict = SeedVerdict(seed, result.score, result.traps, result.performance_trap_ids)
-    return verdict, cases, result.max_score, result.execution_time_s
+    graded = grade_at_seeds(GradeRequest(assignment, path, backend, seed=first, more_seeds=tuple(more),
+                                         performance=False))
+    rows = []
+    for result, report in graded:
+        if out is not None:
+            write_outputs(out / (mutant.id if result.seed == first else f"{mutant.id}-seed{result.seed}"), result,
+                          assignment, report)
+        cases = tuple(CaseVerdict(c.case_id, c.score, c.max_score, c.traps) for c in result.cases
+                      if c.traps or c.score < c.max_score)
+        verdict = SeedVerdict(result.seed, result.score, result.traps, result.performance_trap_ids)
+        rows.append((verdict, cases, result.max_score, result.execution_time_s))
+    return rows
 
 
 def expected_performance(mutant: Mutant, backend: str) -> tuple[str, ...]:
@@ -171,9 +180,9 @@ def selftest_seeds(seed: int, seeds: int) -> tuple[int, ...]:
 
 def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1, out: Path | None = None,
                  seeds: int = 1, only: Collection[str] | None = None) -> list[SelftestRow]:
-    """Grade the corpus (or the submissions named in `only`) at `seeds` seeds from `seed`; a row whose score
-    or traps change with the seed is a MISS. With `out`, also write each submission's results under
-    out/<id>/ (out/<id>-seed<S>/ for the seeds after the first)."""
+    """Grade the corpus (or the submissions named in `only`) at `seeds` seeds from `seed`, each submission in one
+    run at all of them; a row whose score or traps change with the seed is a MISS. With `out`, also write each
+    submission's results under out/<id>/ (out/<id>-seed<S>/ for the seeds after the first)."""
     order = selftest_seeds(seed, seeds)
     with tempfile.TemporaryDirectory(prefix=f"selftest-{assignment.id}-") as tmp:
         written = write_corpus(assignment, Path(tmp))
@@ -182,10 +191,7 @@ def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1,
             if unknown:
                 raise SpecError(assignment.spec_path, "", f"no submission {unknown[0]!r} in the selftest corpus")
             written = [(m, p) for m, p in written if m.id in only]
-        work: list[GradeJob] = [
-            (assignment, m, path, backend, s,
-             None if out is None else out / (m.id if s == order[0] else f"{m.id}-seed{s}"))
-            for m, path in written for s in order]
+        work: list[GradeJob] = [(assignment, m, path, backend, order, out) for m, path in written]
         if jobs <= 1:
             graded = [grade_one(w) for w in work]
         else:
@@ -193,8 +199,7 @@ def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1,
             with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
                 graded = list(pool.map(grade_one, work))
     rows = []
-    for index, (mutant, _) in enumerate(written):
-        runs = graded[index * len(order):(index + 1) * len(order)]
+    for (mutant, _), runs in zip(written, graded, strict=True):
         first, cases, max_score, seconds = runs[0]
         rows.append(SelftestRow(
             submission=mutant.id, expected=mutant.expected(backend), diagnosed=first.diagnosed, score=first.score,

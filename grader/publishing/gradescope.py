@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grader.authoring.course_seed import COURSE, fingerprint
 from grader.authoring.spec import Assignment
 from grader.judging.performance import leaderboard, summary_dict
 from grader.publishing.report import hidden_summary, performance_line, public_part
@@ -77,7 +78,10 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
             "max_score": result.max_score,
             "traps": list(public_part(result).traps),  # a hidden case's traps are in its own test
             "hidden_cases": _hidden(result, assignment),
-            "seed": result.seed,
+            # the course's seed is as secret as its hidden cases: named by its fingerprint only (grade.json has it)
+            "seed": None if result.seed_source == COURSE else result.seed,
+            "seed_source": result.seed_source,
+            "seed_fingerprint": fingerprint(result.seed),
             "backend": result.backend,
             "versions": dict(result.versions),
             "notes": list(result.notes),

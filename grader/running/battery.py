@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from grader import trap_ids
+from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import In, Out, Problem
@@ -26,7 +27,7 @@ from grader.judging.compare import close_mask
 from grader.judging.diagnosis import nan_leaks
 from grader.judging.false_hints import HintCall, gpu_fault_note, hint_calls, names_false_hint
 from grader.judging.judge import judge_case
-from grader.judging.replay import ReplayPlan, check_outputs, plan_replay
+from grader.judging.replay import ReplayPlan, check_outputs, explain_replay_mismatch, plan_replay, same_buffers
 from grader.results import CaseResult
 from grader.running import arguments, guards
 from grader.running.arguments import buffer_key
@@ -34,6 +35,7 @@ from grader.running.client import Deadline, Worker, WorkerFailure
 from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.observation import Finding, Observation, classify_error, error_message, failure_message
 from grader.running.phases import PhaseClock
+from grader.running.placement import Placed, launch_grid, place_buffers
 from grader.running.sandbox import Sandbox, sandbox_options
 from grader.running.sanitizer import (
     SANITIZER_ENV,
@@ -47,7 +49,6 @@ from grader.seeds import case_seed
 # Finite value put into input guards for the second run that confirms an out-of-bounds read.
 GUARD_PROBE_VALUE = 7.0
 
-OUTPUT_ROW_GAP = 1
 
 # On a GPU a correctness case's kernels finish in milliseconds: one still running this long after its last
 # launch is spinning, and the worker is stopped (compiles get their own time: grader.running.client.Deadline).
@@ -59,41 +60,12 @@ SANITIZER_SLOWDOWN = 20
 # After a fault under memcheck the worker ends itself; the tool writes its report as the process ends.
 SANITIZER_REPORT_WAIT_S = 30.0
 
-# Row gaps for "row-gap" layouts: distinct per buffer so a kernel that mixes up two strides is seen.
-_GAPS = (3, 5, 7, 11, 13, 17, 19, 23)
-
-
 @dataclass(frozen=True)
 class SymbolProblem:
     """Why a target cannot be run at all (missing, wrong signature, import failure)."""
 
     trap: str
     message: str
-
-
-@dataclass(frozen=True)
-class _Placed:
-    plans: dict[str, guards.BufferPlan]  # keyed by buffer key
-    storages: list[torch.Tensor]
-    keys: list[str]
-
-    def reference(self, ref: In | Out) -> dict[str, int]:
-        """The request names a buffer by its view (grader.running.arguments.Placement)."""
-        return {"view": self.keys.index(buffer_key(ref))}
-
-    def stride(self, ref: In | Out, dim: int) -> int:
-        return self.plans[buffer_key(ref)].view_stride[dim]
-
-    def row_strides(self) -> dict[str, int]:
-        return {p.name: p.row_stride for p in self.plans.values() if p.role == "input"}
-
-    def views(self) -> list[dict[str, Any]]:
-        out = []
-        for index, key in enumerate(self.keys):
-            plan = self.plans[key]
-            out.append({"storage": index, "shape": list(plan.view_shape), "stride": list(plan.view_stride),
-                        "offset": plan.offset})
-        return out
 
 
 class Battery:
@@ -103,13 +75,15 @@ class Battery:
                  hidden: tuple[str, ...] = (),
                  sanitizer: tuple[str, ...] | None = None, sandbox: Sandbox | None = None, *,
                  fault_tool: tuple[str, ...] | None = None,
-                 cpu_rerun: Callable[[Case], CaseResult | None] | None = None,
+                 cpu_rerun: Callable[[Case, int], CaseResult | None] | None = None,
                  replayer: bool = True) -> None:
         """`sandbox`: the grade's sandbox for this submission (its zygote forks every worker here, and its
         Triton cache holds the submission's kernels compiled once per grade); by default one of its own.
         `sanitizer`: `--sanitize`, every kernel case once more under this memcheck command. A case that ends in
         a GPU memory fault (grader/judging/faults.py) is run again alone under `fault_tool` (memcheck, where it
-        is installed), else graded again by `cpu_rerun` (the same case in Triton's interpreter), to name it.
+        is installed), else graded again by `cpu_rerun(case, seed)` (the same case in Triton's interpreter), to name
+        it; a GPU case whose wrong values nothing named (`unknown`) is graded there too (a wild access that lands in
+        another allocation is invisible to memcheck and to the guards; the interpreter's fence stops it).
         `replayer`: False for a battery that never needs a replay started ahead (the CPU companion's)."""
         self.assignment = assignment
         self.problems: Mapping[str, Problem] = load_problems(assignment)
@@ -300,14 +274,16 @@ class Battery:
             except WorkerFailure:
                 self.load_reply = None  # the cases start a fresh worker and report what happens
 
-    def run_case(self, case: Case) -> CaseResult:
+    def run_case(self, case: Case, seed: int | None = None) -> CaseResult:
+        """Grade one case on the inputs of `seed` (default: the battery's own; a run graded at several seeds
+        passes each, grader.operations.grading_run)."""
         with self.clock.phase("correctness"):
-            return self._run_case(case)
+            return self._run_case(case, self.seed if seed is None else seed)
 
-    def _run_case(self, case: Case) -> CaseResult:
+    def _run_case(self, case: Case, seed: int) -> CaseResult:
         started = time.monotonic()
         problem = self.problems[self._problem_name(case.target)]
-        inputs = problem.make_inputs(case, InputMaker(case_seed(self.seed, case.id)))
+        inputs = problem.make_inputs(case, InputMaker(case_seed(seed, case.id)))
         expected = problem.expected(inputs)
         blocked = self.symbol_problem(case.target)
         if blocked is not None:
@@ -318,11 +294,11 @@ class Battery:
             observation = self._probe_guard_reads(case, problem, inputs, expected, observation)
             observation = self._verify_by_replay(case, inputs, expected, observation)
             observation = self._sanitize(case, problem, inputs, observation)
-            observation = self._name_fault(case, problem, inputs, observation)
+            observation = self._name_fault(case, problem, inputs, observation, seed)
             if needs_fresh_worker(observation):
                 self._replace_worker()
         tolerance = self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
-        return judge_case(
+        result = judge_case(
             case=case,
             assignment=self.assignment,
             inputs=inputs,
@@ -332,6 +308,16 @@ class Battery:
             traps=problem.traps,
             elapsed_s=time.monotonic() - started,
         )
+        return self._name_unexplained(case, result, seed)
+
+    def _name_unexplained(self, case: Case, result: CaseResult, seed: int) -> CaseResult:
+        """CUDA: a case whose wrong values nothing named, graded again on the CPU (faults.name_unexplained)."""
+        if (self.backend != "cuda" or self.cpu_rerun is None or not faults.unexplained(result)
+                or not case.runs_on("interpreter")):
+            return result
+        with self.clock.phase("cpu-rerun"):
+            rerun = self.cpu_rerun(case, seed)
+        return faults.name_unexplained(result, rerun, trap_catalog(self.assignment))
 
     def observe(self, case: Case) -> Observation:
         """What the worker reports for one run of `case`: no probes, replays, reruns or judgement (the CPU
@@ -349,53 +335,6 @@ class Battery:
     def _problem_name(self, target: str) -> str:
         spec: KernelSpec | FunctionSpec = self.assignment.kernels.get(target) or self.assignment.functions[target]
         return spec.problem
-
-    def _place(self, case: Case, refs: list[Any], inputs: Mapping[str, Any],
-               param_keys: Mapping[str, str] | None = None, finite_guard: float | None = None,
-               grid: tuple[int, ...] | None = None) -> _Placed:
-        """Put every In/Out referenced by a case into guarded storage (gaps for row-gap layouts).
-        An Out with `like=param` shares the row gap of the buffer bound to that parameter. The guard
-        bands cover the launch's reach (guards.reach): from `grid` and the case's block sizes for the
-        grader's own launch of a kernel, from the case's sizes alone for a wrapper (grid None)."""
-        plans: dict[str, guards.BufferPlan] = {}
-        values: dict[str, torch.Tensor | None] = {}
-        dtypes: dict[str, torch.dtype] = {}
-        keys: list[str] = []
-        gap_of: dict[str, int] = {}
-        for ref in refs:
-            key = buffer_key(ref)
-            if key in plans:
-                continue
-            if isinstance(ref, In):
-                value = inputs[ref.name]
-                shape = tuple(value.T.shape) if ref.transpose else tuple(value.shape)
-                gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else 0
-                plan = guards.plan_buffer(ref.name, "input", shape, gap, transpose=ref.transpose)
-                values[key], dtypes[key] = (value.T if ref.transpose else value), value.dtype
-            else:
-                shared = gap_of.get((param_keys or {}).get(ref.like or "", ""), None)
-                if shared is not None:
-                    gap = shared
-                else:
-                    # An output with a layout of its own always gets a sentinel gap after each row: a
-                    # store that runs past the end of a row is then an out-of-bounds write, not a
-                    # silent (and, on a GPU, racy) overwrite of the next row's first elements.
-                    gap = _GAPS[len(keys) % len(_GAPS)] if case.layout == "row-gap" else OUTPUT_ROW_GAP
-                plan = guards.plan_buffer(ref.name, "output", ref.shape, gap)
-                values[key], dtypes[key] = None, ref.dtype
-            gap_of[key] = plan.row_stride - plan.cols
-            plans[key] = plan
-            keys.append(key)
-        sizes = [*case.dims.values(), *(n for p in plans.values() for n in (p.rows, p.cols))]
-        reach = guards.reach(sizes, [p.row_stride for p in plans.values()], grid,
-                             [v for v in case.meta.values() if isinstance(v, int)])
-        storages = []
-        for key in keys:
-            plan = plans[key] = dataclasses.replace(
-                plans[key], guard=guards.guard_elements(reach, plans[key].rows * plans[key].row_stride))
-            storages.append(guards.build_storage(plan, dtypes[key], values[key],
-                                                 finite_guard if plan.role == "input" else None))
-        return _Placed(plans, storages, keys)
 
     def _request(self, message: dict[str, Any], what: str) -> dict[str, Any] | Observation:
         try:
@@ -497,7 +436,21 @@ class Battery:
             else:
                 tol = self._tol(case)
                 finding = check_outputs(observation.outputs, observation.result_views, plan, reply, tol.atol, tol.rtol)
+                if finding is not None and finding.trap == trap_ids.NOT_FUSED:
+                    finding = self._race_or_not_fused(finding, plan, case, reply, observation)
         return dataclasses.replace(observation, replay_finding=finding) if finding else observation
+
+    def _race_or_not_fused(self, finding: Finding, plan: ReplayPlan, case: Case, first: Mapping[int, torch.Tensor],
+                           observation: Observation) -> Finding:
+        """The replay gave other values: computed outside the kernels, or the kernels race (a stray store landing
+        before or after a neighbour program's, differently on every run)? A case that writes out of bounds races
+        by itself; otherwise the launches are replayed once more, and two replays that disagree are a race."""
+        writes_out = any(f.trap == trap_ids.OOB_WRITE for f in observation.guard_findings)
+        agree = True
+        if not writes_out:
+            second = self._replay(plan, case.target)
+            agree = isinstance(second, Finding) or same_buffers(first, second)
+        return explain_replay_mismatch(finding, writes_out_of_bounds=writes_out, replays_agree=agree)
 
     def _replay(self, plan: ReplayPlan, target: str) -> dict[int, torch.Tensor] | Finding:
         """Run the planned launches in the replay worker: its buffers after the last, or what went wrong,
@@ -528,11 +481,11 @@ class Battery:
         return self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
 
     def _launch_message(self, spec: KernelSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
-                        finite_guard: float | None = None) -> tuple[_Placed, dict[str, Any], str]:
+                        finite_guard: float | None = None) -> tuple[Placed, dict[str, Any], str]:
         """The grader's own launch of a kernel case: guarded buffers, the request, and its description."""
         binding = arguments.kernel_binding(problem, inputs)
         by_param = {p: buffer_key(v) for p, v in binding.items() if isinstance(v, (In, Out))}
-        placed = self._place(case, arguments.kernel_buffers(binding), inputs, by_param, finite_guard,
+        placed = place_buffers(case, arguments.kernel_buffers(binding), inputs, by_param, finite_guard,
                              grid=launch_grid(spec, binding, case))
         args = arguments.kernel_arguments(spec, binding, placed)
         what = f"{spec.name}[grid]({', '.join(f'{k}={v}' for k, v in case.meta.items())})"
@@ -564,7 +517,7 @@ class Battery:
         return dataclasses.replace(observation, sanitizer_findings=findings) if findings else observation
 
     def _name_fault(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
-                    observation: Observation) -> Observation:
+                    observation: Observation, seed: int) -> Observation:
         """A case that ended in a GPU memory fault, named for what it is (grader/judging/faults.py): from the case
         run again alone under compute-sanitizer memcheck where it is installed, else from the same case graded
         in Triton's interpreter on the CPU; else `memory-fault`, which the grade names from the submission's
@@ -577,7 +530,7 @@ class Battery:
         naming = faults.from_sanitizer(self._sanitizer_rerun(case, problem, inputs)) if self.sanitizer else None
         if naming is None and self.cpu_rerun is not None and case.runs_on("interpreter"):
             with self.clock.phase("cpu-rerun"):
-                rerun = self.cpu_rerun(case)
+                rerun = self.cpu_rerun(case, seed)
             naming = faults.from_cpu_rerun(rerun) if rerun is not None else None
         return faults.fault_observation(observation, fault, naming)
 
@@ -630,10 +583,10 @@ class Battery:
             time.sleep(0.05)
 
     def _call_message(self, spec: FunctionSpec, case: Case, problem: Problem, inputs: Mapping[str, Any],
-                      finite_guard: float | None = None) -> tuple[_Placed, dict[str, Any], str]:
+                      finite_guard: float | None = None) -> tuple[Placed, dict[str, Any], str]:
         """A wrapper case's call: guarded buffers, the request, and its description."""
         args, kwargs = arguments.call_binding(problem, inputs)
-        placed = self._place(case, arguments.call_buffers(args, kwargs), inputs, finite_guard=finite_guard)
+        placed = place_buffers(case, arguments.call_buffers(args, kwargs), inputs, finite_guard=finite_guard)
         wired_args, wired_kwargs = arguments.call_arguments(args, kwargs, placed)
         message = {"op": "call", "function": spec.name, "storages": placed.storages, "views": placed.views(),
                    "args": wired_args, "kwargs": wired_kwargs, "count_traffic": self.backend == "interpreter"}
@@ -671,7 +624,7 @@ class Battery:
             traffic=observation.traffic,
         )
 
-    def _observe(self, placed: _Placed, reply: dict[str, Any], launches: Any, case: Case) -> Observation:
+    def _observe(self, placed: Placed, reply: dict[str, Any], launches: Any, case: Case) -> Observation:
         after = reply.get("storages") or []
         if len(after) != len(placed.storages):
             return Observation(trap=trap_ids.CRASH, message="the worker returned a malformed reply")
@@ -698,19 +651,6 @@ class Battery:
             false_hint=reply.get("false_hint"),
             traffic=_traffic(reply),
         )
-
-
-def launch_grid(spec: KernelSpec, binding: Mapping[str, Any], case: Case) -> tuple[int, ...] | None:
-    """The grid of the grader's launch of a kernel case (the contract's expressions over the case's
-    scalar arguments and block sizes), or None where it cannot be evaluated here."""
-    scope: dict[str, Any] = {k: v for k, v in binding.items() if isinstance(v, int) and not isinstance(v, bool)}
-    scope.update(case.meta)
-    scope.update({"cdiv": lambda a, b: -(-a // b), "next_power_of_2": lambda n: 1 << max(0, n - 1).bit_length(),
-                  "max": max, "min": min})
-    try:
-        return tuple(int(eval(expr, {"__builtins__": {}}, scope)) for expr in spec.grid)  # noqa: S307
-    except Exception:  # an expression over names this case does not bind: size the guards as for a wrapper
-        return None
 
 
 def outputs_close(outputs: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], tol: Any) -> bool:

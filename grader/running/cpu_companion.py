@@ -110,10 +110,10 @@ class CpuCompanion:
 
     # ------------------------------------------------------------------ faults
 
-    def rerun(self, case: Case) -> CaseResult | None:
+    def rerun(self, case: Case, seed: int | None = None) -> CaseResult | None:
         """The case graded in the interpreter, on the same inputs (the same seed); None where it could not run."""
         try:
-            return self._reruns.run_case(case)
+            return self._reruns.run_case(case, seed)
         except (WorkerFailure, SandboxFailure, OSError):
             return None
 

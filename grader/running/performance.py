@@ -201,6 +201,7 @@ class PerformanceRunner:
         self._timer: Worker | None = None
         self._timer_problem = "the timer was not started"
         self._results: dict[str, PerformanceResult] | None = None
+        self._reference_kept: set[str] = set()  # cases whose reference launches wait in its worker (in turn)
         self._spun = False
         self._folder = Path(tempfile.mkdtemp(prefix="grader-timer-"))
 
@@ -247,8 +248,10 @@ class PerformanceRunner:
         timer, reduced = self._new_timer(battery)
         timer.spawn()
         reference = None
-        if any(self._calibrated(perf) is None for perf in todo) and self._reference is None \
-                and not self._reference_problem and self.assignment.reference_solution:
+        # The reference runs in every grade: it is timed in turn with the student's launches (side by side, so a
+        # GPU whose clocks sag under a matmul's power draw slows both alike), and measures the bars where none
+        # are cached.
+        if self._reference is None and not self._reference_problem and self.assignment.reference_solution:
             reference = self._new_reference()
             reference.spawn()
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -270,6 +273,8 @@ class PerformanceRunner:
         for prepared in ready:  # the outputs at the timed size, checked while the GPU is shared
             with clock.phase("timing/check"), battery.shared_gpu():
                 wrong = self._check(prepared, battery)
+                if wrong is None:
+                    self._keep_reference(prepared)
             if wrong is not None:
                 results[prepared.perf.id] = wrong
             else:
@@ -388,8 +393,20 @@ class PerformanceRunner:
         timer = self._timer_for(battery)
         if isinstance(timer, str):
             return errored(perf, timer, device)
+        what = f"timing {perf.target} at {perf.shape}"
+        reference_medians: Sequence[float] | None = bars.reference
+        note = bars.reference_note
         with battery.clock.phase("timing/student"):
-            student_medians = self._time_kept(timer, perf, f"timing {perf.target} at {perf.shape}")
+            if perf.id in self._reference_kept:
+                in_turn = self._time_in_turn(timer, perf, what)
+                if isinstance(in_turn, str):
+                    student_medians: list[float] | str = in_turn
+                else:
+                    student_medians, beside = in_turn
+                    if beside:
+                        reference_medians, note = beside, IN_TURN_NOTE
+            else:
+                student_medians = self._time_kept(timer, perf, what)
         if isinstance(student_medians, str):
             self._drop_timer()
             return _failed(perf, student_medians, device)
@@ -404,7 +421,7 @@ class PerformanceRunner:
         mine = measured(f"your {perf.target}", student_medians)
         assert mine is not None
         eager = measured(baseline.label + (" (tf32 allowed)" if baseline.tf32 else ""), bars.torch)
-        result = evaluate(perf, mine, measured("reference", bars.reference), eager, device, bars.reference_note)
+        result = evaluate(perf, mine, measured("reference", reference_medians), eager, device, note)
         return dataclasses.replace(result, calibration=bars.id)
 
     def _bars(self, prepared: _Prepared, battery: Battery) -> Calibration | str:
@@ -497,6 +514,68 @@ class PerformanceRunner:
             return f"{what}: the timer sent a malformed reply"
         return outputs, list(reply.get("timing", {}).get("medians_ms", []))
 
+    def _keep_reference(self, prepared: _Prepared) -> None:
+        """The reference's launches on the same inputs, recorded, planned and run once in its worker, kept there
+        to be timed in turn with the student's (`_time_in_turn`). Where the reference cannot, the case is timed
+        against the bars alone, as before."""
+        self._ensure_reference()
+        if self._reference is None:
+            return
+        perf = prepared.perf
+        what = f"running the reference {perf.target} at {perf.shape}"
+        try:
+            reply = self._reference.request(
+                prepared.call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True),
+                self._deadline(perf), what)
+        except WorkerFailure:
+            self._reference.close()
+            self._reference = None
+            return
+        recorded = reply.get("record") if reply.get("ok") else None
+        plan = plan_performance_run(recorded if isinstance(recorded, Mapping) else {}, prepared.call.inputs,
+                                    perf.target)
+        if isinstance(plan, str):
+            return
+        kept = self._time_plan(self._reference, dataclasses.replace(prepared, timed=plan), what, keep=perf.id)
+        if not isinstance(kept, str):
+            self._reference_kept.add(perf.id)
+
+    def _time_in_turn(self, timer: Worker, perf: PerformanceCase, what: str) -> tuple[list[float], list[float]] | str:
+        """The student's kept launches and the reference's, one sample each in turn, `repeats` rounds: both see the
+        same clocks, power draw and temperature (a 4096^3 tf32 matmul holds an H200 at its power cap, its SM clock
+        wandering 1410-1560 MHz: timed apart, identical kernels read +-7.6%; in turn, +-0.15%:
+        benchmarks/timing_noise.py, docs/performance.md). Each worker holds its captured graph between samples."""
+        assert self._reference is not None
+        student: list[float] = []
+        reference: list[float] | None = []
+        spin = self._spin_up_ms()
+        for round_ in range(perf.repeats):
+            hold = round_ < perf.repeats - 1  # the last sample lets the graphs (and their memory) go
+            mine = self._sample(timer, perf, what, spin_up_ms=spin, hold=hold)
+            if isinstance(mine, str):
+                return mine
+            student.extend(mine)
+            if reference is not None:
+                theirs = self._sample(self._reference, perf, f"timing the reference {perf.target}",
+                                      spin_up_ms=spin, hold=hold)
+                # a reference that fails (never expected) leaves the comparison to the bars
+                reference = reference + theirs if not isinstance(theirs, str) else None
+            spin = 0.0
+        return student, reference or []
+
+    def _sample(self, worker: Worker, perf: PerformanceCase, what: str, *, spin_up_ms: float,
+                hold: bool) -> list[float] | str:
+        request = {"op": "time_kept", "key": perf.id, "repeats": 1, "spin_up_ms": spin_up_ms, "hold": hold}
+        run_s = self._deadline(perf).run_s or RUN_GRACE_S
+        try:
+            reply = worker.request(request, Deadline(cap_s=min(perf.timeout_s, RUN_GRACE_S + run_s)), what)
+        except WorkerFailure as failure:
+            return f"{failure.trap}: {what}: {failure.detail}"
+        if not reply.get("ok"):
+            return f"{what} raised " + error_message(reply.get("error", {}), worker.submission.name)
+        medians = reply.get("timing", {}).get("medians_ms", [])
+        return [float(m) for m in medians] if isinstance(medians, list) and medians else f"{what}: no timing came back"
+
     def _time_kept(self, worker: Worker, perf: PerformanceCase, what: str) -> list[float] | str:
         """Time the launches `_time_plan(keep=perf.id)` left in `worker`: CUDA-graph replays only."""
         request = {"op": "time_kept", "key": perf.id, "repeats": perf.repeats, "spin_up_ms": self._spin_up_ms()}
@@ -538,9 +617,12 @@ class PerformanceRunner:
         if self.assignment.reference_solution is None:
             raise RuntimeError("the assignment has no reference solution")
         path = self.assignment.reference_solution.resolve()
+        # Trusted code: its compiled kernels persist beside the bars (a folder no student worker can see), so a
+        # grade after the first compiles nothing of the reference.
+        cache = self.calibration.folder / "triton-reference" if self.calibration is not None else None
         return Worker(path, list(self.assignment.required_symbols),
                       WorkerOptions(backend="cuda" if self.device == "cuda" else "interpreter",
-                                    import_timeout_s=self.assignment.import_timeout_s))
+                                    import_timeout_s=self.assignment.import_timeout_s), triton_cache=cache)
 
     def start_reference(self) -> Worker:
         """A worker running the assignment's reference solution (trusted code, same timing path)."""
@@ -582,6 +664,8 @@ class PerformanceRunner:
 class _NoBars(Exception):
     """Bars that could not be measured (torch eager failed): the message says why; nothing is stored."""
 
+
+IN_TURN_NOTE = "the reference was timed in turn with your kernels, sample for sample, in this grade"
 
 # A launch at the timed size gets this long to finish, plus SLOWDOWN_ALLOWED x the bar. Measured in a class
 # batch on one H200 (10 concurrent grades, CPUs saturated): 3 s stopped an honest 14x-slower kernel's check.

@@ -170,3 +170,17 @@ def test_a_false_promise_has_the_same_words_on_the_gpu_and_on_the_cpu(tmp_path: 
     assert warnings["cuda"].message == warnings["interpreter"].message
     assert warnings["cuda"].case_id == "false-hint-fused_linear_gelu_kernel"
     assert warnings["cuda"].visibility == warnings["interpreter"].visibility
+
+
+def test_a_store_one_past_each_row_is_oob_write_at_every_seed_never_not_fused(tmp_path: Path) -> None:
+    """The online kernel's write loop stores with `offs <= N` (the corpus's online_store_off_by_one): in the
+    wrapper's own output the stray store lands on the next row's first element and races with that row's program,
+    so replaying the launches can give other values. That is the out-of-bounds store the guards see, as on the
+    CPU, never `not-fused`; the same at three seeds."""
+    mutant, text = corpus_mutant("online_store_off_by_one", "softmax")
+    results = [grade(text, tmp_path / f"seed{seed}", seed=seed) for seed in (1, 2, 3)]
+    for result in results:
+        print(f"\nseed {result.seed}: {result.score}/{result.max_score} {result.traps}")
+        assert set(result.traps) == set(mutant.expected("cuda")) == {trap_ids.OOB_WRITE}
+        assert not any(trap_ids.NOT_FUSED in c.traps for c in result.cases)
+    assert len({r.score for r in results}) == 1

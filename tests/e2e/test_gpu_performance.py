@@ -1,9 +1,11 @@
 """On a CUDA machine: performance cases are timed for real (skipped without a GPU).
 
 The reference graded on CUDA: every performance case timed, the numbers positive and plausible (the
-student here *is* the reference, so its speedup over the reference is ~1), a leaderboard in
-results.json. Thresholds turn speed into points; a target that fails correctness is not timed; and the
-same kernel timed five times in one run stays within +-3% (the spread is printed: run with -s).
+student here *is* the reference, timed in turn with it sample for sample, so its speedup over the reference
+is 1 within +-3% on every case, the 4096^3 tf32 matmul included, whose samples alone wander with the GPU's
+power-capped clocks), a leaderboard in results.json. Thresholds turn speed into points; a target that fails
+correctness is not timed; and the same kernel timed five times in one run stays within +-3% (the spread is
+printed: run with -s).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 ROW_KERNELS = {"row_mean_var", "layernorm"}
 FIDELITY_LIMIT_PCT = 3.0
+MATMUL_SAMPLE_LIMIT_PCT = 10.0  # one tf32 matmul's samples at the power cap: +-0.5 to 4.5% seen (docs/performance.md)
 
 
 def grade_on_cuda(submission: Path, out: Path, assignments: Path) -> dict:
@@ -61,9 +64,14 @@ def test_reference_is_timed_with_plausible_numbers(tmp_path, repo_root, referenc
         student, reference, eager = c["student"], c["reference"], c["torch"]
         assert student["median_ms"] > 0 and reference["median_ms"] > 0 and eager["median_ms"] > 0
         assert len(student["medians_ms"]) == 5
-        for timed in (student, reference, eager):  # CUDA-graph replays hold still: the fairness bar
-            assert timed["spread_pct"] <= FIDELITY_LIMIT_PCT, (c["perf_id"], timed)
-        assert 0.95 < c["speedup_vs_reference"] < 1.05, c  # the same kernels, replayed the same way
+        # The fairness bar is the comparison: the same kernels, timed in turn, read the same within +-3%
+        assert "timed in turn" in c["reason"], c
+        assert abs(c["speedup_vs_reference"] - 1) <= FIDELITY_LIMIT_PCT / 100, c
+        # A memory-bound kernel's samples hold still on their own; a tf32 matmul holds the GPU at its power cap,
+        # where the clocks wander a few percent from sample to sample (in turn, both sides see the same wander)
+        limit = FIDELITY_LIMIT_PCT if c["target"] in ROW_KERNELS else MATMUL_SAMPLE_LIMIT_PCT
+        for timed in (student, reference, eager):
+            assert timed["spread_pct"] <= limit, (c["perf_id"], timed)
         assert 0.2 < c["speedup_vs_torch"] < 10, c
         if c["target"] in ROW_KERNELS:
             assert 20 < student["pct_of_copy_bandwidth"] < 110, c
@@ -115,7 +123,8 @@ def test_failed_correctness_is_not_timed(tmp_path, repo_root, planted, capsys) -
     by_id = {c["perf_id"]: c for c in results["extra_data"]["performance"]["cases"]}
     for perf_id in ("perf-layernorm", "perf-layernorm-small"):
         assert by_id[perf_id]["status"] == "not-run", by_id[perf_id]
-        assert "failed correctness" in by_id[perf_id]["reason"] and by_id[perf_id]["student"] is None
+        reason = by_id[perf_id]["reason"]
+        assert "failed" in reason and "correctness case" in reason and by_id[perf_id]["student"] is None, reason
     assert by_id["perf-row-mean-var"]["status"] == "timed"
     assert {e["name"] for e in results["leaderboard"]} >= {"perf-row-mean-var (ms)"}
     assert not any(e["name"].startswith("perf-layernorm") for e in results["leaderboard"])

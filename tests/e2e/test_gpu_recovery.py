@@ -2,7 +2,9 @@
 
 The layernorm kernel below stores a trillion elements past its output on row 0: an illegal memory
 access that poisons the worker's CUDA context. The grader must replace the worker, so every other
-target keeps full marks. Skipped without a GPU.
+target keeps full marks; and the faulted cases are named for what they are, an out-of-bounds store
+(by compute-sanitizer, the same case on the CPU, or the other cases: grader/judging/faults.py), as a CPU
+grade names them, never a crash or a runtime error. Skipped without a GPU.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def test_illegal_address_costs_only_its_cases(tmp_path, repo_root, planted, caps
         by_target.setdefault(test["extra_data"]["target"], []).append(test)
     broken = by_target.pop("layernorm_forward_kernel") + by_target.pop("layernorm")
     assert all(t["score"] == 0 for t in broken)
-    assert all({"crash", "runtime-error"} & set(t["tags"]) for t in broken), [t["tags"] for t in broken]
+    assert all("oob-write" in t["tags"] for t in broken), [t["tags"] for t in broken]
+    assert not any({"crash", "runtime-error", "memory-fault"} & set(t["tags"]) for t in broken)
     for target, tests in by_target.items():
         for t in tests:
             assert t["status"] == "passed", (target, t["name"], t["output"])

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from grader import trap_ids
+from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import load_assignment
@@ -320,7 +321,7 @@ def test_a_fault_is_named_by_the_same_case_in_the_cpu_companion(tmp_path: Path, 
     try:
         problem = battery.problems["softmax"]
         inputs = problem.make_inputs(case, InputMaker(case_seed(SEED, case.id)))
-        named = battery._name_fault(case, problem, inputs, faulted())  # what a GPU fault of this case becomes
+        named = battery._name_fault(case, problem, inputs, faulted(), SEED)  # what a GPU fault of this case becomes
     finally:
         battery.close()
         companion.close()
@@ -353,3 +354,26 @@ def test_the_companions_hint_check_words_the_warning_as_a_cpu_grade(grade_text, 
     assert check.message == cpu_warning["output"], (check.message, cpu_warning["output"])
     assert check.traps == (trap_ids.FALSE_HINT,) and check.max_score == 0.0
 
+
+
+def test_unexplained_gpu_values_take_the_cpus_out_of_bounds_traps(softmax) -> None:
+    """A wild load that lands inside another allocation gives the GPU only wrong values (`unknown`: no guard saw
+    it, memcheck reports nothing); the same case on the CPU stops it at the fence. The GPU verdict is the CPU's."""
+    catalog = trap_catalog(softmax)
+    gpu = result("softmax-basic", "softmax", (trap_ids.UNKNOWN,),
+                 "Failed: unknown [unknown]\nout: 1 of 40 elements differ; 1 NaN where a number was expected")
+    fence = ("softmax(...) was stopped at an out-of-bounds load (softmax.py, line 50, in softmax_kernel: "
+             "x = tl.load(...)): 10 load(s) addressed memory outside every tensor passed to the kernel")
+    named = faults.name_unexplained(gpu, result("softmax-basic", "softmax", (trap_ids.OOB_READ,), fence), catalog)
+    assert named.traps == (trap_ids.OOB_READ,) and named.score == 0 and not named.passed
+    assert named.message.startswith("Failed: ") and "[oob-read]" in named.message.splitlines()[0]
+    assert "line 50" in named.message and "1 NaN where a number was expected" in named.message
+    assert named.evidence["named_on_cpu"] == {"gpu_traps": [trap_ids.UNKNOWN], "by": faults.CPU_RERUN}
+    # nothing to take: a clean CPU run, no rerun, or a case whose failure already has a name
+    clean = result("softmax-basic", "softmax", (trap_ids.UNKNOWN,), "unknown there too")
+    assert faults.name_unexplained(gpu, clean, catalog) == gpu
+    assert faults.name_unexplained(gpu, None, catalog) == gpu
+    named_already = result("softmax-basic", "softmax", ("no-max-subtraction",), "Failed")
+    assert not faults.unexplained(named_already)
+    assert faults.name_unexplained(named_already, result("softmax-basic", "softmax", (trap_ids.OOB_READ,), fence),
+                                   catalog) == named_already

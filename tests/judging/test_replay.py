@@ -114,3 +114,26 @@ def test_outputs_must_be_what_the_replay_left_in_their_buffers() -> None:
 def test_a_malformed_replay_reply_is_tampering() -> None:
     finding = check_outputs({"mean": torch.zeros(4)}, [None], ReplayPlan(), {1: torch.zeros(4)}, 1e-6, 1e-6)
     assert finding is not None and finding.trap == "tampering"
+
+
+def test_a_replay_that_races_is_no_sign_of_torch() -> None:
+    """Replayed launches that give other values are `not-fused` only when they are deterministic: in a case that
+    stores out of bounds the stray store races with its neighbour's program on a GPU (oob-write, the finding the
+    guards already made); replays that disagree with each other are `nondeterministic`."""
+    from grader import trap_ids
+    from grader.judging.replay import explain_replay_mismatch, same_buffers
+    from grader.running.observation import Finding
+
+    mismatch = Finding(trap_ids.NOT_FUSED, "`out` is not what the wrapper's kernel launches computed: running the "
+                       "recorded launches (k) again on the same inputs, with no wrapper code, gives other values.")
+    assert explain_replay_mismatch(mismatch, writes_out_of_bounds=False, replays_agree=True) == mismatch
+    raced = explain_replay_mismatch(mismatch, writes_out_of_bounds=True, replays_agree=True)
+    assert raced.trap == trap_ids.OOB_WRITE and "races" in raced.message and "`out`" in raced.message
+    moving = explain_replay_mismatch(mismatch, writes_out_of_bounds=False, replays_agree=False)
+    assert moving.trap == trap_ids.NONDETERMINISTIC and "replayed twice" in moving.message
+    other = Finding(trap_ids.TAMPERING, "altered")
+    assert explain_replay_mismatch(other, writes_out_of_bounds=True, replays_agree=False) == other
+    a = {0: torch.arange(8, dtype=torch.uint8)}
+    assert same_buffers(a, {0: torch.arange(8, dtype=torch.uint8)})
+    assert not same_buffers(a, {0: torch.arange(8, dtype=torch.uint8).flip(0)})
+    assert not same_buffers(a, {1: torch.arange(8, dtype=torch.uint8)})

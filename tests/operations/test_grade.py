@@ -6,9 +6,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from grader import trap_ids
 from grader.authoring.spec import load_assignment
-from grader.operations.grade import GradeRequest, grade, rejected_result, unreadable, weigh_interpreter_limits
+from grader.operations.grade import (
+    GradeRequest,
+    grade,
+    grade_at_seeds,
+    rejected_result,
+    unreadable,
+    weigh_interpreter_limits,
+)
 from grader.results import CaseResult
 from grader.running.aot import NOT_RUN
 from tests.conftest import ROOT
@@ -58,3 +67,25 @@ def test_interpreter_limits_weighed_against_the_compile_check() -> None:
     kept, notes = weigh_interpreter_limits([limited], missing, assignment)
     assert kept[0].traps == (trap_ids.INTERPRETER_UNSUPPORTED,)
     assert "(The kernel does not compile" not in kept[0].message
+
+
+@pytest.mark.slow
+def test_grading_at_several_seeds_in_one_run_is_grading_at_each_alone(tmp_path: Path) -> None:
+    """grade_at_seeds (the selftest's --seeds): one sandbox, one import, each seed's cases in turn; every seed's
+    result is what a grade at that seed alone gives (scores, traps, messages of every case), the first seed's
+    source kept and the others `given`."""
+    from tests.conftest import corpus_mutant
+
+    spec = load_assignment(ROOT / "assignments" / "softmax" / "assignment.toml")
+    _, text = corpus_mutant("padding_zero", "softmax")
+    submission = tmp_path / "softmax.py"
+    submission.write_text(text, encoding="utf-8")
+    together = grade_at_seeds(GradeRequest(spec, submission, "interpreter", seed=11, more_seeds=(12, 11),
+                                           performance=False, gpu_compile_check=False))
+    assert [r.seed for r, _ in together] == [11, 12]
+    for result, _ in together:
+        (alone, _) = grade(GradeRequest(spec, submission, "interpreter", seed=result.seed, performance=False,
+                                        gpu_compile_check=False))
+        assert [(c.case_id, c.score, c.traps, c.message) for c in result.cases] == \
+            [(c.case_id, c.score, c.traps, c.message) for c in alone.cases]
+        assert result.seed_source == alone.seed_source == "given"

@@ -8,7 +8,7 @@ import torch
 
 from grader import trap_ids
 from grader.authoring.spec import load_assignment
-from grader.running.battery import check_symbol, failure_sentence, launch_grid, needs_fresh_worker, unpack_returns
+from grader.running.battery import check_symbol, failure_sentence, needs_fresh_worker, unpack_returns
 from grader.running.client import WorkerFailure
 from grader.running.guards import GuardFinding
 from grader.running.observation import Observation
@@ -32,13 +32,6 @@ def test_check_symbol() -> None:
     assert posing is not None and posing.trap == trap_ids.TAMPERING
     not_a_function = check_symbol("softmax", {"kind": "kernel", "type": "JITFunction"}, SOFTMAX, "softmax.py")
     assert not_a_function is not None and not_a_function.trap == trap_ids.WRONG_SIGNATURE
-
-
-def test_launch_grid() -> None:
-    case = next(c for c in SOFTMAX.cases if c.target == "softmax_kernel")
-    spec = SOFTMAX.kernels["softmax_kernel"]
-    assert launch_grid(spec, {"M": case.dims["M"], "N": case.dims["N"]}, case) == (case.dims["M"],)
-    assert launch_grid(spec, {}, case) is None  # a name the binding lacks: no grid here
 
 
 def test_unpack_returns() -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from grader.authoring.course_seed import COURSE, GIVEN, ensure_course_seed, fingerprint, read_course_seed
 from grader.authoring.spec import Assignment
 from grader.operations.batch.commits import commit
 from grader.operations.batch.event_log import EventLog, iso, now
@@ -27,7 +28,6 @@ from grader.operations.executors import EXECUTORS, Executor, ExecutorSettings, G
 from grader.publishing.similarity import SimilaritySummary
 from grader.publishing.similarity import summary as similarity_summary
 from grader.running.calibration import CalibrationStore
-from grader.seeds import fresh_seed
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def make_executor(options: BatchOptions, scratch: Path) -> Executor:
                                     options.gpus_per_task))
 
 def run_batch(options: BatchOptions, stream: IO[str] | None = None,
-              new_seed: Callable[[], int] = fresh_seed) -> BatchSummary:
+              new_seed: Callable[[], int] | None = None) -> BatchSummary:
     """Grade what is not graded yet, then rebuild the gradebook and class report from DIR.
 
     Ctrl-C or SIGTERM at any moment (see `Interrupts`) stops grading between two commits (before the
@@ -99,7 +99,7 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
             assignment = options.assignment
             submissions = discover_submissions(options.submissions, assignment.submission_file, scratch)
             manifest = settle_manifest(out, assignment.id, options.backend, options.seed, options.force,
-                                       new_seed)
+                                       new_seed or (lambda: ensure_course_seed(assignment.course_root)[0].seed))
             summary.seed = manifest.seed
             summary.students = len(submissions)
             todo = plan(out, submissions, manifest)
@@ -157,15 +157,18 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
     executor = make_executor(options, scratch / "jobs")
     # Each grade's workers get a share of the GPU's memory, held by that grade's watchdog: no neighbour's
     # out-of-memory or timeout needs a second pass (grader.running.gpu_memory, grader.running.client).
+    course = read_course_seed(options.assignment.course_root) if not options.assignment.public else None
+    source = COURSE if course is not None and course.seed == manifest.seed else GIVEN
     jobs = [GradeJob(s.id, s.path, options.assignment.submission_file, options.assignment.id,
                      Path(options.assignments_root), options.backend, manifest.seed, timeout,
                      hidden_from_students(options.submissions, out), calibration=options.calibration,
-                     concurrent_grades=executor.grades_per_gpu())
+                     concurrent_grades=executor.grades_per_gpu(), seed_source=source)
             for s in todo if s.path is not None]
     log.write("run-start", executor=executor.describe(), to_grade=len(todo), seed=manifest.seed,
               backend=manifest.backend, generation=manifest.generation)
+    seed_text = f"the course seed {fingerprint(manifest.seed)}" if source == COURSE else f"seed {manifest.seed}"
     progress.line(f"grading {len(todo)} of {summary.students} submissions ({summary.skipped} already graded, "
-                  f"{summary.no_submission} without a file) with {executor.describe()}; seed {manifest.seed}")
+                  f"{summary.no_submission} without a file) with {executor.describe()}; {seed_text}")
 
     def on_start(job: GradeJob, device: str) -> None:
         log.write("start", student=job.student, device=device)

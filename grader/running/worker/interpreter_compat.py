@@ -414,6 +414,19 @@ def _quoted_constexprs(original: Callable[..., None]) -> Callable[..., None]:
     return init
 
 
+def _scalar_index(original: Callable[[Any, Any], None]) -> Callable[[Any, Any], None]:
+    """A scalar's handle holds a one-element array, 0-d or 1-d: read it squeezed, as Triton >= 3.7 does. Triton
+    3.6's `int(self.handle.data)` raises TypeError under NumPy >= 2.4 for the 1-d one, so `range(0, N, BLOCK_N)`
+    over a kernel argument failed in every kernel that loops (seen on the H200 image: triton 3.6, numpy 2.5)."""
+
+    @functools.wraps(original)
+    def patch_lang_tensor(tensor: Any, scope: Any) -> None:
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).squeeze()))
+
+    return patch_lang_tensor
+
+
 def install(hint_log: HintLog | None = None) -> Callable[[], None]:
     """Apply every shim to this process's Triton interpreter; return the function that undoes them.
     A shim whose target this Triton does not have is skipped (the code it serves stays unsupported).
@@ -430,6 +443,8 @@ def install(hint_log: HintLog | None = None) -> Callable[[], None]:
         patches.set(builder, "create_extern_elementwise", _extern_elementwise)
         if hasattr(interpreter, "_patch_lang"):
             patches.set(interpreter, "_patch_lang", _global_builtins(interpreter._patch_lang))
+    if hasattr(interpreter, "_patch_lang_tensor"):
+        patches.set(interpreter, "_patch_lang_tensor", _scalar_index(interpreter._patch_lang_tensor))
     if hasattr(interpreter, "_implicit_cvt"):
         patches.set(interpreter, "_implicit_cvt", _float_arguments(interpreter._implicit_cvt))
     if hasattr(interpreter, "GridExecutor"):

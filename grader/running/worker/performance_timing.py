@@ -76,6 +76,49 @@ def bench(
     return Timing(tuple(medians))
 
 
+class GraphSampler:
+    """`run` (which makes `calls` calls, e.g. one per input set) captured in a CUDA graph, sampled on demand: each
+    sample replays the graph back to back for about `sample_ms` and gives the time per call, between CUDA events.
+    Nothing but the captured kernels runs between the events, so the Python around a call (launch overhead, a
+    patched clock) is not measured. Held across requests, it lets the grader time two contestants in turn
+    (grader.running.performance: the student's sample, the reference's, and so on). `run` must already have run
+    once outside the capture (compilation, autotuning, allocations)."""
+
+    def __init__(self, run: Callable[[], Any], calls: int = 1, sample_ms: float = SAMPLE_MS) -> None:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            run()  # warm-up on the capture stream, as torch.cuda.graph recommends
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            run()
+        self.calls = calls
+        self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        one = max(self._replays(1), 1e-4)
+        self.count = max(1, int(sample_ms / one))
+
+    def _replays(self, count: int) -> float:
+        self.start.record()
+        for _ in range(count):
+            self.graph.replay()
+        self.end.record()
+        self.end.synchronize()
+        return float(self.start.elapsed_time(self.end))
+
+    def spin_up(self, spin_up_ms: float) -> None:
+        """Replays, discarded, for about `spin_up_ms`: bring the clocks up from idle."""
+        spun, spent = 0.0, 0.0
+        while spent < spin_up_ms and spun < 100:
+            spent += self._replays(self.count)
+            spun += 1
+
+    def samples(self, repeats: int, spin_up_ms: float = 0.0) -> Timing:
+        self.spin_up(spin_up_ms)
+        return Timing(tuple(self._replays(self.count) / (self.count * self.calls) for _ in range(repeats)))
+
+
 def time_graph(
     run: Callable[[], Any],
     calls: int = 1,
@@ -83,38 +126,8 @@ def time_graph(
     spin_up_ms: float = DEFAULT_SPIN_UP_MS,
     sample_ms: float = SAMPLE_MS,
 ) -> Timing:
-    """Capture `run` (which makes `calls` calls, e.g. one per input set) in a CUDA graph and time its
-    replays with CUDA events: each of `repeats` samples replays the graph back to back for about
-    `sample_ms` and gives the time per call. Nothing but the captured kernels runs between events, so
-    the Python around a call (launch overhead, a patched clock) is not measured. `run` must already
-    have run once outside the capture (compilation, autotuning, allocations)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        run()  # warm-up on the capture stream, as torch.cuda.graph recommends
-    torch.cuda.current_stream().wait_stream(stream)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def replays(count: int) -> float:
-        start.record()
-        for _ in range(count):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end))
-
-    one = max(replays(1), 1e-4)
-    count = max(1, int(sample_ms / one))
-    spun, spent = 0.0, 0.0
-    while spent < spin_up_ms and spun < 100:  # discarded: brings the clocks up from idle
-        spent += replays(count)
-        spun += 1
-    samples = tuple(replays(count) / (count * calls) for _ in range(repeats))
-    return Timing(samples)
+    """Capture `run` in a CUDA graph (GraphSampler) and take `repeats` samples of its replays after the spin-up."""
+    return GraphSampler(run, calls, sample_ms).samples(repeats, spin_up_ms)
 
 
 def copy_bandwidth_gbs(nbytes: int = COPY_BYTES, repeats: int = 5) -> float:

@@ -473,3 +473,30 @@ def test_inline_asm_is_interpreter_unsupported_not_a_runtime_error(tmp_path: Pat
     assert results["score"] == spec.max_score - ln_points
     assert all_traps(results) == ["interpreter-unsupported"]
     assert any("--backend cuda" in note for note in results["extra_data"]["notes"])
+
+
+def test_a_scalar_held_as_a_one_element_array_is_an_index() -> None:
+    """Triton 3.6's interpreter reads a scalar argument as `int(handle.data)`, which NumPy >= 2.4 refuses for the
+    one-element 1-d array it holds (a loop `range(0, N, BLOCK_N)` failed on the H200 image: triton 3.6, numpy
+    2.5): the shim reads it squeezed, for 0-d and 1-d alike, and still refuses a block."""
+    import numpy as np
+
+    from grader.running.worker.interpreter_compat import _scalar_index
+
+    class Handle:
+        def __init__(self, data: Any) -> None:
+            self.data = data
+
+    class Scope:
+        def set_attr(self, owner: Any, name: str, value: Any) -> None:
+            setattr(owner, name, value)
+
+    class Tensor:
+        def __init__(self, data: Any) -> None:
+            self.handle = Handle(data)
+
+    _scalar_index(lambda tensor, scope: None)(Tensor, Scope())
+    assert range(0, Tensor(np.array([10], dtype=np.int32)), 4) == range(0, 10, 4)
+    assert [0, 1, 2][Tensor(np.array(2, dtype=np.int64))] == 2
+    with pytest.raises(TypeError):
+        [0, 1, 2][Tensor(np.array([1, 2], dtype=np.int32))]
