@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from grader.seeds import seed_text
+from grader.seeds import seed_label, seed_text
 
 RESULTS_FORMAT_VERSION = 1
 
@@ -215,6 +215,11 @@ class GradeResult:
     def seed_text(self) -> str:
         """The seed as a report names it (grader.seeds.seed_text): the course's by its fingerprint only."""
         return seed_text(self.seed, self.seed_source)
+
+    @property
+    def seed_label(self) -> str:
+        """The seed in a few words (grader.seeds.seed_label), for one-line summaries."""
+        return seed_label(self.seed, self.seed_source)
 
     @property
     def performance_device(self) -> DeviceInfo | None:

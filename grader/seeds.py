@@ -35,11 +35,19 @@ def fingerprint(seed: int) -> str:
     return hashlib.sha256(f"kernel-grader course seed {seed}".encode()).hexdigest()[:12]
 
 
-def seed_text(seed: int, source: str) -> str:
-    """How a report names a grade's seed: the course's by its fingerprint only (it is as secret as the hidden
-    cases), any other with the option that reproduces it."""
+def seed_label(seed: int, source: str) -> str:
+    """A grade's seed in a few words: the course's by its fingerprint only (it is as secret as the hidden cases)."""
     if source == "course":
-        return f"the course seed {fingerprint(seed)} (re-run without --seed)"
+        return f"course seed {fingerprint(seed)}"
     if source == "public":
-        return f"the public seed {seed}"
+        return f"public seed {seed}"
+    return f"seed {seed}"
+
+
+def seed_text(seed: int, source: str) -> str:
+    """How a report names a grade's seed, with how to grade again on the same inputs."""
+    if source == "course":
+        return f"{seed_label(seed, source)} (re-run without --seed)"
+    if source == "public":
+        return seed_label(seed, source)
     return f"seed {seed} (re-run with --seed {seed})"
