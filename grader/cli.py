@@ -1,9 +1,11 @@
-"""Command line: `grader grade | check | selftest | mutant | list | batch | gradescope-bundle | student-bundle |
-new-assignment | classroom-workflow | course-seed | margins`. `main(argv) -> int`; a thin entry point."""
+"""Command line: `grader grade | check | selftest | mutant | list | batch | similarity | gradescope-bundle |
+student-bundle | new-assignment | classroom-workflow | course-seed | margins`. `main(argv) -> int`; a thin entry
+point."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -16,11 +18,10 @@ from grader.authoring.discovery import (
     require_folder,
 )
 from grader.authoring.mutants import Mutant, MutantError, load_mutants, write_mutant
-from grader.authoring.spec import SpecError, load_assignment
-from grader.operations.environment import detect_backend
+from grader.authoring.spec import Assignment, SpecError, load_assignment
+from grader.operations.environment import detect_backend, github_repo, grader_version, installed_from_github
 from grader.operations.executors import EXECUTORS
 from grader.operations.notebook import NotebookError
-from grader.publishing.classroom import DEFAULT_GRADER_REPO
 from grader.running.calibration import DEFAULT_MAX_AGE_S, CalibrationStore, default_folder
 from grader.running.sandbox import Sandbox, start_sandbox
 from grader.seeds import fresh_seed
@@ -32,6 +33,7 @@ from grader.submission_file import fit
 DEFAULT_MAX_AGE_H = DEFAULT_MAX_AGE_S / 3600
 ASSIGNMENTS_HELP = ("folder of assignments (default: $GRADER_ASSIGNMENTS, else the checkout's assignments/, "
                     "else the examples shipped with the package)")
+ASSIGNMENT_HELP = "the assignment's id: its folder under the assignments folder (`grader list` shows them)"
 
 
 class UsageError(Exception):
@@ -40,12 +42,15 @@ class UsageError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grader", description="Autograder for Triton kernel assignments.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {grader_version()}",
+                        help="print the grader's version and exit")
     parser.add_argument("--assignments", help=ASSIGNMENTS_HELP)
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("grade", help="grade submissions on the full (hidden) battery and write results")
-    g.add_argument("submissions", nargs="+", type=Path)
-    g.add_argument("--assignment", required=True)
+    g.add_argument("submissions", nargs="+", type=Path,
+                   help="the files to grade (.py or .ipynb), each graded on its own")
+    g.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     g.add_argument("--out", required=True, type=Path,
                    help="output folder; with several submissions, one subfolder per submission (file stem)")
     g.add_argument("--sanitize", action="store_true",
@@ -57,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     _calibration(g)
 
     c = sub.add_parser("check", help="run the public cases on your submission and explain every failure")
-    c.add_argument("submission", type=Path)
+    c.add_argument("submission", type=Path, help="your file (.py or .ipynb)")
     c.add_argument("--assignment", help="default: the assignment whose submission file has this name")
     c.add_argument("--out", type=Path, help="also write results and reports here")
     c.add_argument("--target", action="append", default=[],
@@ -66,8 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     _calibration(c)
 
     s = sub.add_parser("selftest", help="grade the reference and mutant corpus; fail on any misdiagnosis")
-    s.add_argument("--assignment", required=True)
-    s.add_argument("--jobs", type=int, default=1)
+    s.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
+    s.add_argument("--jobs", type=int, default=1, help="submissions graded at a time (default 1)")
     s.add_argument("--out", type=Path, help="also write each submission's results and reports here")
     s.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="grade each submission at N seeds (--seed and the N-1 after it); a score or trap that "
@@ -78,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("margins", help="does a case's verdict depend on the draw? every trap's predicted output "
                                          "against each case's tolerance, at many seeds (no kernel runs)")
-    r.add_argument("--assignment", required=True)
+    r.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     r.add_argument("--seeds", type=int, default=40, metavar="N", help="seeds 0..N-1 (default 40)")
     r.add_argument("--backend", choices=("interpreter", "cuda"), action="append",
                    help="the tolerances of this backend (repeatable; default both)")
@@ -86,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("mutant", help="write out, diff or list an assignment's mutants (the selftest corpus)")
     m.add_argument("ids", nargs="*", metavar="ID", help="mutant ids (see --list)")
-    m.add_argument("--assignment", required=True)
+    m.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     m.add_argument("--write", type=Path, metavar="DIR", help="write each mutant as the submission DIR/<id>.py")
     m.add_argument("--diff", action="store_true", help="print each mutant's unified diff against the reference")
     m.add_argument("--all", action="store_true", help="every mutant and variant of the assignment")
@@ -107,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=("auto", "interpreter", "cuda"), default="auto")
+    p.add_argument("--backend", choices=("auto", "interpreter", "cuda"), default="auto",
+                   help="where kernels run: cuda (a GPU), interpreter (Triton's CPU interpreter), or auto "
+                        "(cuda when a GPU is usable; the default)")
     p.add_argument("--seed", type=int, help="input seed (default: the course's seed, reference/course-seed.toml, "
                                             "created once; a public run's: the assignment's public seed); recorded "
                                             "in the results, so the same file always gets the same grade")
@@ -151,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_mutant(args, root)
         if args.command == "batch":
             return cmd_batch(args, root)
+        if args.command == "similarity":
+            return cmd_similarity(args, root)
         if args.command == "gradescope-bundle":
             return cmd_gradescope_bundle(args, root)
         if args.command == "classroom-workflow":
@@ -228,6 +237,7 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
     if len(set(stems)) != len(stems):
         raise UsageError("two submissions share a file name; grade them separately")
     calibration = calibration_store(args)
+    _require_spec(args.assignment, root)  # an unknown assignment or a broken spec leaves no output folder behind
     early = None
     if len(submissions) == 1:
         args.out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
@@ -257,6 +267,26 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
+def _require_spec(assignment_id: str, root: Path) -> Assignment:
+    """The assignment's spec, loaded (cheap: no torch, no oracles), or the user's error raised now; the spec's
+    load notes are printed."""
+    spec = require_folder(root) / assignment_id / "assignment.toml"
+    if not spec.is_file():
+        raise AssignmentNotFound(assignment_id, root, list_assignment_ids(root))
+    return _print_load_notes(load_assignment(spec))
+
+
+def _find_assignment(assignment_id: str, root: Path) -> Assignment:
+    """find_assignment, with the spec's load notes (older keys, accepted) printed to stderr."""
+    return _print_load_notes(find_assignment(assignment_id, root))
+
+
+def _print_load_notes(assignment: Assignment) -> Assignment:
+    for note in assignment.load_notes:
+        print(f"grader: note: {note}", file=sys.stderr)
+    return assignment
+
+
 def cmd_check(args: argparse.Namespace, root: Path) -> int:
     path = _submission(args.submission)
     calibration = calibration_store(args)
@@ -284,7 +314,7 @@ def cmd_check(args: argparse.Namespace, root: Path) -> int:
 def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.selftest import format_table, run_selftest
 
-    assignment = find_assignment(args.assignment, root)
+    assignment = _find_assignment(args.assignment, root)
     backend = detect_backend(args.backend)
     seed = args.seed if args.seed is not None else fresh_seed()
     if args.seeds < 1:
@@ -299,7 +329,7 @@ def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
 def cmd_mutant(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.selftest import reference_path
 
-    assignment = find_assignment(args.assignment, root)
+    assignment = _find_assignment(args.assignment, root)
     mutants = {m.id: m for m in load_mutants(assignment.reference_dir)}
     if args.list:
         if args.ids or args.all or args.write or args.diff:
@@ -344,7 +374,7 @@ def cmd_new_assignment(args: argparse.Namespace, root: Path) -> int:
         folders = write_scaffold(root, args.id)
     except ScaffoldError as exc:
         raise UsageError(str(exc)) from None
-    find_assignment(args.id, root)  # validates as written
+    _find_assignment(args.id, root)  # validates as written
     written = "\n".join(f"  {folder}" for folder in folders)
     print(f"wrote a row-sum assignment to start from (contract, reference and mutant, student template):\n"
           f"{written}\ncheck it with\n  grader margins --assignment {args.id} --assignments {root}\n"
@@ -358,7 +388,7 @@ def cmd_list(root: Path) -> int:
         print(f"no assignments under {root}")
         return 1
     for assignment_id in ids:
-        a = find_assignment(assignment_id, root)
+        a = _find_assignment(assignment_id, root)
         print(f"{a.id}: {a.title}  ({a.max_score:g} points, {len(a.cases)} cases)")
         for target in a.targets:
             points = sum(c.points for c in a.cases if c.target == target)
@@ -378,13 +408,14 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     b.add_argument("submissions", type=Path,
                    help="folder of .py files or of per-student folders, a .zip of either, "
                         "or a Gradescope export")
-    b.add_argument("--assignment", required=True)
+    b.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     b.add_argument("--out", required=True, type=Path, help="output folder (one subfolder per student)")
     b.add_argument("--workers", type=int,
                    help="grades at a time (default: what the CPUs, memory and GPUs hold)")
     b.add_argument("--force", action="store_true",
                    help="regrade everyone, also students that already have a current result")
-    b.add_argument("--executor", choices=tuple(EXECUTORS), default="local")
+    b.add_argument("--executor", choices=tuple(EXECUTORS), default="local",
+                   help="where grades run: local (processes on this machine; the default) or ray (a Ray cluster)")
     b.add_argument("--ray-address", help="Ray cluster to use (default: start a local Ray instance)")
     b.add_argument("--gpus-per-task", type=float,
                    help="Ray on CUDA: share of a GPU per grade (default 0.25)")
@@ -393,31 +424,53 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     b.add_argument("--canvas-column",
                    help="canvas.csv's assignment column, Canvas's 'Name (assignment id)', e.g. "
                         "'Fused layers (12345)' (default: the assignment's title)")
+    b.add_argument("--roster", type=Path, metavar="FILE",
+                   help="the class list: Canvas's gradebook export (Grades > Export: Student, ID, SIS User ID, SIS "
+                        "Login ID, Section), or a CSV of two columns, file stem or email -> SIS User ID; canvas.csv "
+                        "then names each student as Canvas does, and the gradebook lists roster students without a "
+                        "submission as missing")
+    b.add_argument("--allowed", type=Path, action="append", default=[], metavar="FILE",
+                   help="code students may share beyond the template (a tutorial, lecture code; a file or a folder; "
+                        "repeatable): similarity.html discounts it")
+    b.add_argument("--missing-score", type=float, metavar="POINTS",
+                   help="canvas.csv's score for a student without a gradable file (default: none: left out of "
+                        "canvas.csv, so Canvas keeps the grade it has)")
     _common(b)
     _calibration(b)
 
+    y = sub.add_parser("similarity", help="rank pairs of submissions by the code they share beyond the template "
+                                          "(similarity.csv, similarity.html); informational, grades nothing")
+    y.add_argument("submissions", type=Path,
+                   help="folder of .py files or of per-student folders, a .zip of either, or a Gradescope export")
+    y.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
+    y.add_argument("--out", required=True, type=Path, help="folder to write similarity.csv and similarity.html to")
+    y.add_argument("--allowed", type=Path, action="append", default=[], metavar="FILE",
+                   help="code students may share beyond the template (a file or a folder; repeatable)")
+
     z = sub.add_parser("gradescope-bundle", help="write a Gradescope autograder zip for an assignment")
-    z.add_argument("--assignment", required=True)
+    z.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     z.add_argument("--out", required=True, type=Path, help="the zip to write, e.g. autograder.zip")
     z.add_argument("--torch", choices=("cpu", "cuda"), default="cpu",
                    help="torch build setup.sh installs (Gradescope's machines have no GPU: cpu)")
-    z.add_argument("--torch-version", default="2.13.0")
+    z.add_argument("--torch-version", default="2.13.0",
+                   help="the torch version setup.sh installs (default 2.13.0)")
     z.add_argument("--seed", type=int,
                    help="grade every submission with this seed (default: the course's seed, reference/course-seed.toml;"
                         " kept in bundle.json, which only root reads on Gradescope)")
 
     w = sub.add_parser("classroom-workflow", help="write a GitHub Classroom autograding workflow for an assignment")
-    w.add_argument("--assignment", required=True)
+    w.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     w.add_argument("--out", type=Path, default=Path(".github/workflows/classroom.yml"),
                    help="the workflow file to write (default: .github/workflows/classroom.yml)")
-    w.add_argument("--grader-repo", default=DEFAULT_GRADER_REPO,
-                   help="owner/name of the kernel-grader repository the workflow pip-installs (students can read "
-                        "it: it must hold no reference/ and no hidden cases)")
+    w.add_argument("--grader-repo", metavar="OWNER/NAME",
+                   help="the GitHub repository of kernel-grader the workflow pip-installs (students can read it: "
+                        "it must hold no reference/ and no hidden cases); required unless this grader was "
+                        "pip-installed from one")
     w.add_argument("--submission", help="the file students commit (default: the assignment's submission file)")
     w.add_argument("--timeout", type=int, default=10, help="minutes per target step (default 10)")
     s = sub.add_parser("student-bundle",
                        help="write the zip for students: template, assignment text and the public cases only")
-    s.add_argument("--assignment", required=True)
+    s.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     s.add_argument("--out", required=True, type=Path, help="the zip to write, e.g. softmax-student.zip")
 
 
@@ -425,14 +478,18 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.batch import BatchError, BatchOptions, format_summary, run_batch
     from grader.operations.executors import ExecutorUnavailable
 
-    assignment = find_assignment(args.assignment, root)
+    assignment = _find_assignment(args.assignment, root)
     if args.workers is not None and args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    if args.missing_score is not None and args.missing_score < 0:
+        raise UsageError("--missing-score must not be negative")
+    _require_files(args.allowed, "--allowed")
     options = BatchOptions(
         submissions=args.submissions, assignment=assignment, assignments_root=root, out=args.out,
         backend=detect_backend(args.backend), seed=args.seed, workers=args.workers, force=args.force,
         executor=args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task,
         grade_timeout_s=args.grade_timeout, canvas_column=args.canvas_column, calibration=calibration_store(args),
+        roster=args.roster, missing_score=args.missing_score, allowed=tuple(args.allowed),
     )
     try:
         summary = run_batch(options)
@@ -444,10 +501,35 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
     return 1 if summary.counts.get("error") else 0
 
 
+def _require_files(paths: list[Path], option: str) -> None:
+    for path in paths:
+        if not path.exists():
+            raise UsageError(f"{option} {path}: no such file or folder")
+
+
+def cmd_similarity(args: argparse.Namespace, root: Path) -> int:
+    from grader.operations.batch import BatchError
+    from grader.operations.similarity import run_similarity
+
+    assignment = _require_spec(args.assignment, root)  # the spec alone: nothing is graded
+    _require_files(args.allowed, "--allowed")
+    try:
+        comparison, paths = run_similarity(args.submissions, assignment, args.out, tuple(args.allowed))
+    except BatchError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"{len(comparison.documents)} submissions, {len(comparison.pairs)} pairs sharing code beyond the template, "
+          f"{len(comparison.flagged)} flagged:")
+    for pair in comparison.pairs[:10]:
+        print(f"  {pair.score:.2f}  {pair.a}  {pair.b}{'  flagged' if pair.flagged else ''}")
+    for path in paths:
+        print(f"  {path}")
+    return 0
+
+
 def cmd_gradescope_bundle(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.bundle import BundleError, BundleOptions, write_bundle
 
-    assignment = find_assignment(args.assignment, root)
+    assignment = _find_assignment(args.assignment, root)
     options = BundleOptions(assignment, args.out, torch=args.torch, torch_version=args.torch_version,
                             seed=args.seed)
     try:
@@ -463,24 +545,42 @@ def cmd_classroom_workflow(args: argparse.Namespace, root: Path) -> int:
     from grader.publishing.atomic import write_text
     from grader.publishing.classroom import classroom_steps, classroom_workflow
 
-    assignment = find_assignment(args.assignment, root)
+    grader_repo = _grader_repo(args.grader_repo)
+    assignment = _find_assignment(args.assignment, root)
     steps = classroom_steps(assignment, args.submission)
     if not steps:
         raise UsageError(f"{assignment.id} has no public cases: a GitHub Classroom workflow would grade nothing")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_text(args.out, classroom_workflow(assignment, args.grader_repo, args.submission, args.timeout))
+    write_text(args.out, classroom_workflow(assignment, grader_repo, args.submission, args.timeout))
     points = sum(s.points for s in steps)
     print(f"wrote {args.out}: {len(steps)} autograding steps, {points:g} points: the public cases, on the CPU "
           f"interpreter (the Classroom score covers public cases only). Commit it to the assignment's template "
           f"repository with the student bundle's files at its root ({assignment.submission_file}, README.md, "
-          f"assignments/{assignment.id}/: `grader student-bundle`); {args.grader_repo} must hold no course secrets")
+          f"assignments/{assignment.id}/: `grader student-bundle`); {grader_repo} must hold no course secrets")
     return 0
+
+
+def _grader_repo(given: str | None) -> str:
+    """`--grader-repo` (OWNER/NAME, or a github.com URL), else the GitHub repository this grader was pip-installed
+    from; never a placeholder (a workflow that installs from a repository that is not there fails for every
+    student)."""
+    if given:
+        repo = github_repo(given) or given.strip().strip("/")
+        if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
+            raise UsageError(f"--grader-repo {given!r} is not OWNER/NAME of a GitHub repository")
+        return repo
+    found = installed_from_github()
+    if found is None:
+        raise UsageError("classroom-workflow needs --grader-repo OWNER/NAME: the GitHub repository of kernel-grader "
+                         "that students' workflows pip-install (it must hold no reference/ and no hidden cases); "
+                         "this grader was not pip-installed from one, so it cannot tell")
+    return found
 
 
 def cmd_student_bundle(args: argparse.Namespace, root: Path) -> int:
     from grader.operations.student_bundle import StudentBundleError, write_student_bundle
 
-    assignment = find_assignment(args.assignment, root)
+    assignment = _find_assignment(args.assignment, root)
     try:
         path = write_student_bundle(assignment, args.out)
     except StudentBundleError as exc:

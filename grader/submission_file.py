@@ -10,14 +10,18 @@ assignment's file stem (compared without case): `lab_2 (1).py` fits `lab_2.py` b
 Contents. A PNG, a PDF, a zip or a Word file saved under a `.py` name, a file with NUL bytes, one that is
 not text in its declared encoding, an HTML page (a browser's "Save as" of a GitHub page) or a notebook
 saved as `.py`: `source_problem` says, in one sentence, what the file is instead. A `.ipynb` must be a
-notebook (JSON with a `cells` list); grader.operations.notebook reads it.
+notebook (JSON with a `cells` list); grader.operations.notebook reads it. A file that defines none of the names
+the assignment requires (empty, only comments, or another file altogether): `defines_nothing` says so and
+names what it must define.
 """
 
 from __future__ import annotations
 
+import ast
 import codecs
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 PYTHON_SUFFIX = ".py"
@@ -184,3 +188,26 @@ def _is_notebook_json(text: str) -> bool:
     except ValueError:
         return False
     return isinstance(data, dict) and isinstance(data.get("cells"), list)
+
+
+def has_code(text: str) -> bool:
+    """Does the source do anything: a statement other than a docstring or `pass` (comments do not count)? A file
+    that does not parse has code (its syntax error is reported elsewhere)."""
+    try:
+        body = ast.parse(text).body
+    except (SyntaxError, ValueError):
+        return True
+    return any(not isinstance(node, ast.Pass)
+               and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)) for node in body)
+
+
+def defines_nothing(name: str, text: str | None, required: Sequence[str]) -> str:
+    """The note for a file that defines none of the `required` names (the caller knows that it does not): an
+    empty one (`text` without code) is told it is empty, any is told what it must define. `text` None: not
+    known (a notebook)."""
+    names = [f"`{n}`" for n in required]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    head = (f"{name} is empty: it defines nothing" if text is not None and not has_code(text)
+            else f"{name} defines none of the names this assignment requires (is it the right file?)")
+    return (f"{head}. It must define {listed}, spelled exactly so and with the contract's parameters; the student "
+            "template has each of them to start from.")

@@ -181,11 +181,14 @@ def test_syntax_error_fails_import_with_line_number(planted, grade_text, spec) -
     graded = grade_text(text)
     assert graded.exit_code == 0
     assert len(graded_cases(graded, spec)) == len(spec.cases)
-    for test in graded.results["tests"]:
+    for test in graded_cases(graded, spec):
         assert test["score"] == 0 and test["status"] == "failed"
         assert test["tags"] == ["import-fails"]
         assert "SyntaxError" in test["output"]
         assert f"line {line}" in test["output"], test["output"]
+    checks = [t for t in graded.results["tests"] if t["extra_data"]["case_id"].startswith("gpu-compile-")]
+    assert len(checks) == len(spec.kernels)  # still there: every result of the assignment has the same tests
+    assert all(t["status"] == "failed" and "does not import" in t["output"] for t in checks)
 
 
 @pytest.mark.slow

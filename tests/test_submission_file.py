@@ -100,3 +100,17 @@ def test_pages_and_notebooks_saved_as_python() -> None:
 ])
 def test_python_text_is_source_even_with_a_syntax_error(text: str) -> None:
     assert source_problem(text.encode("utf-8"), "f.py") == ""  # a SyntaxError is the import's to report
+
+
+def test_a_file_that_defines_nothing_is_told_what_to_define() -> None:
+    from grader.submission_file import defines_nothing, has_code
+
+    assert not has_code("") and not has_code("# only a comment\n\n") and not has_code('"""doc"""\npass\n')
+    assert has_code("import triton\n") and has_code("def f(:\n")  # a syntax error is reported elsewhere
+    empty = defines_nothing("softmax.py", "\n# TODO\n", ["softmax_kernel", "online_softmax_kernel", "softmax"])
+    assert empty.startswith("softmax.py is empty: it defines nothing. It must define `softmax_kernel`, "
+                            "`online_softmax_kernel` and `softmax`")
+    assert "student template" in empty
+    other = defines_nothing("softmax.py", "import numpy\nprint('hello')\n", ["softmax"])
+    assert other.startswith("softmax.py defines none of the names this assignment requires") and "`softmax`" in other
+    assert "is empty" not in defines_nothing("softmax.ipynb", None, ["softmax"])

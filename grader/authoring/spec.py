@@ -196,6 +196,9 @@ class TrapText:
     exposed_by: str
     fix: str
     section: str = ""
+    # The fix as `grader check` words it, where `fix` sends the student elsewhere ("reproduce it with grader
+    # check"); generic traps only (grader/authoring/generic_traps.toml); "" when `fix` fits everywhere.
+    fix_when_checking: str = ""
 
 
 @dataclass(frozen=True)
@@ -222,6 +225,9 @@ class Assignment:
     template_dir: Path | None = None  # student_template/<id>/ of the course; None when absent
     reference_solution: Path | None = None  # reference/<id>/reference.py; None when absent or public
     public: bool = False  # loaded from the public form: public cases only, no reference
+    # One line per key an older spec carries whose meaning is unchanged (accepted; the line says what to change).
+    # The command line prints them once (grader.cli); grading ignores them.
+    load_notes: tuple[str, ...] = ()
 
     @property
     def course_root(self) -> Path:
@@ -405,9 +411,6 @@ def assignment_from_raw(raw: Mapping[str, Any], spec_path: Path, public: bool = 
     top.reject_unknown({"assignment", "tolerances", "kernels", "functions", "cases", "traps", "performance",
                         "input_kinds"})
     head = top.sub("assignment")
-    if head.table.get("reference", "") != "":  # "" is how student bundles before the layout said "none"
-        raise head.fail("reference", f"is no longer read: the reference solution is {REFERENCE_DIR}/<id>/"
-                        f"{REFERENCE_FILE} of the course (beside assignments/); remove the key")
     head.reject_unknown(
         {"id", "title", "module", "submission_file", "chapter", "call_timeout_s", "import_timeout_s",
          "hidden_visibility", "reference", SHARED_TRAPS}
@@ -433,6 +436,7 @@ def assignment_from_raw(raw: Mapping[str, Any], spec_path: Path, public: bool = 
     _reject_moved(spec_path)
     assignment_id = head.get("id", str)
     reference_dir, template_dir = course_folders(spec_path, assignment_id)
+    notes = _older_reference_key(head, spec_path, assignment_id)
     if public:
         reference_dir = None
     solution = reference_dir / REFERENCE_FILE if reference_dir is not None else None
@@ -461,7 +465,31 @@ def assignment_from_raw(raw: Mapping[str, Any], spec_path: Path, public: bool = 
         template_dir=template_dir,
         reference_solution=solution if solution is not None and solution.is_file() else None,
         public=public,
+        load_notes=notes,
     )
+
+
+def _older_reference_key(head: _Reader, spec_path: Path, assignment_id: str) -> tuple[str, ...]:
+    """`[assignment] reference`, which specs written from older docs carry: the reference solution's file. The
+    course layout fixes that file at reference/<id>/reference.py, so a key naming it (`"reference.py"`, or a
+    path to reference/<id>/reference.py from the spec's folder or the course's) says what the layout says: it
+    loads, with a one-line note to remove it. A key naming any other file contradicts the layout: an error
+    (the grader would silently grade mutants of a file the author did not mean). `""` (how student bundles
+    before the layout said "none") loads without a note."""
+    value = head.get("reference", str, "")
+    if value == "":
+        return ()
+    course = spec_path.parent.parent.parent
+    layout = (course / REFERENCE_DIR / assignment_id / REFERENCE_FILE).resolve()
+    named = Path(value)
+    same = named == Path(REFERENCE_FILE) or any(
+        (base / named).resolve() == layout for base in (spec_path.parent, course))
+    where = f"{REFERENCE_DIR}/{assignment_id}/{REFERENCE_FILE}"
+    if not same:
+        raise head.fail("reference", f"names {value!r}, but the reference solution is {where} of the course "
+                        f"(beside assignments/) whatever this key says: put the reference there and remove the key")
+    return (f"{spec_path}: [assignment] reference = {value!r} is no longer needed (the reference solution is always "
+            f"{where}, which it names): remove the key",)
 
 
 def _load_tolerances(top: _Reader) -> dict[str, ToleranceProfile]:

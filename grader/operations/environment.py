@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import platform
+import re
+
+DISTRIBUTION = "kernel-grader"
 
 
 def detect_backend(requested: str = "auto") -> str:
@@ -31,8 +35,38 @@ def versions() -> dict[str, str]:
             out[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             out[package] = "not installed"
-    try:
-        out["kernel-grader"] = importlib.metadata.version("kernel-grader")
-    except importlib.metadata.PackageNotFoundError:
-        out["kernel-grader"] = "source checkout"
+    out["kernel-grader"] = grader_version()
     return out
+
+
+def grader_version() -> str:
+    """The installed kernel-grader's version (`grader --version`), or "source checkout" when it is not installed."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        return "source checkout"
+
+
+_GITHUB = re.compile(r"^(?:git\+)?(?:https://|ssh://git@|git@)github\.com[/:]([\w.-]+)/([\w.-]+?)(?:\.git)?/?$")
+
+
+def github_repo(url: str) -> str | None:
+    """`OWNER/NAME` of a GitHub repository URL (https, ssh, with or without `git+` and `.git`); None otherwise."""
+    found = _GITHUB.match(url.strip())
+    return f"{found.group(1)}/{found.group(2)}" if found else None
+
+
+def installed_from_github() -> str | None:
+    """`OWNER/NAME` of the GitHub repository pip installed this grader from (`pip install git+https://github.com/
+    OWNER/NAME`: PEP 610's direct_url.json records it), or None (a wheel, a local or editable checkout)."""
+    try:
+        text = importlib.metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    try:
+        record = json.loads(text or "{}")
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or "vcs_info" not in record:
+        return None
+    return github_repo(str(record.get("url", "")))

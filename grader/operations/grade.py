@@ -40,10 +40,11 @@ from grader.operations.environment import backend_label, versions
 from grader.operations.grading_run import GradingRun
 from grader.operations.notebook import NotebookError, is_notebook, materialise, read_notebook
 from grader.results import CaseResult, GradeResult, PerformanceResult
+from grader.running.aot import NOT_RUN, not_compiled
 from grader.running.calibration import CalibrationStore
 from grader.running.sandbox import Sandbox, start_sandbox
 from grader.running.sanitizer import sanitizer_command
-from grader.submission_file import fit, notebook_problem, source_problem
+from grader.submission_file import defines_nothing, fit, notebook_problem, source_problem
 
 INHERITED_TRAPS = {trap_ids.OOB_WRITE, trap_ids.OOB_READ, trap_ids.UNWRITTEN_OUTPUT}
 
@@ -109,12 +110,23 @@ def grade_at_seeds(request: GradeRequest) -> list[tuple[GradeResult, str]]:
         note = source.note(request.submission.name)
         notes = (note,) if note else ()
     notes = ((renamed,) if renamed else ()) + notes
-    return [(replace(result, submission=request.submission.name, notes=notes + result.notes), report)
+    return [(replace(result, submission=request.submission.name,
+                     notes=notes + _defines_nothing(result, request.submission) + result.notes), report)
             for result, report in graded]
 
 
 def _all_seeds(request: GradeRequest) -> tuple[int, ...]:
     return (_seed(request), *(s for s in dict.fromkeys(request.more_seeds) if s != request.seed))
+
+
+def _defines_nothing(result: GradeResult, submission: Path) -> tuple[str, ...]:
+    """A note when every target the grade ran is missing from the file (empty, or another file)."""
+    required = list(dict.fromkeys(c.target for c in result.cases))
+    missing = {c.target for c in result.cases if trap_ids.MISSING_SYMBOL in c.traps}
+    if not required or set(required) != missing:
+        return ()
+    text = None if is_notebook(submission) else submission.read_text(encoding="utf-8", errors="replace")
+    return (defines_nothing(submission.name, text, required),)
 
 
 def unreadable(submission: Path) -> str:
@@ -142,6 +154,9 @@ def rejected_result(request: GradeRequest, problem: str) -> GradeResult:
         for case in assignment.cases_for(request.backend, public_only=request.public_run)
         if not request.targets or case.target in request.targets
     )
+    if request.backend == "interpreter" and request.gpu_compile_check:  # the same tests as any grade
+        cases += tuple(c for c in not_compiled(assignment, problem, (trap_ids.NOT_PYTHON_SOURCE,))
+                       if not request.targets or c.target in request.targets)
     wanted = [p for p in assignment.performance if not request.targets or p.target in request.targets]
     performance = tuple((not_run(p, problem) if request.backend == "cuda" else skipped(p))
                         for p in wanted) if request.performance else ()
@@ -322,6 +337,8 @@ def weigh_interpreter_limits(cases: list[CaseResult], aot_cases: list[CaseResult
     its message and a note say to grade it on a GPU); where one does not, it is a `runtime-error`."""
     compiles: dict[str, bool] = {}
     for check in aot_cases:
+        if (check.evidence or {}).get("compile") == NOT_RUN:  # nothing was compiled: it tells nothing
+            continue
         problem = _problem(check, assignment)
         compiles[problem] = compiles.get(problem, True) and check.passed
     problems = [_problem(c, assignment) for c in cases]

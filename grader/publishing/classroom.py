@@ -31,7 +31,6 @@ from grader.authoring.spec import Assignment
 
 COMMAND_GRADER = "classroom-resources/autograding-command-grader@v1"
 REPORTER = "classroom-resources/autograding-grading-reporter@v1"
-DEFAULT_GRADER_REPO = "your-org/kernel-grader"
 PUBLIC_ASSIGNMENTS = "assignments"  # the template repository's folder holding the public form
 
 
@@ -74,7 +73,7 @@ def _q(text: str) -> str:
     return json.dumps(text)  # a JSON string is a valid YAML double-quoted scalar
 
 
-def classroom_workflow(assignment: Assignment, grader_repo: str = DEFAULT_GRADER_REPO,
+def classroom_workflow(assignment: Assignment, grader_repo: str,
                        submission: str | None = None, timeout_minutes: int = 10,
                        torch_version: str = "2.13.0") -> str:
     """The workflow's YAML text (pure)."""

@@ -6,7 +6,12 @@ written atomically by `write_gradebook`. docs/gradebook.md documents gradebook.j
 
 Row statuses: `graded` (a current result), `outdated` (a result from an earlier seed, backend or
 version of the submission; the next run regrades it), `error` (grading itself failed; no score),
-`pending` (not graded yet, e.g. the batch was interrupted), `no-submission` (no file to grade).
+`pending` (not graded yet, e.g. the batch was interrupted), `no-submission` (no file to grade), `missing` (a
+student of the course's roster with no submission at all).
+
+canvas.csv carries current scores only (`canvas_rows`): a row Canvas would import as a blank (pending, error,
+outdated) is left out, never written empty, and the gradebook says why. With a roster (grader.operations.batch.
+roster) each row carries the student's Canvas identity (ID, SIS User ID, SIS Login ID, Section).
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment
 from grader.publishing.atomic import write_json, write_text
 from grader.publishing.report import template_environment
+from grader.publishing.similarity import SimilaritySummary
 from grader.results import GradeResult
 
 GRADEBOOK_FORMAT_VERSION = 1
-STATUSES = ("graded", "outdated", "error", "pending", "no-submission")
+STATUSES = ("graded", "outdated", "error", "pending", "no-submission", "missing")
 SCORED_STATUSES = ("graded", "outdated")
 # Columns that differ between two runs of the same batch (when and where it ran), never in what it graded.
 RUN_DETAIL_FIELDS = ("grading_time_s", "graded_at", "device")
@@ -49,6 +55,38 @@ class Student:
 
 
 @dataclass(frozen=True)
+class RosterStudent:
+    """A student of the course's roster (Canvas's gradebook export, or a two-column map): who canvas.csv names,
+    in the columns Canvas matches students on."""
+
+    name: str
+    canvas_id: str = ""  # Canvas's `ID`
+    sis_user_id: str = ""
+    sis_login_id: str = ""
+    section: str = ""
+    matched_by: str = ""  # how a submission was matched to this student ("file name = SIS Login ID", ...)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"name": self.name, "id": self.canvas_id, "sis_user_id": self.sis_user_id,
+                "sis_login_id": self.sis_login_id, "section": self.section, "matched_by": self.matched_by}
+
+
+@dataclass(frozen=True)
+class RosterSummary:
+    """What the batch's roster matched: the file, its kind, how many students, and what matched nothing."""
+
+    source: str  # the roster file's name
+    kind: str  # "canvas" (Canvas's gradebook export) or "map" (file stem or email -> student)
+    students: int
+    unmatched: tuple[str, ...] = ()  # student ids (submissions) that match no roster student
+    conflicts: tuple[str, ...] = ()  # why a roster student's score is not written (two submissions match it, ...)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "kind": self.kind, "students": self.students,
+                "unmatched": list(self.unmatched), "conflicts": list(self.conflicts)}
+
+
+@dataclass(frozen=True)
 class GradebookRow:
     student: str
     name: str
@@ -66,6 +104,7 @@ class GradebookRow:
     device: str  # CUDA_VISIBLE_DEVICES of the grade; "" on CPU
     submission_sha256: str
     error: str = ""
+    roster: tuple[RosterStudent, ...] = ()  # the roster students this row's score belongs to (a group: several)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +114,7 @@ class GradebookRow:
             "backend": self.backend, "seed": self.seed, "grading_time_s": self.grading_time_s,
             "graded_at": self.graded_at, "device": self.device,
             "submission_sha256": self.submission_sha256, "error": self.error,
+            "roster": [r.to_dict() for r in self.roster],
         }
 
 
@@ -88,6 +128,9 @@ class Gradebook:
     generated_at: str
     seed: int | None = None
     backend: str = ""
+    roster: RosterSummary | None = None  # None: no roster was given (canvas.csv identifies rows as before)
+    canvas_column: str | None = None  # canvas.csv's assignment column (None: the title)
+    missing_score: float | None = None  # canvas.csv's score for students without a gradable file (None: left out)
 
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(STATUSES, 0)
@@ -121,8 +164,8 @@ def graded_row(student: Student, result: GradeResult, record: Mapping[str, Any],
 
 
 def ungraded_row(student: Student, status: str, max_score: float, *, error: str = "", sha256: str = "",
-                 record: Mapping[str, Any] | None = None) -> GradebookRow:
-    """A row without a score: `error`, `pending` or `no-submission`."""
+                 record: Mapping[str, Any] | None = None, roster: tuple[RosterStudent, ...] = ()) -> GradebookRow:
+    """A row without a score: `error`, `pending`, `no-submission` or `missing`."""
     if status not in STATUSES or status in SCORED_STATUSES:
         raise ValueError(f"not an unscored status: {status!r}")
     record = record or {}
@@ -131,7 +174,7 @@ def ungraded_row(student: Student, status: str, max_score: float, *, error: str 
         status=status, score=None, max_score=max_score, target_scores={}, traps=(),
         backend=str(record.get("backend", "")), seed=record.get("seed"),
         grading_time_s=record.get("elapsed_s"), graded_at=str(record.get("finished_at", "")),
-        device=str(record.get("device", "")), submission_sha256=sha256, error=error,
+        device=str(record.get("device", "")), submission_sha256=sha256, error=error, roster=roster,
     )
 
 
@@ -156,6 +199,8 @@ def gradebook_json(book: Gradebook) -> dict[str, Any]:
             "median": statistics.median(scored) if scored else None,
         },
         "rows": [r.to_dict() for r in book.rows],
+        "roster": book.roster.to_dict() if book.roster is not None else None,
+        "canvas": canvas_summary(book),
     }
 
 
@@ -204,6 +249,63 @@ def _csv_cell(column: str, value: Any) -> str:
 
 CANVAS_ID_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
 CANVAS_POINTS_ROW = "Points Possible"
+NO_FILE = ("no-submission", "missing")  # no gradable file: --missing-score applies
+# Why a row is not in canvas.csv: an import must never blank a grade (Canvas takes an empty cell as "no score").
+LEFT_OUT = {
+    "pending": "not graded yet (the batch was interrupted): run the batch again",
+    "error": "grading failed (not the student's fault): run the batch again",
+    "outdated": "graded from an earlier submission, seed or backend: the next run regrades it",
+    "no-submission": "no file to grade: Canvas keeps the grade it has (--missing-score gives one)",
+    "missing": "on the roster but no submission: Canvas keeps the grade it has (--missing-score gives one)",
+}
+
+
+@dataclass(frozen=True)
+class CanvasRow:
+    """One line of canvas.csv: a student as Canvas identifies them, and the score."""
+
+    student: str  # Student
+    canvas_id: str
+    sis_user_id: str
+    sis_login_id: str
+    section: str
+    score: float
+
+
+def canvas_rows(book: Gradebook) -> tuple[tuple[CanvasRow, ...], tuple[tuple[str, str], ...]]:
+    """canvas.csv's lines, and each gradebook row (student id, why) that gets none. Pure.
+
+    Only current scores are written (status `graded`), and students without a gradable file only when the course
+    chose a score for them (`missing_score`). With a roster each line carries the roster student's identity (a
+    group submission: one line per member); a submission that matches no roster student gets none. Without a
+    roster, `SIS User ID` is Gradescope's student id, else the batch's student id (files named by SIS user id),
+    and `SIS Login ID` the email when known."""
+    lines: list[CanvasRow] = []
+    left_out: list[tuple[str, str]] = []
+    for row in book.rows:
+        score = row.score if row.status == "graded" else None
+        if score is None and row.status in NO_FILE and book.missing_score is not None:
+            score = book.missing_score
+        if score is None:
+            left_out.append((row.student, LEFT_OUT.get(row.status, row.status)))
+            continue
+        if book.roster is None:
+            lines.append(CanvasRow(row.name or row.student, "", row.sid or row.student, row.email, "", score))
+        elif not row.roster:
+            why = "matches no student of the roster"
+            conflict = [c for c in book.roster.conflicts if f"`{row.student}`" in c]
+            left_out.append((row.student, conflict[0] if conflict else why))
+        else:
+            lines.extend(CanvasRow(r.name or row.student, r.canvas_id, r.sis_user_id, r.sis_login_id, r.section,
+                                   score) for r in row.roster)
+    return tuple(lines), tuple(left_out)
+
+
+def canvas_summary(book: Gradebook) -> dict[str, Any]:
+    """gradebook.json's `canvas`: the column, how many lines canvas.csv has, and who is left out, and why."""
+    lines, left_out = canvas_rows(book)
+    return {"column": book.canvas_column or book.title, "rows": len(lines), "missing_score": book.missing_score,
+            "left_out": [{"student": student, "why": why} for student, why in left_out]}
 
 
 def canvas_csv(book: Gradebook, column: str | None = None) -> str:
@@ -212,19 +314,19 @@ def canvas_csv(book: Gradebook, column: str | None = None) -> str:
     import grades in the Gradebook?", https://community.canvaslms.com/t5/Instructor-Guide/How-do-I-import-grades-
     in-the-Gradebook/ta-p/807, and the CSV that Gradebook > Export writes.)
 
-    `column` names the assignment as Canvas does, `Name (canvas assignment id)`, e.g. `Fused layers (12345)`:
-    with the id Canvas updates that assignment, without it Canvas offers to create a new one (default: the
-    assignment's title). Canvas matches students on `ID`, `SIS User ID` or `SIS Login ID`: the batch knows no
-    Canvas user ids, so `SIS User ID` is the Gradescope student id when known, else the batch's student id
-    (name folders by SIS user id), and `SIS Login ID` the email when known. Unscored rows leave the score
-    empty (Canvas leaves empty cells alone); text cells a spreadsheet would run as a formula get a `'`."""
+    `column` (else the book's `canvas_column`) names the assignment as Canvas does, `Name (canvas assignment
+    id)`, e.g. `Fused layers (12345)`: with the id Canvas updates that assignment, without it Canvas offers to
+    create a new one (default: the assignment's title). Canvas matches students on `ID`, `SIS User ID` or
+    `SIS Login ID`; the lines are `canvas_rows`' (current scores only: never a blank that would clear a grade).
+    Text cells a spreadsheet would run as a formula get a `'`."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow([*CANVAS_ID_COLUMNS, column or book.title])
+    writer.writerow([*CANVAS_ID_COLUMNS, column or book.canvas_column or book.title])
     writer.writerow([CANVAS_POINTS_ROW, "", "", "", "", _csv_cell("score", book.max_score)])
-    for row in book.rows:
-        writer.writerow([_csv_cell("name", row.name or row.student), "", _csv_cell("sid", row.sid or row.student),
-                         _csv_cell("email", row.email), "", _csv_cell("score", row.score)])
+    for line in canvas_rows(book)[0]:
+        writer.writerow([_csv_cell("name", line.student), _csv_cell("sid", line.canvas_id),
+                         _csv_cell("sid", line.sis_user_id), _csv_cell("email", line.sis_login_id),
+                         _csv_cell("name", line.section), _csv_cell("score", line.score)])
     return buffer.getvalue()
 
 
@@ -235,7 +337,7 @@ def write_gradebook(out_dir: Path, book: Gradebook, stats: ClassStats, canvas_co
              out_dir / "class_report.html"]
     write_json(paths[0], gradebook_json(book))
     write_text(paths[1], gradebook_csv(book))
-    write_text(paths[2], canvas_csv(book, canvas_column))
+    write_text(paths[2], canvas_csv(book, canvas_column))  # canvas_column: else the book's
     write_text(paths[3], class_report_html(stats))
     return paths
 
@@ -292,6 +394,7 @@ class ClassStats:
     slowest: tuple[SlowSubmission, ...]
     hanging: tuple[SlowSubmission, ...]
     unscored: tuple[GradebookRow, ...] = field(default_factory=tuple)
+    similarity: SimilaritySummary | None = None  # the class's similarity.html, when the batch wrote one
 
     @property
     def scored(self) -> list[float]:
@@ -309,6 +412,16 @@ class ClassStats:
     def full_marks(self) -> int:
         return sum(r.score is not None and r.score >= r.max_score > 0 for r in self.book.rows)
 
+    @property
+    def canvas_left_out(self) -> tuple[tuple[str, str], ...]:
+        """(student, why) of each gradebook row canvas.csv has no line for."""
+        return canvas_rows(self.book)[1]
+
+    @property
+    def missing(self) -> tuple[GradebookRow, ...]:
+        """Roster students without a submission."""
+        return tuple(r for r in self.book.rows if r.status == "missing")
+
 
 def histogram(rows: Sequence[GradebookRow], bins: int = 10) -> tuple[HistogramBin, ...]:
     """Scores as a share of the maximum in `bins` equal bins, then a bin of its own for full marks."""
@@ -322,7 +435,8 @@ def histogram(rows: Sequence[GradebookRow], bins: int = 10) -> tuple[HistogramBi
     return tuple(HistogramBin(label, n, n / total) for label, n in zip(labels, counts, strict=True))
 
 
-def class_stats(book: Gradebook, results: Mapping[str, GradeResult], assignment: Assignment) -> ClassStats:
+def class_stats(book: Gradebook, results: Mapping[str, GradeResult], assignment: Assignment,
+                similarity: SimilaritySummary | None = None) -> ClassStats:
     """Pass rate per case, trap frequencies with example students (performance traps among them, named most in
     a target rather than a case), slowest and hanging submissions."""
     scored_ids = [r.student for r in book.rows if r.score is not None and r.student in results]
@@ -370,9 +484,9 @@ def class_stats(book: Gradebook, results: Mapping[str, GradeResult], assignment:
         timings.append(SlowSubmission(student, result.execution_time_s, hung))
     slowest = sorted(timings, key=lambda s: (-s.seconds, s.student))[:SLOWEST_SHOWN]
     hanging = sorted((s for s in timings if s.timed_out_cases), key=lambda s: (-s.timed_out_cases, s.student))
-    unscored = tuple(r for r in book.rows if r.score is None)
+    unscored = tuple(r for r in book.rows if r.score is None and r.status != "missing")  # missing: the roster's
     return ClassStats(book, histogram(book.rows), tuple(cases), tuple(traps), tuple(slowest), tuple(hanging),
-                      unscored)
+                      unscored, similarity)
 
 
 # ------------------------------------------------------------------------------------------- HTML

@@ -255,6 +255,10 @@ def palette_png(grid: Sequence[str]) -> bytes:
 
 NOTHING_WRITTEN = ("Your kernel has not written any output yet: the template's TODO is still there (or its "
                    "tl.store never runs). Write the kernel's body, ending in a masked tl.store into the output.")
+# What the unwritten-output card says instead of its grid-coverage text when the kernel stored nothing at all.
+NOTHING_WRITTEN_EXPOSED_BY = "Every case: the kernel stores nothing yet."
+NOTHING_WRITTEN_FIX = ("Fill in the TODO in the kernel's body: load the inputs (masked to their bounds), compute, "
+                       "and tl.store the result into the output pointer with the same mask.")
 
 
 def _illustrations(case: CaseResult, trap: str) -> Mapping[str, Mapping[str, Any]]:
@@ -325,6 +329,18 @@ class CaseView:
     maps: tuple[MapView, ...]
     where: tuple[str, ...]  # where the output is wrong, in words, for outputs without a map
 
+    @property
+    def check(self) -> bool:
+        """A zero-point check (the GPU compile check, a false hint): shown with the cases, passed by no one."""
+        return self.result.max_score == 0
+
+    @property
+    def mark(self) -> str:
+        """The case's mark in the terminal: PASS / FAIL, or for a zero-point check `ok` / `WARN`."""
+        if self.check:
+            return "ok" if self.result.passed else "WARN"
+        return "PASS" if self.result.passed else "FAIL"
+
 
 @dataclass(frozen=True)
 class TargetView:
@@ -335,8 +351,14 @@ class TargetView:
     cases: tuple[CaseView, ...]
 
     @property
+    def scored(self) -> tuple[CaseView, ...]:
+        """The cases worth points: what "cases passed" counts. Zero-point checks (the GPU compile check, false
+        hints) are listed with the cases but are not cases a submission passes."""
+        return tuple(c for c in self.cases if not c.check)
+
+    @property
     def passed(self) -> int:
-        return sum(c.result.passed for c in self.cases)
+        return sum(c.result.passed for c in self.scored)
 
 
 @dataclass(frozen=True)
@@ -344,6 +366,7 @@ class TrapView:
     id: str
     text: TrapText | None
     cases: tuple[CaseView, ...]  # every case that named the trap
+    checking: bool = False  # the report of `grader check` (a public run): fixes do not send the student to it
 
     @property
     def title(self) -> str:
@@ -405,6 +428,25 @@ class TrapView:
         return ""
 
     @property
+    def exposed_by(self) -> str:
+        if self.text is None:
+            return ""
+        return NOTHING_WRITTEN_EXPOSED_BY if self.advice == NOTHING_WRITTEN else self.text.exposed_by
+
+    @property
+    def fix(self) -> str:
+        """The trap's fix, for this submission: an untouched template is told to fill in its TODO (not about grid
+        coverage); in `grader check` a fix written for elsewhere ("reproduce it with grader check") gives way to
+        the trap's `fix_when_checking`."""
+        if self.text is None:
+            return ""
+        if self.advice == NOTHING_WRITTEN:
+            return NOTHING_WRITTEN_FIX
+        if self.checking and self.text.fix_when_checking:
+            return self.text.fix_when_checking
+        return self.text.fix
+
+    @property
     def structural(self) -> bool:
         """No output to compare (import failure, crash, ...): the message is the evidence."""
         return all(not c.comparisons for c in self.cases)
@@ -427,6 +469,22 @@ class ReportView:
             return "Score"
         scored_performance = any(p.max_score for p in self.result.performance)
         return "Public and performance cases" if scored_performance else "Public cases"
+
+    @property
+    def score_unit(self) -> str:
+        """" points" after a score whose label names cases ("Public cases: 5 / 6 points"): not read as a count."""
+        return "" if self.hidden is None else " points"
+
+    @property
+    def passed_line(self) -> str:
+        """How many scored cases passed: "5 of 6 cases passed"; the instructor view of a grade with hidden cases
+        counts each visibility ("public cases: 5 of 6 passed · hidden cases: 25 of 27 passed")."""
+        counts = self.counts
+        if len(counts) > 1:
+            return " · ".join(f"{visibility} cases: {passed} of {total} passed"
+                              for visibility, (passed, total) in counts.items())
+        passed, total = next(iter(counts.values()), (0, 0))
+        return f"{passed} of {total} {'case' if total == 1 else 'cases'} passed"
 
     @property
     def targets(self) -> list[TargetView]:
@@ -452,7 +510,8 @@ class ReportView:
     @property
     def traps(self) -> list[TrapView]:
         return [
-            TrapView(tid, self.catalog.get(tid), tuple(c for c in self.cases if tid in c.result.traps))
+            TrapView(tid, self.catalog.get(tid), tuple(c for c in self.cases if tid in c.result.traps),
+                     checking=self.result.public_only)
             for tid in self.result.traps
         ]
 
@@ -719,7 +778,29 @@ def render_capped(template: str, make_view: Callable[[Detail], ReportView], max_
             return text
     assert max_chars is not None
     marker = "\n[report cut to its size limit]\n"
-    return text[: max(0, max_chars - len(marker))] + marker
+    cut = text[: max(0, max_chars - len(marker))]
+    cut = cut[: cut.rfind("\n") + 1]  # whole lines
+    closing = open_fence(cut)
+    while closing and len(cut) + len(closing) + 1 + len(marker) > max_chars:
+        cut = cut[: cut.rfind("\n", 0, len(cut) - 1) + 1]  # room for the fence that closes the open block
+        closing = open_fence(cut)
+    return cut + (closing + "\n" if closing else "") + marker
+
+
+_FENCE = re.compile(r"^`{3,}")
+
+
+def open_fence(markdown: str) -> str:
+    """The fence that closes a Markdown code block left open at the end of `markdown` ("" when none is): a
+    report cut to its size must not swallow what follows into a code block."""
+    fence = ""
+    for line in markdown.splitlines():
+        stripped = line.strip()
+        if not fence and _FENCE.match(stripped):
+            fence = re.match(r"^`+", stripped).group(0)  # type: ignore[union-attr]
+        elif fence and re.fullmatch(r"`+", stripped) and len(stripped) >= len(fence):
+            fence = ""
+    return fence
 
 
 def markdown(

@@ -2,7 +2,10 @@
 
 Runs in a worker *without* TRITON_INTERPRET, so code only the interpreter accepts (calls to plain
 Python functions, tl.dot blocks the GPU rejects, `break`, ...) is reported before the student meets
-it on the real GPU. Each kernel becomes one zero-point informational check in the results.
+it on the real GPU. Each kernel becomes one zero-point informational check in the results, always: where it
+could not be compiled (the file does not import, the kernel is missing, the check could not start) the check is
+there, failed, saying why, so every result of an assignment has the same tests (Gradescope's statistics per
+question rely on it).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from grader.running.sandbox import Sandbox, WorkerOptions, hidden_from_worker
 
 GPU_ARCH = 90
 COMPILE_TIMEOUT_S = 120.0
+NOT_RUN = "not-run"  # evidence["compile"] of a check that could not compile the kernel at all
 
 
 def kernel_signature(spec: KernelSpec) -> dict[str, str]:
@@ -44,10 +48,38 @@ def gpu_meta(assignment: Assignment, kernel: str) -> dict[str, int] | None:
     return None
 
 
+def compiled_kernels(assignment: Assignment) -> list[tuple[KernelSpec, dict[str, int]]]:
+    """The kernels the check compiles (those the GPU battery launches), each with its first GPU case's blocks."""
+    out = []
+    for name, spec in assignment.kernels.items():
+        meta = gpu_meta(assignment, name)
+        if meta is not None:
+            out.append((spec, meta))
+    return out
+
+
+def check_title(kernel: str) -> str:
+    return f"{kernel}: compiles for the grading GPU (sm_{GPU_ARCH})"
+
+
+def compile_result(kernel: str, passed: bool, message: str, traps: tuple[str, ...] = (),
+                   evidence: dict[str, str] | None = None) -> CaseResult:
+    """One kernel's compile check: zero points, public."""
+    return CaseResult(case_id=f"gpu-compile-{kernel}", target=kernel, title=check_title(kernel), visibility="public",
+                      max_score=0.0, score=0.0, passed=passed, message=message, traps=traps,
+                      evidence=evidence or {})
+
+
+def not_compiled(assignment: Assignment, why: str, traps: tuple[str, ...] = ()) -> list[CaseResult]:
+    """Every kernel's check, failed for one reason (nothing could be compiled): the tests stay the same."""
+    return [compile_result(spec.name, False, why, traps, {"compile": NOT_RUN})
+            for spec, _ in compiled_kernels(assignment)]
+
+
 def aot_check(assignment: Assignment, submission: Path, hidden: tuple[str, ...] = (),
               sandbox: Sandbox | None = None) -> tuple[list[CaseResult], list[str]]:
     """Compile each kernel for sm_90 in a worker without the interpreter (forked from `sandbox`'s zygote,
-    the grade's, when given)."""
+    the grade's, when given): one check per kernel of `compiled_kernels`, whatever happens."""
     options = WorkerOptions(backend="aot", import_timeout_s=assignment.import_timeout_s,
                             hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden))
     worker = Worker(submission, list(assignment.required_symbols), options, sandbox=sandbox)
@@ -57,12 +89,16 @@ def aot_check(assignment: Assignment, submission: Path, hidden: tuple[str, ...] 
         try:
             reply = worker.start()
         except WorkerFailure as failure:
-            return [], [f"GPU compile check skipped: {failure.detail}"]
+            why = f"GPU compile check skipped: {failure.detail}"
+            return not_compiled(assignment, f"Not compiled: {why}."), [why]
         if not reply.get("ok"):
-            return [], ["GPU compile check skipped: the submission does not import."]
-        for name, spec in assignment.kernels.items():
-            meta = gpu_meta(assignment, name)
-            if meta is None or check_symbol(name, reply["symbols"].get(name, {}), assignment, submission.name):
+            why = "the submission does not import (its cases say why)"
+            return not_compiled(assignment, f"Not compiled: {why}."), [f"GPU compile check skipped: {why}."]
+        for spec, meta in compiled_kernels(assignment):
+            problem = check_symbol(spec.name, reply["symbols"].get(spec.name, {}), assignment, submission.name)
+            if problem is not None:
+                results.append(compile_result(spec.name, False, f"Not compiled: {problem.message}",
+                                              evidence={"compile": NOT_RUN}))
                 continue
             results.append(_compile_one(worker, spec, meta, submission.name))
     finally:
@@ -71,11 +107,8 @@ def aot_check(assignment: Assignment, submission: Path, hidden: tuple[str, ...] 
 
 
 def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filename: str) -> CaseResult:
-    title = f"{spec.name}: compiles for the grading GPU (sm_{GPU_ARCH})"
-
     def result(passed: bool, message: str, traps: tuple[str, ...] = ()) -> CaseResult:
-        return CaseResult(case_id=f"gpu-compile-{spec.name}", target=spec.name, title=title, visibility="public",
-                          max_score=0.0, score=0.0, passed=passed, message=message, traps=traps)
+        return compile_result(spec.name, passed, message, traps)
 
     what = f"compiling {spec.name} for sm_{GPU_ARCH}"
     try:
@@ -86,7 +119,8 @@ def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filenam
     except WorkerFailure as failure:
         return result(False, f"{what}: {failure.detail}", (failure.trap,))
     if reply.get("ok"):
-        return result(True, f"compiles for sm_{GPU_ARCH} with {meta}")
+        return result(True, f"The GPU compiler accepts {spec.name} for sm_{GPU_ARCH} with {meta}: a check of the "
+                            "kernel's form, worth no points (its cases say whether it computes the right result).")
     message = (f"{spec.name} runs in the interpreter but does not compile for the grading GPU "
                f"(sm_{GPU_ARCH}, blocks {meta}): " + error_message(reply.get("error", {}), filename))
     return result(False, message, (trap_ids.GPU_INCOMPATIBLE,))

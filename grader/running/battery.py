@@ -344,8 +344,7 @@ class Battery:
             return reply
         except WorkerFailure as failure:
             self.load_reply = None  # the next case starts a fresh worker
-            verb = "did not finish" if failure.trap == trap_ids.TIMEOUT else "crashed the worker"
-            text = f"{what} {verb}: {failure.detail}." + _tail(failure.output_tail)
+            text = failure_sentence(what, failure) + _tail(failure.output_tail)
             kind = failure.trap
             calls = self.hint_calls()
             if kind == trap_ids.CRASH and names_false_hint(f"{failure.detail} {failure.output_tail}", calls):
@@ -696,8 +695,7 @@ def _replay_failure(target: str, failure: WorkerFailure | None, reply: Mapping[s
                     submission: str, calls: Sequence[HintCall]) -> Finding:
     head = f"replaying the recorded launches of {target} in a fresh worker"
     if failure is not None:
-        verb = "did not finish" if failure.trap == "timeout" else "crashed the worker"
-        return Finding(failure.trap, f"{head} {verb}: {failure.detail}." + _tail(failure.output_tail))
+        return Finding(failure.trap, failure_sentence(head, failure) + _tail(failure.output_tail))
     error = (reply or {}).get("error")
     if not isinstance(error, Mapping) or (reply or {}).get("ok"):
         return Finding("tampering", f"{head} gave a malformed reply")
@@ -706,6 +704,15 @@ def _replay_failure(target: str, failure: WorkerFailure | None, reply: Mapping[s
                        f"({error_message(error, submission)}): the worker's account of what the wrapper ran "
                        "was altered")
     return Finding(classify_error(error, calls), failure_message(error, head, submission))
+
+
+def failure_sentence(what: str, failure: WorkerFailure) -> str:
+    """A failed request in one plain sentence: a timeout says what did not finish within how long ("Did not finish
+    within 15 s (layernorm(...)): the grader stopped it."); a crash says that `what` crashed the worker, and how."""
+    if failure.trap == trap_ids.TIMEOUT:
+        detail = failure.detail if failure.detail.endswith(")") else f"{failure.detail} ({what})"
+        return f"{detail[:1].upper()}{detail[1:]}: the grader stopped it."
+    return f"{what} crashed the worker: {failure.detail}."
 
 
 def _tail(text: str) -> str:

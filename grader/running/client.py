@@ -76,10 +76,10 @@ class Deadline:
 
     def describe(self, compiling: bool, capped: bool) -> str:
         if capped or self.run_s is None:
-            return f"no answer after {self.cap_s:g} s"
+            return f"did not finish within {self.cap_s:g} s"
         if compiling:
             return f"a compilation did not finish within {self.compile_s:g} s"
-        return f"no answer {self.run_s:g} s after its last kernel launch"
+        return f"did not finish: nothing happened for {self.run_s:g} s after its last kernel launch"
 
 
 class Worker:
@@ -258,11 +258,12 @@ class Worker:
             tail = self.output_tail()
             self._raise_if_over_budget(what, tail)
             self.stop()
-            raise WorkerFailure(trap_ids.TIMEOUT, f"{overdue} while {what}", tail) from None
+            raise WorkerFailure(trap_ids.TIMEOUT, f"{overdue} ({what})", tail) from None
         except ChannelTimeout:
             tail = self.output_tail()
             self.stop()
-            raise WorkerFailure(trap_ids.TIMEOUT, f"no answer after {deadline.cap_s:g} s while {what}", tail) from None
+            detail = f"{deadline.describe(compiling=False, capped=True)} ({what})"
+            raise WorkerFailure(trap_ids.TIMEOUT, detail, tail) from None
         except (ChannelClosed, OSError, EOFError, RuntimeError, ValueError) as exc:
             code = self._exit_code()
             tail = self.output_tail()

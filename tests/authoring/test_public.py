@@ -94,17 +94,23 @@ def test_public_form_loads_without_torch_or_the_grader() -> None:
     assert heavy == [] and cases == 4
 
 
-def test_an_old_spec_naming_its_reference_says_where_it_lives_now(tmp_path: Path) -> None:
+def test_an_old_spec_naming_its_reference_loads_with_a_note(tmp_path: Path) -> None:
     folder = tmp_path / "assignments" / "softmax"
     folder.mkdir(parents=True)
     text = spec_path("softmax").read_text(encoding="utf-8")
     (folder / "assignment.toml").write_text(text.replace('module = "oracles.py"',
                                                          'module = "oracles.py"\nreference = "reference.py"'))
     (folder / "oracles.py").write_text((ROOT / "assignments/softmax/oracles.py").read_text(encoding="utf-8"))
+    # its meaning is the layout's (reference/softmax/reference.py): it loads, with a note to remove the key
+    (note,) = load_assignment(folder / "assignment.toml").load_notes
+    assert "reference = 'reference.py' is no longer needed" in note and "reference/softmax/reference.py" in note
+    # naming another file contradicts the layout
+    (folder / "assignment.toml").write_text(text.replace('module = "oracles.py"',
+                                                         'module = "oracles.py"\nreference = "solution.py"'))
     with pytest.raises(SpecError) as caught:
         load_assignment(folder / "assignment.toml")
-    assert "[assignment.reference] is no longer read" in str(caught.value)
-    assert "reference/<id>/reference.py" in str(caught.value)
+    assert "[assignment.reference] names 'solution.py'" in str(caught.value)
+    assert "reference/softmax/reference.py" in str(caught.value)
     # a student bundle written before the layout said "no reference" with an empty one: still loads
     (folder / "assignment.toml").write_text(text.replace('module = "oracles.py"',
                                                          'module = "oracles.py"\nreference = ""'))

@@ -13,6 +13,7 @@ import pytest
 from grader.authoring.discovery import assignment_for_submission, assignments_fitting
 from grader.authoring.spec import load_assignment
 from grader.cli import main
+from grader.running.aot import compiled_kernels
 from tests.conftest import ASSIGNMENT, SEED, copy_course, read_results
 
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108000000003a7e9b55"
@@ -43,7 +44,8 @@ def test_a_file_that_is_not_source_gets_one_line_and_complete_results(
     assert printed.count(reason) == 1 and "not-python-source" in printed
     results = read_results(tmp_path / "out" / "results.json")
     spec = load_assignment(repo_root / "assignments" / ASSIGNMENT / "assignment.toml")
-    assert [t["extra_data"]["case_id"] for t in results["tests"]] == [c.id for c in spec.cases]
+    checks = [f"gpu-compile-{kernel.name}" for kernel, _ in compiled_kernels(spec)]  # as in any interpreter grade
+    assert [t["extra_data"]["case_id"] for t in results["tests"]] == [c.id for c in spec.cases] + checks
     assert results["score"] == 0 and all(t["score"] == 0 for t in results["tests"])
     assert len({t["output"] for t in results["tests"]}) == 1  # one reason, the same for every case
     assert all(t["output"].startswith(reason) and t["tags"] == ["not-python-source"] for t in results["tests"])

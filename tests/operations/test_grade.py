@@ -19,6 +19,7 @@ from grader.operations.grade import (
     weigh_interpreter_limits,
 )
 from grader.results import CaseResult
+from grader.running.aot import NOT_RUN
 from tests.conftest import ROOT
 
 SPEC = ROOT / "assignments" / "softmax" / "assignment.toml"
@@ -32,7 +33,9 @@ def test_a_file_that_is_not_python_is_rejected_whole(tmp_path: Path) -> None:
     assert problem
     result, record = grade(GradeRequest(assignment, path, "interpreter", seed=1))
     assert result.rejected == problem and result.score == 0 and record
-    assert [c.case_id for c in result.cases] == [c.id for c in assignment.cases_for("interpreter")]
+    # every case, and the compile checks any interpreter grade has (the same tests for Gradescope)
+    assert [c.case_id for c in result.cases] == [c.id for c in assignment.cases_for("interpreter")] + [
+        "gpu-compile-softmax_kernel", "gpu-compile-online_softmax_kernel"]
     assert all(c.traps == (trap_ids.NOT_PYTHON_SOURCE,) for c in result.cases)
 
 
@@ -58,6 +61,12 @@ def test_interpreter_limits_weighed_against_the_compile_check() -> None:
     fails = [case("compiles-softmax_kernel", "softmax_kernel", (trap_ids.COMPILE_ERROR,))]
     kept, notes = weigh_interpreter_limits([limited], fails, assignment)
     assert trap_ids.INTERPRETER_UNSUPPORTED not in kept[0].traps and notes == []
+    # a check that compiled nothing (the kernel missing) tells nothing about the interpreter's limits
+    missing = [CaseResult("gpu-compile-softmax_kernel", "softmax_kernel", "t", "public", 0.0, 0.0, False,
+                          "Not compiled: softmax.py does not define `softmax_kernel`.", (), {"compile": NOT_RUN})]
+    kept, notes = weigh_interpreter_limits([limited], missing, assignment)
+    assert kept[0].traps == (trap_ids.INTERPRETER_UNSUPPORTED,)
+    assert "(The kernel does not compile" not in kept[0].message
 
 
 @pytest.mark.slow

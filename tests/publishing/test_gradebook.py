@@ -4,9 +4,11 @@ the class report), on hand-made results."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import jsonschema
@@ -15,6 +17,8 @@ import pytest
 from grader.authoring.spec import Assignment, load_assignment
 from grader.publishing.gradebook import (
     Gradebook,
+    RosterStudent,
+    RosterSummary,
     Student,
     canvas_csv,
     class_report_html,
@@ -51,17 +55,72 @@ def test_canvas_csv_shape() -> None:
     assert table[1] == ["Points Possible", "", "", "", "", "4"]
     assert table[2] == ["Doe, Jane", "", "100", "jane@example.edu", "", "3"]
     assert table[3] == ["s2", "", "s2", "", "", "3"]
-    assert table[4] == ["'=HYPERLINK()", "", "s3", "", "", ""]
+    assert len(table) == 4  # s3 has no score: left out, never a blank that would clear a grade in Canvas
     assert all(len(row) == 6 for row in table)
     default = list(csv.reader(io.StringIO(canvas_csv(book))))
     assert default[0][-1] == "Fused layers"
+    chosen = dataclasses.replace(book, missing_score=0.0)  # the course's policy for no gradable file
+    assert list(csv.reader(io.StringIO(canvas_csv(chosen))))[4] == ["'=HYPERLINK()", "", "s3", "", "", "0"]
+
+
+def test_canvas_csv_never_blanks_a_grade_and_says_why(assignment: Assignment) -> None:
+    """Pending, error and outdated rows have no line in canvas.csv (Canvas would clear the grade on an empty
+    cell); gradebook.json says why for each."""
+    graded = result(case("a", "public", 3.0, 4.0))
+    rows = (
+        graded_row(Student("done"), graded, {}),
+        graded_row(Student("old"), graded, {}, current=False),
+        ungraded_row(Student("later"), "pending", 4.0),
+        ungraded_row(Student("broke"), "error", 4.0, error="exit code 1"),
+    )
+    book = Gradebook(ASSIGNMENT, "Fused layers", 4.0, {"layernorm": 4.0}, rows, "2026-01-01T00:00:00+00:00")
+    table = list(csv.reader(io.StringIO(canvas_csv(book))))
+    assert [row[0] for row in table[2:]] == ["done"]
+    left_out = {entry["student"]: entry["why"] for entry in gradebook_json(book)["canvas"]["left_out"]}
+    assert set(left_out) == {"old", "later", "broke"}
+    assert "interrupted" in left_out["later"] and "regrades" in left_out["old"]
+
+
+def test_canvas_csv_with_a_roster_names_students_as_canvas_does(assignment: Assignment, repo_root: Path) -> None:
+    graded = result(case("a", "public", 3.0, 4.0))
+    ada = RosterStudent("Lovelace, Ada", "1001", "S-100", "ada@example.edu", "Sec 1", "file name = SIS Login ID")
+    pair = (RosterStudent("One, Pair", "1002", "S-200", "one@example.edu", "Sec 2", "email = SIS Login ID"),
+            RosterStudent("Two, Pair", "1003", "S-201", "two@example.edu", "Sec 2", "email = SIS Login ID"))
+    gone = RosterStudent("Absent, Al", "1004", "S-300", "al@example.edu", "Sec 1")
+    rows = (
+        graded_row(Student("ada"), graded, {}), graded_row(Student("submission_7"), graded, {}),
+        graded_row(Student("stranger"), graded, {}),
+        ungraded_row(Student("al_example.edu"), "missing", 4.0, roster=(gone,), error="missing"),
+    )
+    rows = (replace(rows[0], roster=(ada,)), replace(rows[1], roster=pair), rows[2], rows[3])
+    book = Gradebook(ASSIGNMENT, "Fused layers", 4.0, {"layernorm": 4.0}, rows, "2026-01-01T00:00:00+00:00",
+                     roster=RosterSummary("export.csv", "canvas", 4, unmatched=("stranger",)))
+    table = list(csv.reader(io.StringIO(canvas_csv(book, "Fused layers (12345)"))))
+    assert table[2:] == [["Lovelace, Ada", "1001", "S-100", "ada@example.edu", "Sec 1", "3"],
+                         ["One, Pair", "1002", "S-200", "one@example.edu", "Sec 2", "3"],
+                         ["Two, Pair", "1003", "S-201", "two@example.edu", "Sec 2", "3"]]
+    data = gradebook_json(book)
+    doc = (repo_root / "docs" / "gradebook.md").read_text(encoding="utf-8")
+    jsonschema.validate(data, json.loads(re.search(r"<!-- schema -->\s*```json\n(.*?)```", doc, re.S).group(1)))
+    assert {e["student"]: e["why"] for e in data["canvas"]["left_out"]} == {
+        "stranger": "matches no student of the roster",
+        "al_example.edu": "on the roster but no submission: Canvas keeps the grade it has (--missing-score gives one)"}
+    assert data["rows"][3]["status"] == "missing" and data["rows"][3]["roster"][0]["id"] == "1004"
+    assert data["roster"] == {"source": "export.csv", "kind": "canvas", "students": 4, "unmatched": ["stranger"],
+                              "conflicts": []}
+    with_zero = list(csv.reader(io.StringIO(canvas_csv(replace(book, missing_score=0.0)))))
+    assert with_zero[-1] == ["Absent, Al", "1004", "S-300", "al@example.edu", "Sec 1", "0"]
+    html = class_report_html(class_stats(book, {}, assignment))
+    assert 'id="missing"' in html and "Absent, Al" in html and "1 missing" in html
+    assert '<a href="stranger/report.html">stranger</a>' in html and 'id="canvas-left-out"' in html
 
 
 def test_gradebook_json_and_csv(assignment: Assignment) -> None:
     book, _ = sample_book(assignment)
     data = gradebook_json(book)
     assert data["summary"] == {"students": 5, "graded": 3, "outdated": 0, "error": 1, "pending": 0,
-                               "no-submission": 1, "mean": round((6 + 2 + 2) / 3, 4), "median": 2.0}
+                               "no-submission": 1, "missing": 0, "mean": round((6 + 2 + 2) / 3, 4),
+                               "median": 2.0}
     ben = data["rows"][1]
     assert ben["score"] == 2.0 and ben["target_scores"] == {"a": 2.0, "b": 0.0}
     assert ben["traps"] == ["eps-missing", "oob-read"]

@@ -67,7 +67,7 @@ def test_before_the_due_date_hidden_cases_are_a_count_with_their_points(tmp_path
                    HIDDEN_ONLY_TRAP, assignment.traps[HIDDEN_ONLY_TRAP].title, '"M": 37', "(hidden)"):
         assert secret not in seen, secret
     assert "2 hidden cases worth 5 points: results after the due date." in results["output"]
-    assert "**Public cases: 1 / 2**" in results["output"]  # not 4 / 7: that would tell the hidden results
+    assert "**Public cases: 1 / 2 points**" in results["output"]  # not 4 / 7: that would tell the hidden results
     assert results["extra_data"]["traps"] == ["eps-outside-sqrt"]
     assert results["extra_data"]["hidden_cases"] == {"count": 2, "points": 5.0}
     assert results["score"] == 4.0 and results["extra_data"]["max_score"] == 7.0  # the grade itself: all cases

@@ -269,7 +269,7 @@ def test_students_see_hidden_cases_as_a_count_with_their_points(assignment: Assi
         assert "linear-kernel-primes" not in text  # no hidden case by id ...
         assert "1 hidden case worth 2 points: results after the due date." in text  # ... only counted
         assert "(hidden)" not in text and "hidden cases:" not in text  # nor their pass/fail
-    assert "**Public cases: 1 / 4**" in md  # the score a student may see now: public cases only
+    assert "**Public cases: 1 / 4 points** · 1 of 3 cases passed" in md  # what a student may see now: public only
     assert '<span class="small muted">Public cases</span> 1 / 4</div>' in student
     # the public case's map: in both its trap cards (bias-wrong-axis, oob-read) and in its details
     assert student.count('<figure class="errmap"') == 3
@@ -428,3 +428,9 @@ def test_reports_step_down_to_fit_their_budget(assignment: Assignment) -> None:
     md = report.markdown(result, assignment, show_hidden_details=False, max_chars=20_000)
     assert len(md) <= 20_000 and "**Score: 0 / 600**" in md
     split_fences(md)  # whatever was cut, no fence is left open
+
+
+def test_open_fence_names_the_fence_a_cut_left_open() -> None:
+    assert report.open_fence("text\n```text\nline\n") == "```"
+    assert report.open_fence("  ````text\n```\nstill inside\n") == "````"  # a shorter run does not close it
+    assert report.open_fence("```\nx\n```\n") == "" and report.open_fence("plain") == ""

@@ -120,3 +120,43 @@ def test_an_untouched_template_is_told_its_kernel_writes_nothing(assignment: Ass
     (partly,) = report.view(grade_result(nothing, some), assignment).traps  # one case wrote something
     assert partly.advice == ""
     assert "has not written any output yet" not in report.terminal(grade_result(some), assignment)
+    # and its fix is the TODO, not grid coverage; where a kernel wrote part of its output, grid coverage it is
+    assert told.fix.startswith("Fill in the TODO") and told.exposed_by == "Every case: the kernel stores nothing yet."
+    for text in (report.terminal(grade_result(nothing), assignment), report.markdown(grade_result(nothing), assignment),
+                 report.html(grade_result(nothing), assignment)):
+        assert "Fill in the TODO" in text and "grid covers" not in text
+    assert "grid covers every output element" in partly.fix
+
+
+def test_the_runtime_error_fix_fits_where_the_student_reads_it(assignment: Assignment) -> None:
+    """Gradescope's report tells the student to reproduce an exception with `grader check`; `grader check` itself
+    (a public run) does not send the student to the command they are running."""
+    case = CaseResult(case_id="ln-basic", target="layernorm", title="layernorm: basic", visibility="public",
+                      max_score=1.0, score=0.0, passed=False, traps=("runtime-error",),
+                      message="layernorm(...) raised ZeroDivisionError (fused_layers.py, line 3): division by zero")
+    graded = grade_result(case)
+    checked = dataclasses.replace(graded, public_only=True)
+    assert "reproduce it with `grader check`" in report.terminal(graded, assignment)
+    for text in (report.terminal(checked, assignment), report.markdown(checked, assignment),
+                 report.html(checked, assignment)):
+        assert "grader check" not in text.replace("public cases only (grader check)", "")
+        assert "call your function in Python" in text
+
+
+def test_a_zero_point_check_is_marked_apart_and_not_counted(assignment: Assignment) -> None:
+    """The GPU compile check of a kernel whose body is `pass` passes (it compiles): it is a check worth nothing,
+    not a passed case, in every view."""
+    failed = ln_case("ln-kernel-basic", ("unwritten-output",), assignment, nothing_written=["out"])
+    check = CaseResult(case_id="gpu-compile-layernorm_forward_kernel", target="layernorm_forward_kernel",
+                       title="layernorm_forward_kernel: compiles for the grading GPU (sm_90)", visibility="public",
+                       max_score=0.0, score=0.0, passed=True, message="The GPU compiler accepts it")
+    result = grade_result(failed, check)
+    (target,) = report.view(result, assignment).targets
+    assert target.passed == 0 and len(target.scored) == 1 and len(target.cases) == 2
+    terminal = report.terminal(result, assignment)
+    assert "(0 of 1 cases)" in terminal and "1 of 2" not in terminal
+    assert "ok    layernorm_forward_kernel: compiles for the grading GPU (sm_90)  (a check, no points)" in terminal
+    assert "PASS" not in terminal
+    assert "| `layernorm_forward_kernel` | kernel | 0 / 1 | 0 / 1 |" in report.markdown(result, assignment)
+    html = report.html(result, assignment)
+    assert '<span class="status check ok"' in html and "check, no points" in html and "✔" not in html

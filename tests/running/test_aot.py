@@ -21,3 +21,17 @@ def test_gpu_meta_is_the_first_gpu_case_of_the_kernel() -> None:
     first = next(c for c in assignment.cases_for("cuda") if c.target == "softmax_kernel")
     assert gpu_meta(assignment, "softmax_kernel") == dict(first.meta)
     assert gpu_meta(assignment, "no_such_kernel") is None
+
+
+def test_a_check_that_cannot_compile_is_there_all_the_same() -> None:
+    """Nothing compiled (the file does not import): one failed zero-point check per kernel, saying why, so the
+    result has the same tests as any other."""
+    from grader.running.aot import NOT_RUN, check_title, compiled_kernels, not_compiled
+
+    assignment = load_assignment(ROOT / "assignments" / "softmax" / "assignment.toml")
+    checks = not_compiled(assignment, "Not compiled: the submission does not import.")
+    assert [c.title for c in checks] == [check_title(spec.name) for spec, _ in compiled_kernels(assignment)]
+    assert [c.target for c in checks] == ["softmax_kernel", "online_softmax_kernel"]
+    for check in checks:
+        assert (check.max_score, check.score, check.passed, check.visibility) == (0.0, 0.0, False, "public")
+        assert check.evidence == {"compile": NOT_RUN} and check.message.endswith("does not import.")

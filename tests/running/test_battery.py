@@ -8,7 +8,8 @@ import torch
 
 from grader import trap_ids
 from grader.authoring.spec import load_assignment
-from grader.running.battery import check_symbol, needs_fresh_worker, unpack_returns
+from grader.running.battery import check_symbol, failure_sentence, needs_fresh_worker, unpack_returns
+from grader.running.client import WorkerFailure
 from grader.running.guards import GuardFinding
 from grader.running.observation import Observation
 from tests.conftest import ROOT
@@ -47,3 +48,15 @@ def test_needs_fresh_worker() -> None:
     assert needs_fresh_worker(Observation(trap=trap_ids.TIMEOUT))
     assert needs_fresh_worker(Observation(guard_findings=(GuardFinding("oob-write", "out", 1, "out[9]"),)))
     assert not needs_fresh_worker(Observation(guard_findings=(GuardFinding("unwritten-output", "out", 1, "out[0]"),)))
+
+
+def test_failure_sentence_says_plainly_what_did_not_finish() -> None:
+    timeout = WorkerFailure(trap_ids.TIMEOUT, "did not finish within 15 s (layernorm(...))")
+    assert failure_sentence("layernorm(...)", timeout) == ("Did not finish within 15 s (layernorm(...)): the grader "
+                                                           "stopped it.")
+    on_gpu = WorkerFailure(trap_ids.TIMEOUT, "did not finish: nothing happened for 3 s after its last kernel launch")
+    assert failure_sentence("softmax(...)", on_gpu) == ("Did not finish: nothing happened for 3 s after its last "
+                                                        "kernel launch (softmax(...)): the grader stopped it.")
+    crash = WorkerFailure(trap_ids.CRASH, "the worker died while softmax(...) (killed by SIGSEGV)")
+    assert failure_sentence("softmax(...)", crash) == ("softmax(...) crashed the worker: the worker died while "
+                                                       "softmax(...) (killed by SIGSEGV).")

@@ -11,11 +11,12 @@ from grader.running.client import Deadline, WorkerFailure
 
 
 def test_deadline_describes_why_it_ended() -> None:
-    assert Deadline(30).describe(compiling=False, capped=False) == "no answer after 30 s"
+    assert Deadline(30).describe(compiling=False, capped=False) == "did not finish within 30 s"
     gpu = Deadline(120, run_s=10.5, compile_s=60)
-    assert gpu.describe(compiling=False, capped=True) == "no answer after 120 s"
+    assert gpu.describe(compiling=False, capped=True) == "did not finish within 120 s"
     assert gpu.describe(compiling=True, capped=False) == "a compilation did not finish within 60 s"
-    assert gpu.describe(compiling=False, capped=False) == "no answer 10.5 s after its last kernel launch"
+    assert gpu.describe(compiling=False, capped=False) == ("did not finish: nothing happened for 10.5 s after its "
+                                                           "last kernel launch")
 
 
 def test_worker_failure_names_its_trap_and_survives_a_context_manager() -> None:

@@ -24,7 +24,8 @@ SCRATCH = ".scratch"
 
 LOCK = ".batch.lock"
 
-RESERVED = {MANIFEST, EVENT_LOG, "gradebook.json", "gradebook.csv", "canvas.csv", "class_report.html"}
+RESERVED = {MANIFEST, EVENT_LOG, "gradebook.json", "gradebook.csv", "canvas.csv", "class_report.html",
+            "similarity.csv", "similarity.html"}
 
 
 class BatchError(Exception):

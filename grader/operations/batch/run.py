@@ -18,12 +18,15 @@ from grader.authoring.spec import Assignment
 from grader.operations.batch.commits import commit
 from grader.operations.batch.event_log import EventLog, iso, now
 from grader.operations.batch.folder import BATCH_FORMAT_VERSION, EVENT_LOG, SCRATCH, BatchError, locked, read_json
-from grader.operations.batch.gradebook import write_class_files
+from grader.operations.batch.gradebook import CanvasOptions, write_class_files
 from grader.operations.batch.manifest import Manifest, result_state, settle_manifest
 from grader.operations.batch.progress import Progress
+from grader.operations.batch.roster import read_roster
 from grader.operations.batch.signals import Interrupts, catching_interrupts, interrupt_point
 from grader.operations.batch.submissions import Submission, discover_submissions
 from grader.operations.executors import EXECUTORS, Executor, ExecutorSettings, GradeJob, JobOutcome
+from grader.publishing.similarity import SimilaritySummary
+from grader.publishing.similarity import summary as similarity_summary
 from grader.running.calibration import CalibrationStore
 
 
@@ -43,6 +46,9 @@ class BatchOptions:
     grade_timeout_s: float | None = None
     canvas_column: str | None = None  # canvas.csv's assignment column, e.g. "Fused layers (12345)"
     calibration: CalibrationStore | None = None  # where the bars are cached; None: each grade measures its own
+    roster: Path | None = None  # the course's roster, Canvas's gradebook export or a map (batch/roster.py)
+    allowed: tuple[Path, ...] = ()  # sources students may share beyond the template (similarity discounts them)
+    missing_score: float | None = None  # canvas.csv's score for a student without a gradable file; None: left out
 
 @dataclass
 class BatchSummary:
@@ -84,6 +90,7 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
     out = Path(options.out).resolve()
     started = time.monotonic()
     summary = BatchSummary()
+    roster = read_roster(options.roster) if options.roster is not None else None  # a bad one: before DIR is made
     with catching_interrupts() as interrupts, locked(out):
         scratch = out / SCRATCH
         shutil.rmtree(scratch, ignore_errors=True)
@@ -102,13 +109,29 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
                 _grade(options, manifest, todo, out, scratch, stream, summary, interrupts)
             except KeyboardInterrupt:
                 summary.interrupted = True
-            summary.files, summary.counts = write_class_files(out, submissions, options.assignment, manifest,
-                                                               options.canvas_column)
+            canvas = CanvasOptions(options.canvas_column, roster, options.missing_score)
+            similar, similar_files = class_similarity(out, submissions, options)
+            summary.files, summary.counts = write_class_files(out, submissions, options.assignment, manifest, canvas,
+                                                               similar)
+            summary.files += similar_files
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     summary.interrupted = summary.interrupted or interrupts.received
     summary.wall_s = round(time.monotonic() - started, 3)
     return summary
+
+def class_similarity(out: Path, submissions: Sequence[Submission],
+                     options: BatchOptions) -> tuple[SimilaritySummary, list[Path]]:
+    """similarity.csv and similarity.html beside the gradebook (informational). A failure here never costs the
+    gradebook: the class report says why there is no similarity page."""
+    from grader.operations.similarity import similarity_files  # it reads submissions as this package finds them
+
+    links = {s.id: f"{s.id}/report.html" for s in submissions if (out / s.id / "report.html").is_file()}
+    try:
+        comparison, files = similarity_files(out, submissions, options.assignment, options.allowed, links)
+    except Exception as exc:  # informational: the grades are written whatever happens here
+        return SimilaritySummary(error=f"{type(exc).__name__}: {exc}"), []
+    return similarity_summary(comparison), files
 
 def plan(out: Path, submissions: Sequence[Submission], manifest: Manifest) -> list[Submission]:
     """The submissions to grade in this run: those with a file whose result is not current."""
