@@ -87,9 +87,12 @@ def test_cuda_bundle_installs_the_default_torch_build(tmp_path: Path, assignment
     with zipfile.ZipFile(out) as zf:
         setup = zf.read("setup.sh").decode()
         run = zf.read("run_autograder").decode()
+        manifest = json.loads(zf.read("bundle.json"))
         assert zf.read("requirements.txt").decode().splitlines()[1] == "torch==2.11.0"
     assert '"$VENV/bin/pip" install "torch==2.11.0"' in setup and "whl/cpu" not in setup
-    assert "--assignment fused_layers --seed 5" in run
+    # the seed is in bundle.json (root-only on Gradescope), never on run_autograder's command line
+    assert "--assignment fused_layers" in run and "--seed" not in run
+    assert (manifest["seed"], manifest["seed_source"]) == (5, "given")
 
 
 # ------------------------------------------------------------------------------------------- run_autograder
@@ -149,3 +152,25 @@ def test_run_autograder_when_python_cannot_start(bundle: Path, tmp_path: Path) -
     results, _ = run_autograder(root, python=str(tmp_path / "no-such-python"))
     assert results["score"] == 0 and results["tests"] == []
     assert "could not start (exit status 127)" in results["output"]
+
+
+def test_a_bundle_without_a_seed_grades_with_the_course_seed(tmp_path: Path) -> None:
+    """Every submission of a bundle is graded with the course's seed (a resubmission draws the same inputs), kept
+    in bundle.json, which setup.sh makes root-only; run_autograder reads it there."""
+    from grader.authoring.course_seed import read_course_seed
+    from grader.authoring.spec import load_assignment
+    from grader.operations.bundle import RunPaths, bundled_seed
+    from tests.conftest import copy_course
+
+    course_spec = load_assignment(copy_course("fused_layers", tmp_path / "course") / "assignment.toml")
+    out = write_bundle(BundleOptions(course_spec, tmp_path / "autograder.zip"))
+    seed = read_course_seed(tmp_path / "course")
+    assert seed is not None  # created by the bundle, once
+    with zipfile.ZipFile(out) as zf:
+        manifest = json.loads(zf.read("bundle.json"))
+        assert "--seed" not in zf.read("run_autograder").decode()
+        assert "chmod -R go-rwx" in zf.read("setup.sh").decode() and "bundle.json" in zf.read("setup.sh").decode()
+        zf.extractall(tmp_path / "root" / "source")
+    assert (manifest["seed"], manifest["seed_source"]) == (seed.seed, "course")
+    assert bundled_seed(RunPaths(tmp_path / "root"), "fused_layers") == (seed.seed, "course")
+    assert bundled_seed(RunPaths(tmp_path / "nowhere"), "fused_layers")[1] == "public"  # an older bundle
