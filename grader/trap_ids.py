@@ -40,8 +40,14 @@ RE_READING = "re-reading"
 UNCOALESCED_ACCESS = "uncoalesced-access"
 NO_TENSOR_CORES = "no-tensor-cores"
 LAUNCH_BOUND = "launch-bound"
+# ... measured on a GPU only (grader/judging/gpu_performance_traps.py, not wired into the grade path yet)
+LOW_OCCUPANCY = "low-occupancy"
+SERIAL_GRID = "serial-grid"
+REGISTER_SPILLS = "register-spills"
+LOW_ARITHMETIC_INTENSITY = "low-arithmetic-intensity"
 
-PERFORMANCE = frozenset({RE_READING, UNCOALESCED_ACCESS, NO_TENSOR_CORES, LAUNCH_BOUND})
+PERFORMANCE = frozenset({RE_READING, UNCOALESCED_ACCESS, NO_TENSOR_CORES, LAUNCH_BOUND, LOW_OCCUPANCY, SERIAL_GRID,
+                         REGISTER_SPILLS, LOW_ARITHMETIC_INTENSITY})
 
 GENERIC = frozenset({
     OOB_READ, OOB_WRITE, UNWRITTEN_OUTPUT, WRITES_INPUT, NOT_FUSED, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT,

@@ -1,0 +1,227 @@
+"""Nsight Compute (ncu): find the tool, build its command, parse its counters; and the static facts of a compiled
+kernel. Everything past `profiler_command` is pure (text in, dataclasses out).
+
+Groundwork for issue 28, not wired into the grade path yet (docs/performance.md, "GPU performance traps"): a
+GPU session profiles one replay of a case's recorded launches, outside the timing slot, under
+`ncu --clock-control none` (the GPU keeps its own clocks; nothing here changes clocks or resets the GPU), and
+judges the profiles with grader/judging/gpu_performance_traps.py. Where ncu is refused (ERR_NVGPUCTRPERM: not
+root, or `NVreg_RestrictProfilingToAdminUsers=1`), the static facts of the compiled kernel (`StaticFacts`:
+tensor-core instructions, vector loads, registers, spills) still say something.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import io
+import re
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_CANDIDATES = ("/usr/local/cuda/bin/ncu",)
+_GLOBS = ("/opt/nvidia/nsight-compute/*/ncu",)
+
+# The counters asked for, one name each (Nsight Compute's metric names; `ncu --query-metrics` lists them).
+# All of them were read by ncu 2025.3.1 on the H200 for Triton kernels (TRITON_FACTS.md, "Added 2026-12-02").
+DRAM_READ = "dram__bytes_read.sum"
+DRAM_WRITE = "dram__bytes_write.sum"
+LOAD_REQUESTS = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"  # global load instructions, per warp
+LOAD_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"  # 32-byte sectors they touched
+STORE_REQUESTS = "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"
+STORE_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"
+OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"  # achieved occupancy, % of the SM's warps
+# The tensor pipe's busy share. Uncertain on Hopper: "hmma" names the warp-level MMA pipe; the H200 run
+# showed 81% for a tl.dot matmul (compiled to wgmma) and 30% for a broadcast-sum, so wgmma is counted there,
+# but NVIDIA's docs do not say so for sm_90 and a newer ncu may split the pipe (check `--query-metrics`).
+TENSOR_PIPE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+GRID_SIZE = "launch__grid_size"  # programs (thread blocks) in the launch, all axes multiplied
+BLOCK_SIZE = "launch__block_size"  # threads per program (num_warps x 32 for Triton)
+REGISTERS = "launch__registers_per_thread"
+DURATION = "gpu__time_duration.sum"
+DRAM_THROUGHPUT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+SM_THROUGHPUT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+
+METRICS = (DRAM_READ, DRAM_WRITE, LOAD_REQUESTS, LOAD_SECTORS, STORE_REQUESTS, STORE_SECTORS, OCCUPANCY,
+           TENSOR_PIPE, GRID_SIZE, BLOCK_SIZE, REGISTERS, DURATION, DRAM_THROUGHPUT, SM_THROUGHPUT)
+
+# Only options that read counters: `--clock-control none` leaves the GPU's clocks as they are (ncu's default
+# locks them to base), so a profile sees the clocks a timed run sees. No --reset, no --clock-control base.
+PROFILER_ARGS = ("--clock-control", "none", "--csv", "--print-units", "base")
+
+# ncu's units -> the factor to its base unit (bytes, nanoseconds); what `--print-units base` prints already.
+_UNIT_SCALE = {
+    "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12,
+    "nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9,
+}
+_HEADER = '"ID",'
+_TRIPLE = re.compile(r"\(\s*(\d+)\s*,\s*(\d+)\s*,\s*(\d+)\s*\)")
+
+
+def find_ncu() -> str | None:
+    """The ncu executable: on PATH, in the CUDA toolkit, or in a standalone Nsight Compute install (the newest)."""
+    found = shutil.which("ncu") or next((c for c in _CANDIDATES if Path(c).is_file()), None)
+    if found:
+        return found
+    installed = sorted(p for pattern in _GLOBS for p in glob.glob(pattern) if Path(p).is_file())
+    return installed[-1] if installed else None
+
+
+def profiler_command(kernel_name: str, launch_count: int = 1, metrics: Sequence[str] = METRICS,
+                     ncu: str | None = None) -> tuple[str, ...] | None:
+    """The ncu command prefix that profiles the first `launch_count` launches of the kernel named exactly
+    `kernel_name` (the program to run goes after it), or None where ncu is not installed."""
+    found = ncu or find_ncu()
+    if found is None:
+        return None
+    if launch_count < 1:
+        raise ValueError(f"launch_count must be at least 1, not {launch_count}")
+    return (found, *PROFILER_ARGS, "--metrics", ",".join(metrics),
+            "--kernel-name", f"regex:^{re.escape(kernel_name)}$", "--launch-count", str(launch_count))
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """One profiled kernel launch. `metrics`: name -> value in ncu's base units (bytes, nanoseconds, percent,
+    counts); a counter ncu could not read ("n/a") is absent."""
+
+    launch_id: int
+    kernel: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    def get(self, name: str, default: float = 0.0) -> float:
+        return self.metrics.get(name, default)
+
+    @property
+    def programs(self) -> int:
+        """Programs (thread blocks) of the launch: ncu's launch__grid_size, else the Grid Size column."""
+        if GRID_SIZE in self.metrics:
+            return int(self.metrics[GRID_SIZE])
+        return _product(self.grid)
+
+    @property
+    def threads(self) -> int:
+        """Threads per program: ncu's launch__block_size, else the Block Size column."""
+        if BLOCK_SIZE in self.metrics:
+            return int(self.metrics[BLOCK_SIZE])
+        return _product(self.block)
+
+    @property
+    def time_ns(self) -> float:
+        return self.get(DURATION)
+
+
+def _product(values: Sequence[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out if values else 0
+
+
+def parse_number(text: str) -> float | None:
+    """ncu's value text: thousands separators ("1,234.5"), or "n/a" / empty (None)."""
+    cleaned = text.strip().replace(",", "")
+    try:
+        return float(cleaned)
+    except ValueError:
+        return None
+
+
+def _triple(text: str) -> tuple[int, ...]:
+    m = _TRIPLE.search(text or "")
+    return tuple(int(g) for g in m.groups()) if m else ()
+
+
+def parse_ncu_csv(text: str) -> tuple[KernelProfile, ...]:
+    """Every kernel launch in ncu's `--csv` output, in launch order. The program's own output and ncu's
+    `==PROF==` lines before the header are skipped; columns are found by name (ncu's releases add some)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(_HEADER)), None)
+    if start is None:
+        return ()
+    rows = csv.DictReader(io.StringIO("\n".join(line for line in lines[start:] if line.startswith('"'))))
+    launches: dict[tuple[str, str], dict[str, object]] = {}
+    for row in rows:
+        key = (row.get("ID") or "", row.get("Process ID") or "")
+        if not key[0].isdigit():
+            continue
+        launch = launches.setdefault(key, {"kernel": row.get("Kernel Name") or "?",
+                                           "grid": _triple(row.get("Grid Size") or ""),
+                                           "block": _triple(row.get("Block Size") or ""), "metrics": {}})
+        value = parse_number(row.get("Metric Value") or "")
+        name = row.get("Metric Name") or ""
+        if value is None or not name:
+            continue
+        metrics = launch["metrics"]
+        assert isinstance(metrics, dict)
+        metrics[name] = value * _UNIT_SCALE.get((row.get("Metric Unit") or "").strip(), 1.0)
+    out = []
+    for (launch_id, _pid), launch in launches.items():
+        grid, block, metrics = launch["grid"], launch["block"], launch["metrics"]
+        assert isinstance(grid, tuple) and isinstance(block, tuple) and isinstance(metrics, dict)
+        out.append(KernelProfile(int(launch_id), str(launch["kernel"]), grid, block, dict(metrics)))
+    return tuple(out)
+
+
+# ncu's failures, by a piece of its output -> the one-line reason shown.
+_FAILURES = (
+    (re.compile(r"ERR_NVGPUCTRPERM|permission to access NVIDIA GPU Performance Counters", re.I),
+     "Nsight Compute is not permitted to read the GPU's counters on this machine (ERR_NVGPUCTRPERM): it needs "
+     "root, or the driver option NVreg_RestrictProfilingToAdminUsers=0; the static facts of the compiled "
+     "kernel are used instead"),
+    (re.compile(r"LibraryNotLoaded", re.I),
+     "Nsight Compute could not load its injection library into the process (LibraryNotLoaded): the ncu "
+     "release may not match the driver or the CUDA runtime the process loaded"),
+    (re.compile(r"No kernels were profiled", re.I),
+     "Nsight Compute profiled no kernel: no launch matched the kernel name (or the process launched none)"),
+)
+NOT_INSTALLED = ("Nsight Compute (ncu) is not installed on this machine (looked on PATH, in /usr/local/cuda/bin "
+                 "and /opt/nvidia/nsight-compute)")
+
+
+def classify_failure(returncode: int | None, output: str, profiles_found: int = 0) -> str | None:
+    """Why an ncu run gave no counters, in one line, or None when it gave some. `returncode` None: ncu was
+    not found (or could not be started)."""
+    if returncode is None:
+        return NOT_INSTALLED
+    for pattern, reason in _FAILURES:
+        if pattern.search(output):
+            return reason
+    if profiles_found:
+        return None
+    errors = [line.strip() for line in output.splitlines() if line.lstrip().startswith("==ERROR==")]
+    if errors:
+        return f"Nsight Compute failed: {errors[0].removeprefix('==ERROR==').strip()}"
+    return f"Nsight Compute gave no counters (exit code {returncode})"
+
+
+# Static facts of a compiled Triton kernel: `kernel.asm["ptx"]` / `["sass"]`, `kernel.n_regs`, `kernel.n_spills`.
+_TENSOR_CORE = re.compile(r"\bwgmma\.|\bmma\.sync\b|\bmma\.|\bH(?:G)?MMA\b")  # PTX wgmma/mma; SASS HMMA/HGMMA
+_VECTOR_LOAD = re.compile(r"\bld\.global(?:\.[\w:]+)*?\.v4\.|\bLDG\.E(?:\.\w+)*?\.128\b")  # PTX / SASS 128-bit
+
+
+def uses_tensor_cores(assembly: str) -> bool:
+    """Whether PTX or SASS text holds a tensor-core instruction (wgmma / mma; HGMMA / HMMA)."""
+    return bool(_TENSOR_CORE.search(assembly))
+
+
+def vectorised_loads(assembly: str) -> bool:
+    """Whether PTX or SASS text holds a 128-bit global load (ld.global.v4 / LDG.E.128): four float32 per lane."""
+    return bool(_VECTOR_LOAD.search(assembly))
+
+
+@dataclass(frozen=True)
+class StaticFacts:
+    """What the compiled kernel says without running it."""
+
+    tensor_cores: bool
+    vector_loads: bool
+    registers: int
+    spills: int
+
+
+def static_facts(assembly: str, n_regs: int, n_spills: int) -> StaticFacts:
+    return StaticFacts(uses_tensor_cores(assembly), vectorised_loads(assembly), int(n_regs), int(n_spills))
