@@ -552,21 +552,25 @@ class PerformanceRunner:
         perf = prepared.perf
         what = f"running the reference {perf.target} at {perf.shape}"
         try:
-            reply = self._reference.request(
-                prepared.call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True),
-                self._deadline(perf), what)
+            plan = self._reference_plan(self._reference, prepared, what)
         except WorkerFailure:
             self._reference.close()
             self._reference = None
             return
-        recorded = reply.get("record") if reply.get("ok") else None
-        plan = plan_performance_run(recorded if isinstance(recorded, Mapping) else {}, prepared.call.inputs,
-                                    perf.target)
         if isinstance(plan, str):
             return
         kept = self._time_plan(self._reference, dataclasses.replace(prepared, timed=plan), what, keep=perf.id)
         if not isinstance(kept, str):
             self._reference_kept.add(perf.id)
+
+    def _reference_plan(self, reference: Worker, prepared: _Prepared, what: str) -> PerformancePlan | str:
+        """The reference's launches on the case's inputs, recorded in its worker and planned (or why not)."""
+        reply = reference.request(
+            prepared.call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True),
+            self._deadline(prepared.perf), what)
+        recorded = reply.get("record") if reply.get("ok") else None
+        return plan_performance_run(recorded if isinstance(recorded, Mapping) else {}, prepared.call.inputs,
+                                    prepared.perf.target)
 
     def _time_in_turn(self, timer: Worker, perf: PerformanceCase, what: str) -> tuple[list[float], list[float]] | str:
         """The student's kept launches and the reference's, one sample each in turn, `repeats` rounds: both see the
@@ -668,12 +672,7 @@ class PerformanceRunner:
         perf = prepared.perf
         what = f"timing the reference {perf.target} on {perf.shape}"
         try:
-            reply = self._reference.request(
-                prepared.call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True),
-                self._deadline(perf), what)
-            recorded = reply.get("record") if reply.get("ok") else None
-            plan = plan_performance_run(recorded if isinstance(recorded, Mapping) else {}, prepared.call.inputs,
-                                        perf.target)
+            plan = self._reference_plan(self._reference, prepared, what)
             if isinstance(plan, str):
                 return None, f"the reference could not be timed: {plan}"
             timed = self._time_plan(self._reference, dataclasses.replace(prepared, timed=plan), what)
