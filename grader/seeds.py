@@ -51,3 +51,8 @@ def seed_text(seed: int, source: str) -> str:
     if source == "public":
         return seed_label(seed, source)
     return f"seed {seed} (re-run with --seed {seed})"
+
+
+def run_seeds(seed: int, more: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """The seeds one run grades at: `seed` first, then each of `more` once (a run graded at several seeds)."""
+    return (seed, *(s for s in dict.fromkeys(more) if s != seed))

@@ -44,6 +44,7 @@ from grader.running.aot import NOT_RUN, not_compiled
 from grader.running.calibration import CalibrationStore
 from grader.running.sandbox import Sandbox, start_sandbox
 from grader.running.sanitizer import sanitizer_command
+from grader.seeds import run_seeds
 from grader.submission_file import defines_nothing, fit, notebook_problem, source_problem
 
 INHERITED_TRAPS = {trap_ids.OOB_WRITE, trap_ids.OOB_READ, trap_ids.UNWRITTEN_OUTPUT}
@@ -116,7 +117,7 @@ def grade_at_seeds(request: GradeRequest) -> list[tuple[GradeResult, str]]:
 
 
 def _all_seeds(request: GradeRequest) -> tuple[int, ...]:
-    return (_seed(request), *(s for s in dict.fromkeys(request.more_seeds) if s != request.seed))
+    return run_seeds(_seed(request), request.more_seeds)
 
 
 def _defines_nothing(result: GradeResult, submission: Path) -> tuple[str, ...]:

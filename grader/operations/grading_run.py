@@ -29,6 +29,7 @@ from grader.running.calibration import CalibrationStore
 from grader.running.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
 from grader.running.sandbox import Sandbox, start_sandbox
 from grader.running.sanitizer import sanitizer_command
+from grader.seeds import run_seeds
 
 
 class GradingRun:
@@ -50,7 +51,7 @@ class GradingRun:
         self.submission = Path(submission).resolve()
         self.backend = backend
         self.seed = seed
-        self.seeds = (seed, *(s for s in dict.fromkeys(more_seeds) if s != seed))
+        self.seeds = run_seeds(seed, more_seeds)
         self.public_only = public_only
         self.hidden = hidden
         self.targets = frozenset(targets)
