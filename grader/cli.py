@@ -19,7 +19,7 @@ from grader.authoring.discovery import (
 )
 from grader.authoring.mutants import Mutant, MutantError, load_mutants, write_mutant
 from grader.authoring.spec import Assignment, SpecError, load_assignment
-from grader.operations.environment import detect_backend, github_repo, grader_version, installed_from_github
+from grader.environment import detect_backend, github_repo, grader_version, installed_from_github
 from grader.operations.executors import EXECUTORS
 from grader.operations.notebook import NotebookError
 from grader.running.calibration import DEFAULT_MAX_AGE_S, CalibrationStore, default_folder
@@ -542,7 +542,7 @@ def cmd_gradescope_bundle(args: argparse.Namespace, root: Path) -> int:
 
 
 def cmd_classroom_workflow(args: argparse.Namespace, root: Path) -> int:
-    from grader.publishing.atomic import write_text
+    from grader.atomic import write_text
     from grader.publishing.classroom import classroom_steps, classroom_workflow
 
     grader_repo = _grader_repo(args.grader_repo)

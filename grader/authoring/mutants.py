@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from grader import trap_ids
+from grader.atomic import write_text
 from grader.authoring.spec import BACKENDS
-from grader.publishing.atomic import write_text
 
 if sys.version_info >= (3, 11):
     import tomllib

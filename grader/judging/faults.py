@@ -30,10 +30,10 @@ from typing import Any
 
 from grader import trap_ids
 from grader.authoring.spec import Assignment
+from grader.evidence.observation import Finding, Observation
 from grader.judging.false_hints import MISALIGNED, HintCall
 from grader.judging.judge import failure_head
 from grader.results import CaseResult
-from grader.running.observation import Finding, Observation
 
 ILLEGAL_ACCESS = "illegal memory access"
 # The failures a GPU fault arrives as: the worker's reply (an exception from the launch or the synchronise

@@ -1,7 +1,7 @@
 """Why a kernel is slow, measured: performance traps named from Nsight Compute counters (pure).
 
 Groundwork for issue 28, not wired into the grade path (docs/performance.md, "GPU performance traps"). The
-evidence is a student's profiled launches of one case (grader/running/profiling.py `KernelProfile`s, ncu run
+evidence is a student's profiled launches of one case (grader/evidence/kernel_profiles.py `KernelProfile`s, ncu run
 with `--clock-control none`) next to the reference's launches of the same case, plus the static facts of the
 compiled kernels where known. Every trap is named only when the student is measurably slower than the
 reference (`Thresholds.slower`): a kernel within ~10% of the reference gets none, whatever its counters.
@@ -27,9 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from grader import trap_ids
+from grader.evidence import kernel_profiles as ncu
+from grader.evidence.kernel_profiles import KernelProfile, StaticFacts
 from grader.results import PerformanceTrap
-from grader.running import profiling as ncu
-from grader.running.profiling import KernelProfile, StaticFacts
 
 MEASURED = "measured"
 COALESCED_SECTORS = 4.0  # sectors of one request of 32 lanes reading consecutive float32 (128 bytes)

@@ -11,14 +11,14 @@ from grader import trap_ids
 from grader.authoring.catalog import trap_catalog, trap_title
 from grader.authoring.problem import TrapFunction
 from grader.authoring.spec import Assignment, Case, Tolerance
+from grader.evidence.guard_bits import INPUT_MODIFIED
+from grader.evidence.observation import Observation
 from grader.judging.compare import Comparison, close_mask, compare, worst_element
 from grader.judging.diagnosis import TrapMatch, classify_unmatched, locate, match_traps
 from grader.judging.error_maps import error_maps
 from grader.judging.false_hints import evidence as false_hint_evidence
 from grader.judging.replay import launch_meta
 from grader.results import CaseResult
-from grader.running.guards import INPUT_MODIFIED
-from grader.running.observation import Observation
 
 # Torch operators a wrapper may run besides its kernel launch: allocation, views, copies, metadata.
 # Anything else (aten.mm, aten.gelu, aten.var_mean, aten.native_layer_norm, aten.add, ...) is torch

@@ -27,10 +27,10 @@ from typing import Any
 import torch
 
 from grader import trap_ids
+from grader.evidence.guard_bits import PAYLOAD_OUTPUT_POISON, nan_pattern
+from grader.evidence.observation import Finding
+from grader.evidence.tensor_views import tensor_from
 from grader.judging.compare import close_mask
-from grader.running.guards import PAYLOAD_OUTPUT_POISON, nan_pattern
-from grader.running.observation import Finding
-from grader.running.worker.launch_record import tensor_from
 
 _BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.atomic import write_json, write_zip
 from grader.authoring.spec import Assignment, course_library_path
-from grader.publishing.atomic import write_json, write_zip
 
 BUNDLE_FORMAT_VERSION = 1
 PROJECT_DIR = "kernel-grader"

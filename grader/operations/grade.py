@@ -30,13 +30,13 @@ from grader import trap_ids
 from grader.authoring.catalog import trap_catalog, trap_title
 from grader.authoring.course_seed import GIVEN, choose_seed
 from grader.authoring.spec import Assignment, load_public_assignment
+from grader.environment import backend_label, versions
 from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
 from grader.judging.false_hints import as_cpu_grade, false_hint_checks, with_cpu_evidence
 from grader.judging.faults import name_from_other_cases
 from grader.judging.judge import renamed_head
 from grader.judging.performance import by_id, errored, not_run, skipped
 from grader.judging.performance_traps import diagnose as diagnose_performance
-from grader.operations.environment import backend_label, versions
 from grader.operations.grading_run import GradingRun
 from grader.operations.notebook import NotebookError, is_notebook, materialise, read_notebook
 from grader.results import CaseResult, GradeResult, PerformanceResult

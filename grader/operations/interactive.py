@@ -12,7 +12,7 @@ from pathlib import Path
 
 from grader.authoring.discovery import assignments_fitting, assignments_root, find_assignment, list_assignment_ids
 from grader.authoring.spec import Assignment
-from grader.operations.environment import detect_backend
+from grader.environment import detect_backend
 from grader.operations.grade import GradeRequest, grade
 from grader.publishing import report
 from grader.results import GradeResult

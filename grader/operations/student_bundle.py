@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grader.atomic import write_zip
 from grader.authoring.public import public_toml
 from grader.authoring.spec import TEMPLATE_DIR, Assignment, course_library_path
-from grader.publishing.atomic import write_zip
 
 ASSIGNMENTS_DIR = "assignments"
 

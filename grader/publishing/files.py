@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from grader.atomic import write_json, write_text
 from grader.authoring.spec import Assignment
 from grader.publishing import report
-from grader.publishing.atomic import write_json, write_text
 from grader.publishing.gradescope import MAX_TOP_OUTPUT_CHARS, results_json
 from grader.publishing.prairielearn import prairielearn_json
 from grader.results import GradeResult

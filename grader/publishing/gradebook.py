@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from grader import trap_ids
+from grader.atomic import write_json, write_text
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment
-from grader.publishing.atomic import write_json, write_text
 from grader.publishing.report import template_environment
 from grader.publishing.similarity import SimilaritySummary
 from grader.results import GradeResult

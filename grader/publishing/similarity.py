@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from grader.atomic import write_text
 from grader.judging.similarity import FLAG, WINDOW, Comparison, K, Pair
-from grader.publishing.atomic import write_text
 from grader.publishing.report import template_environment
 
 SIMILARITY_CSV = "similarity.csv"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from grader import trap_ids
 from grader.authoring.spec import Assignment, KernelSpec
+from grader.judging.errors import error_message
 from grader.results import CaseResult
 from grader.running.battery import check_symbol
 from grader.running.client import Worker, WorkerFailure
-from grader.running.observation import error_message
 from grader.running.sandbox import Sandbox, WorkerOptions, hidden_from_worker
 
 GPU_ARCH = 90

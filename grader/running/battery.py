@@ -22,9 +22,12 @@ from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import In, Out, Problem
 from grader.authoring.spec import Assignment, Case, FunctionSpec, KernelSpec
+from grader.evidence import guard_bits
+from grader.evidence.observation import Finding, Observation
 from grader.judging import faults
 from grader.judging.compare import close_mask
 from grader.judging.diagnosis import nan_leaks
+from grader.judging.errors import classify_error, error_message, failure_message
 from grader.judging.false_hints import HintCall, gpu_fault_note, hint_calls, names_false_hint
 from grader.judging.judge import judge_case
 from grader.judging.replay import ReplayPlan, check_outputs, explain_replay_mismatch, plan_replay, same_buffers
@@ -33,7 +36,6 @@ from grader.running import arguments, guards
 from grader.running.arguments import buffer_key
 from grader.running.client import Deadline, Worker, WorkerFailure
 from grader.running.gpu_slot import GpuSlot, gpu_name
-from grader.running.observation import Finding, Observation, classify_error, error_message, failure_message
 from grader.running.phases import PhaseClock
 from grader.running.placement import Placed, launch_grid, place_buffers
 from grader.running.sandbox import Sandbox, sandbox_options
@@ -412,8 +414,8 @@ class Battery:
         differing = tuple(
             name for name, out in observation.outputs.items()
             if name in again.outputs and (out.shape != again.outputs[name].shape
-                                          or not torch.equal(guards.bits(out.contiguous()),
-                                                             guards.bits(again.outputs[name].contiguous())))
+                                          or not torch.equal(guard_bits.bits(out.contiguous()),
+                                                             guard_bits.bits(again.outputs[name].contiguous())))
         )
         return dataclasses.replace(observation, nondeterministic=differing) if differing else observation
 
@@ -628,7 +630,7 @@ class Battery:
         after = reply.get("storages") or []
         if len(after) != len(placed.storages):
             return Observation(trap=trap_ids.CRASH, message="the worker returned a malformed reply")
-        findings: list[guards.GuardFinding] = []
+        findings: list[guard_bits.GuardFinding] = []
         outputs: dict[str, torch.Tensor] = {}
         unwritten: dict[str, torch.Tensor] = {}
         for key, before, now in zip(placed.keys, placed.storages, after, strict=True):  # length checked above
@@ -794,7 +796,7 @@ def unpack_returns(
 
 def allocation_guard_findings(
     found: Any, result_views: tuple[Any, ...], spec: FunctionSpec
-) -> tuple[guards.GuardFinding, ...]:
+) -> tuple[guard_bits.GuardFinding, ...]:
     """Stores past the buffers a wrapper allocated itself (the worker guards them, harness._guarded):
     `oob-write`, named after the output the buffer was returned as, else by its shape."""
     if not isinstance(found, list):
@@ -818,19 +820,20 @@ def allocation_guard_findings(
 
 def poisoned_outputs(
     outputs: Mapping[str, torch.Tensor],
-) -> tuple[dict[str, torch.Tensor], tuple[guards.GuardFinding, ...]]:
+) -> tuple[dict[str, torch.Tensor], tuple[guard_bits.GuardFinding, ...]]:
     """Elements of returned tensors still holding the poison the worker put into fresh allocations."""
     unwritten: dict[str, torch.Tensor] = {}
     findings = []
     for name, tensor in outputs.items():
         if not tensor.dtype.is_floating_point:
             continue
-        mask = guards.bits(tensor.contiguous()) == guards.nan_pattern(tensor.dtype, guards.PAYLOAD_OUTPUT_POISON)
+        poison = guard_bits.nan_pattern(tensor.dtype, guard_bits.PAYLOAD_OUTPUT_POISON)
+        mask = guard_bits.bits(tensor.contiguous()) == poison
         unwritten[name] = mask
         if mask.any():
             first = tuple(int(i) for i in torch.nonzero(mask)[0])
             findings.append(
-                guards.GuardFinding(trap_ids.UNWRITTEN_OUTPUT, name, int(mask.sum()), f"{name}{list(first)}"))
+                guard_bits.GuardFinding(trap_ids.UNWRITTEN_OUTPUT, name, int(mask.sum()), f"{name}{list(first)}"))
     return unwritten, tuple(findings)
 
 

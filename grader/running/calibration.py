@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grader.publishing.atomic import write_json
+from grader.atomic import write_json
 
 if TYPE_CHECKING:  # torch comes with them: a batch's parent and `grader list` need none of it
     from grader.authoring.problem import Problem
@@ -164,7 +164,7 @@ def this_machine(device: str) -> Machine:
     nvidia-smi call where that file is missing) and torch's device properties."""
     import torch
 
-    from grader.operations.environment import versions
+    from grader.environment import versions
 
     found = versions()
     if device != "cuda":
@@ -256,7 +256,7 @@ class CalibrationStore:
         return calibration.measured_at >= self.not_before and -CLOCK_SLACK_S <= age <= self.max_age_s
 
     def store(self, key: CalibrationKey, calibration: Calibration) -> None:
-        """Write atomically (grader.publishing.atomic); raises OSError, or ValueError for a non-finite time."""
+        """Write atomically (grader.atomic); raises OSError, or ValueError for a non-finite time."""
         measured = dt.datetime.fromtimestamp(calibration.measured_at, dt.timezone.utc).isoformat(timespec="seconds")
         write_json(self.path(key), {"format": FORMAT_VERSION, "measured": measured, "key": key.to_dict(),
                                     "calibration": calibration.to_dict()})

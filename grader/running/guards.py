@@ -31,29 +31,15 @@ from dataclasses import dataclass
 import torch
 
 from grader import trap_ids
-
-# Quiet-NaN bit patterns per float width, and the payloads that mark each role.
-_NAN_BITS = {2: 0x7E00, 4: 0x7FC00000, 8: 0x7FF8000000000000}
-_BF16_NAN_BITS = 0x7FC0
-_INT_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-PAYLOAD_INPUT_GUARD = 0x11
-PAYLOAD_OUTPUT_GUARD = 0x22
-PAYLOAD_OUTPUT_POISON = 0x33
-INPUT_MODIFIED = "input-modified"  # a guard finding, reported as trap_ids.WRITES_INPUT
-
-
-def nan_pattern(dtype: torch.dtype, payload: int) -> int:
-    """The integer bit pattern of a quiet NaN of `dtype` carrying `payload`."""
-    if not dtype.is_floating_point:
-        raise TypeError(f"guarded buffers need a floating-point dtype, not {dtype}")
-    if dtype == torch.bfloat16:
-        return _BF16_NAN_BITS | (payload & 0x3F)
-    return _NAN_BITS[dtype.itemsize] | payload
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view(_INT_VIEW[t.element_size()])
-
+from grader.evidence.guard_bits import (
+    INPUT_MODIFIED,
+    PAYLOAD_INPUT_GUARD,
+    PAYLOAD_OUTPUT_GUARD,
+    PAYLOAD_OUTPUT_POISON,
+    GuardFinding,
+    bits,
+    nan_pattern,
+)
 
 # Guard band widths, in elements: never narrower than GUARD_MIN, never wider than GUARD_CAP (4 MiB of
 # float32 on each side of a tensor: what the worker's pipe and a launch record's snapshot can carry).
@@ -194,24 +180,6 @@ def build_storage(
 
 def view_of(storage: torch.Tensor, plan: BufferPlan) -> torch.Tensor:
     return torch.as_strided(storage, plan.view_shape, plan.view_stride, plan.offset)
-
-
-@dataclass(frozen=True)
-class GuardFinding:
-    """One thing the guard check found, located in words."""
-
-    trap: str  # trap_ids.OOB_WRITE | INPUT_MODIFIED | trap_ids.UNWRITTEN_OUTPUT
-    buffer: str
-    count: int
-    first: str
-
-    def message(self) -> str:
-        what = {
-            trap_ids.OOB_WRITE: "out-of-bounds write(s)",
-            INPUT_MODIFIED: "write(s) into an input",
-            trap_ids.UNWRITTEN_OUTPUT: "output element(s) never written",
-        }[self.trap]
-        return f"{self.count} {what} in {self.buffer}; first at {self.first}"
 
 
 def check_storage(plan: BufferPlan, before: torch.Tensor, after: torch.Tensor) -> list[GuardFinding]:

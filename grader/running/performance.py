@@ -36,10 +36,12 @@ from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import Baseline, Problem
 from grader.authoring.spec import Assignment, PerformanceCase
+from grader.environment import versions
+from grader.evidence.observation import Observation
 from grader.judging.compare import close_mask
+from grader.judging.errors import error_message
 from grader.judging.judge import fusion_problems
 from grader.judging.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
-from grader.operations.environment import versions
 from grader.results import CaseResult, DeviceInfo, Measurement, PerformanceResult
 from grader.running import arguments
 from grader.running.battery import Battery
@@ -54,7 +56,6 @@ from grader.running.calibration import (
 from grader.running.client import Deadline, Worker, WorkerFailure, WorkerOptions
 from grader.running.gpu_slot import GpuSlot, gpu_name
 from grader.running.kernel_source import KernelSource, kernels_only
-from grader.running.observation import Observation, error_message
 from grader.running.performance_plan import PerformancePlan, plan_performance_run
 from grader.running.worker import performance_timing
 from grader.seeds import case_seed

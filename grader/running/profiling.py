@@ -16,35 +16,13 @@ import glob
 import io
 import re
 import shutil
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
+
+from grader.evidence.kernel_profiles import METRICS, KernelProfile, StaticFacts
 
 _CANDIDATES = ("/usr/local/cuda/bin/ncu",)
 _GLOBS = ("/opt/nvidia/nsight-compute/*/ncu",)
-
-# The counters asked for, one name each (Nsight Compute's metric names; `ncu --query-metrics` lists them).
-# All of them were read by ncu 2025.3.1 on the H200 for Triton kernels (TRITON_FACTS.md, "Added 2026-12-02").
-DRAM_READ = "dram__bytes_read.sum"
-DRAM_WRITE = "dram__bytes_write.sum"
-LOAD_REQUESTS = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"  # global load instructions, per warp
-LOAD_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"  # 32-byte sectors they touched
-STORE_REQUESTS = "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"
-STORE_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"
-OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"  # achieved occupancy, % of the SM's warps
-# The tensor pipe's busy share. Uncertain on Hopper: "hmma" names the warp-level MMA pipe; the H200 run
-# showed 81% for a tl.dot matmul (compiled to wgmma) and 30% for a broadcast-sum, so wgmma is counted there,
-# but NVIDIA's docs do not say so for sm_90 and a newer ncu may split the pipe (check `--query-metrics`).
-TENSOR_PIPE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
-GRID_SIZE = "launch__grid_size"  # programs (thread blocks) in the launch, all axes multiplied
-BLOCK_SIZE = "launch__block_size"  # threads per program (num_warps x 32 for Triton)
-REGISTERS = "launch__registers_per_thread"
-DURATION = "gpu__time_duration.sum"
-DRAM_THROUGHPUT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
-SM_THROUGHPUT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
-
-METRICS = (DRAM_READ, DRAM_WRITE, LOAD_REQUESTS, LOAD_SECTORS, STORE_REQUESTS, STORE_SECTORS, OCCUPANCY,
-           TENSOR_PIPE, GRID_SIZE, BLOCK_SIZE, REGISTERS, DURATION, DRAM_THROUGHPUT, SM_THROUGHPUT)
 
 # Only options that read counters: `--clock-control none` leaves the GPU's clocks as they are (ncu's default
 # locks them to base), so a profile sees the clocks a timed run sees. No --reset, no --clock-control base.
@@ -79,46 +57,6 @@ def profiler_command(kernel_name: str, launch_count: int = 1, metrics: Sequence[
         raise ValueError(f"launch_count must be at least 1, not {launch_count}")
     return (found, *PROFILER_ARGS, "--metrics", ",".join(metrics),
             "--kernel-name", f"regex:^{re.escape(kernel_name)}$", "--launch-count", str(launch_count))
-
-
-@dataclass(frozen=True)
-class KernelProfile:
-    """One profiled kernel launch. `metrics`: name -> value in ncu's base units (bytes, nanoseconds, percent,
-    counts); a counter ncu could not read ("n/a") is absent."""
-
-    launch_id: int
-    kernel: str
-    grid: tuple[int, ...]
-    block: tuple[int, ...]
-    metrics: Mapping[str, float] = field(default_factory=dict)
-
-    def get(self, name: str, default: float = 0.0) -> float:
-        return self.metrics.get(name, default)
-
-    @property
-    def programs(self) -> int:
-        """Programs (thread blocks) of the launch: ncu's launch__grid_size, else the Grid Size column."""
-        if GRID_SIZE in self.metrics:
-            return int(self.metrics[GRID_SIZE])
-        return _product(self.grid)
-
-    @property
-    def threads(self) -> int:
-        """Threads per program: ncu's launch__block_size, else the Block Size column."""
-        if BLOCK_SIZE in self.metrics:
-            return int(self.metrics[BLOCK_SIZE])
-        return _product(self.block)
-
-    @property
-    def time_ns(self) -> float:
-        return self.get(DURATION)
-
-
-def _product(values: Sequence[int]) -> int:
-    out = 1
-    for v in values:
-        out *= v
-    return out if values else 0
 
 
 def parse_number(text: str) -> float | None:
@@ -211,16 +149,6 @@ def uses_tensor_cores(assembly: str) -> bool:
 def vectorised_loads(assembly: str) -> bool:
     """Whether PTX or SASS text holds a 128-bit global load (ld.global.v4 / LDG.E.128): four float32 per lane."""
     return bool(_VECTOR_LOAD.search(assembly))
-
-
-@dataclass(frozen=True)
-class StaticFacts:
-    """What the compiled kernel says without running it."""
-
-    tensor_cores: bool
-    vector_loads: bool
-    registers: int
-    spills: int
 
 
 def static_facts(assembly: str, n_regs: int, n_spills: int) -> StaticFacts:

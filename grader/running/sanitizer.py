@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grader import trap_ids
-from grader.running.observation import Finding
+from grader.evidence.observation import Finding
 from grader.running.worker.protocol import ALLOCATION_LINE, POINTERS_LINE
 
 SANITIZER_ARGS = ("--tool", "memcheck", "--print-limit", "50", "--show-backtrace", "no")

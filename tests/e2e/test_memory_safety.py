@@ -20,10 +20,12 @@ import pytest
 import torch
 
 from grader.cli import main
+from grader.evidence import guard_bits
+from grader.evidence.observation import Finding, Observation
+from grader.judging.errors import classify_error
 from grader.running import guards
 from grader.running.battery import needs_fresh_worker, replay_failure
 from grader.running.client import WorkerFailure
-from grader.running.observation import Finding, Observation, classify_error
 from tests.conftest import all_traps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,8 +101,8 @@ def test_classify_error_names_the_fences_traps_only_by_their_own_classes() -> No
 def test_the_worker_is_replaced_after_cases_that_wrote_out_of_bounds_raised_or_crashed() -> None:
     for failure in ("crash", "timeout", "runtime-error", "compile-error", "oob-write", "oob-read", "memory-fault"):
         assert needs_fresh_worker(Observation(trap=failure))
-    wrote = guards.GuardFinding("oob-write", "out", 1, "1 element(s) past the end of out's storage")
-    unwritten = guards.GuardFinding("unwritten-output", "out", 1, "out[0]")
+    wrote = guard_bits.GuardFinding("oob-write", "out", 1, "1 element(s) past the end of out's storage")
+    unwritten = guard_bits.GuardFinding("unwritten-output", "out", 1, "out[0]")
     assert needs_fresh_worker(Observation(guard_findings=(wrote,)))
     assert needs_fresh_worker(Observation(sanitizer_findings=(Finding("oob-write", "memcheck"),)))
     assert not needs_fresh_worker(Observation(guard_findings=(unwritten,)))

@@ -20,9 +20,9 @@ from triton.runtime.interpreter import InterpretedFunction
 
 from grader import trap_ids
 from grader.authoring.spec import load_assignment
+from grader.judging.errors import classify_error
 from grader.judging.false_hints import describe, evidence, false_hint_checks, gpu_fault_note, hint_calls
 from grader.results import CaseResult
-from grader.running.observation import classify_error
 from grader.running.worker import interpreter_compat
 from grader.running.worker.harness import is_fatal_device_error
 from grader.running.worker.hint_check import HintLog, actual_runs, check_hint

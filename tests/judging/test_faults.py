@@ -22,13 +22,13 @@ from grader.authoring.catalog import trap_catalog
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import load_assignment
+from grader.evidence.observation import Observation
 from grader.judging import faults
 from grader.judging.false_hints import HintCall, as_cpu_grade, false_hint_checks, with_cpu_evidence
 from grader.judging.judge import judge_case
 from grader.results import CaseResult
 from grader.running.battery import Battery, needs_fresh_worker, replay_failure
 from grader.running.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
-from grader.running.observation import Observation
 from grader.running.sanitizer import announced_allocations, memcheck_findings, parse_memcheck
 from grader.running.worker.harness import _failed
 from grader.seeds import case_seed

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from grader.evidence.observation import Observation
 from grader.judging.judge import judge_case
-from grader.running.observation import Observation
 
 pytestmark = pytest.mark.slow
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
+from grader.evidence import guard_bits
 from grader.judging.replay import ReplayPlan, check_outputs, grounded, plan_replay
-from grader.running import guards
 from grader.running.worker.launch_record import describe_tensor, storage_bytes, storage_id
 
 
 def poisoned(n: int) -> torch.Tensor:
     out = torch.empty(n, dtype=torch.float32)
-    guards.bits(out).fill_(guards.nan_pattern(out.dtype, guards.PAYLOAD_OUTPUT_POISON))
+    guard_bits.bits(out).fill_(guard_bits.nan_pattern(out.dtype, guard_bits.PAYLOAD_OUTPUT_POISON))
     return out
 
 
@@ -121,8 +121,8 @@ def test_a_replay_that_races_is_no_sign_of_torch() -> None:
     stores out of bounds the stray store races with its neighbour's program on a GPU (oob-write, the finding the
     guards already made); replays that disagree with each other are `nondeterministic`."""
     from grader import trap_ids
+    from grader.evidence.observation import Finding
     from grader.judging.replay import explain_replay_mismatch, same_buffers
-    from grader.running.observation import Finding
 
     mismatch = Finding(trap_ids.NOT_FUSED, "`out` is not what the wrapper's kernel launches computed: running the "
                        "recorded launches (k) again on the same inputs, with no wrapper code, gives other values.")

@@ -8,10 +8,10 @@ import torch
 
 from grader import trap_ids
 from grader.authoring.spec import load_assignment
+from grader.evidence.guard_bits import GuardFinding
+from grader.evidence.observation import Observation
 from grader.running.battery import check_symbol, failure_sentence, needs_fresh_worker, unpack_returns
 from grader.running.client import WorkerFailure
-from grader.running.guards import GuardFinding
-from grader.running.observation import Observation
 from tests.conftest import ROOT
 
 SOFTMAX = load_assignment(ROOT / "assignments" / "softmax" / "assignment.toml")

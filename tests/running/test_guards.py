@@ -104,16 +104,6 @@ def test_fresh_output_is_all_poison() -> None:
     assert findings[0].count == 15
 
 
-def test_nan_pattern_is_a_nan_with_the_payload() -> None:
-    for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-        pattern = guards.nan_pattern(dtype, guards.PAYLOAD_OUTPUT_POISON)
-        value = torch.tensor([pattern], dtype=guards._INT_VIEW[dtype.itemsize]).view(dtype)
-        assert torch.isnan(value).all(), dtype
-    assert guards.nan_pattern(torch.float32, 0x22) != guards.nan_pattern(torch.float32, 0x33)
-    with pytest.raises(TypeError):
-        guards.nan_pattern(torch.int32, 0x11)
-
-
 # ------------------------------------------------------------------------------------ findings
 
 

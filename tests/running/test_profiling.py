@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from grader.evidence import kernel_profiles as counters
 from grader.running import profiling as ncu
 from grader.running.profiling import (
-    KernelProfile,
     classify_failure,
     parse_ncu_csv,
     parse_number,
@@ -25,7 +25,7 @@ def test_the_command_reads_counters_and_never_changes_clocks() -> None:
     command = profiler_command("row_mean_var_kernel", launch_count=3, ncu="/usr/local/cuda/bin/ncu")
     assert command is not None
     assert command[:6] == ("/usr/local/cuda/bin/ncu", "--clock-control", "none", "--csv", "--print-units", "base")
-    assert command[command.index("--metrics") + 1].split(",") == list(ncu.METRICS)
+    assert command[command.index("--metrics") + 1].split(",") == list(counters.METRICS)
     assert command[command.index("--kernel-name") + 1] == "regex:^row_mean_var_kernel$"
     assert command[command.index("--launch-count") + 1] == "3"
     assert command.count("--clock-control") == 1  # the GPU keeps its own clocks: none locked to base
@@ -40,8 +40,8 @@ def test_a_kernel_name_is_matched_whole_and_literally() -> None:
 
 
 def test_the_metric_set_is_the_one_issue_28_asks_for() -> None:
-    assert len(set(ncu.METRICS)) == len(ncu.METRICS) == 14
-    assert all("__" in m for m in ncu.METRICS)  # unit__counter.rollup names, no section names
+    assert len(set(counters.METRICS)) == len(counters.METRICS) == 14
+    assert all("__" in m for m in counters.METRICS)  # unit__counter.rollup names, no section names
 
 
 def test_ncu_is_found_on_path_then_in_the_toolkit_then_in_a_standalone_install(
@@ -71,20 +71,20 @@ def test_the_csv_becomes_one_profile_per_launch_with_base_units() -> None:
     assert reference.kernel == "row_mean_var_kernel"
     assert reference.grid == (8192, 1, 1) and reference.block == (256, 1, 1)
     assert reference.programs == 8192 and reference.threads == 256
-    assert reference.metrics[ncu.DRAM_READ] == ROW_BYTES  # "268,435,456"
-    assert reference.metrics[ncu.LOAD_SECTORS] / reference.metrics[ncu.LOAD_REQUESTS] == 16
+    assert reference.metrics[counters.DRAM_READ] == ROW_BYTES  # "268,435,456"
+    assert reference.metrics[counters.LOAD_SECTORS] / reference.metrics[counters.LOAD_REQUESTS] == 16
     assert reference.time_ns == 61_000
-    assert reference.metrics[ncu.OCCUPANCY] == 95.0
-    assert ncu.TENSOR_PIPE not in reference.metrics  # "n/a" on a kernel without MMA: absent, not 0
-    assert profiles[1].metrics[ncu.LOAD_SECTORS] / profiles[1].metrics[ncu.LOAD_REQUESTS] == 32
-    assert profiles[2].metrics[ncu.TENSOR_PIPE] == 81.0
+    assert reference.metrics[counters.OCCUPANCY] == 95.0
+    assert counters.TENSOR_PIPE not in reference.metrics  # "n/a" on a kernel without MMA: absent, not 0
+    assert profiles[1].metrics[counters.LOAD_SECTORS] / profiles[1].metrics[counters.LOAD_REQUESTS] == 32
+    assert profiles[2].metrics[counters.TENSOR_PIPE] == 81.0
 
 
 def test_scaled_units_are_brought_back_to_bytes_and_nanoseconds() -> None:
     text = csv_text(ROW_ONE_WARP, preamble=False).replace(
         '"byte","268,435,456"', '"Mbyte","268.44"').replace('"nsecond","167,000"', '"usecond","167.00"')
     profile = parse_ncu_csv(text)[0]
-    assert profile.metrics[ncu.DRAM_READ] == pytest.approx(268.44e6)
+    assert profile.metrics[counters.DRAM_READ] == pytest.approx(268.44e6)
     assert profile.time_ns == pytest.approx(167_000)
 
 
@@ -97,11 +97,6 @@ def test_columns_are_found_by_name_and_launches_by_id_and_process() -> None:
     profiles = parse_ncu_csv("\n".join(old))
     assert [(p.programs, p.grid) for p in profiles] == [(4, ()), (8, ())]
     assert parse_ncu_csv("no csv here\n==PROF== Disconnected") == ()
-
-
-def test_profile_falls_back_to_the_grid_and_block_columns() -> None:
-    profile = KernelProfile(0, "k", (4, 2, 1), (128, 1, 1), {})
-    assert (profile.programs, profile.threads, profile.time_ns) == (8, 128, 0.0)
 
 
 @pytest.mark.parametrize(("text", "value"), [("1,234", 1234.0), ("92.31", 92.31), (" 16,005,000 ", 16_005_000.0),

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.atomic import write_json
 from grader.operations.batch.folder import BATCH_FORMAT_VERSION, ERROR, MANIFEST, RECORD, BatchError, read_json
-from grader.publishing.atomic import write_json
 from grader.results import GradeResult
 
 

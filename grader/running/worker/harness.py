@@ -21,16 +21,11 @@ import torch
 import triton
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from grader.evidence import guard_bits
 from grader.running import guards
 from grader.running.worker import fence, interpreter_compat, performance_timing, progress, traffic
 from grader.running.worker.hint_check import HintLog
-from grader.running.worker.launch_record import (
-    LaunchRecord,
-    decode_value,
-    describe_tensor,
-    storage_bytes,
-    storage_id,
-)
+from grader.running.worker.launch_record import LaunchRecord, decode_value, describe_tensor, storage_bytes, storage_id
 from grader.running.worker.performance_run import (
     held_graphs,
     note_freshness,
@@ -266,7 +261,7 @@ class _TorchOps(TorchDispatchMode):
         if name in _ALLOCATIONS and isinstance(out, torch.Tensor) and out.dtype.is_floating_point:
             with torch.no_grad():  # the whole storage: row gaps of a strided allocation too
                 whole = torch.empty(0, dtype=out.dtype, device=out.device).set_(out.untyped_storage())
-                guards.bits(whole).fill_(guards.nan_pattern(out.dtype, guards.PAYLOAD_OUTPUT_POISON))
+                guard_bits.bits(whole).fill_(guard_bits.nan_pattern(out.dtype, guard_bits.PAYLOAD_OUTPUT_POISON))
         return out
 
 
@@ -332,10 +327,16 @@ def _deny_network() -> None:
     socket.create_connection = refuse  # type: ignore[assignment]
 
 
+# The grader's modules a worker keeps loaded (its own code, and the plain values and messages it shares with the
+# grader): everything else of the grader, and the course's packages, leave sys.modules before student code runs.
+WORKER_MODULES = ("grader.running.worker", "grader.evidence")
+WORKER_SINGLE_MODULES = ("grader", "grader.running", "grader.running.guards", "grader.trap_ids")
+
+
 def confine_imports() -> None:
     for name in list(sys.modules):
-        if name.split(".")[0] in GUARDED_PACKAGES and not name.startswith("grader.running.worker") \
-                and name not in ("grader", "grader.running", "grader.running.guards"):
+        if name.split(".")[0] in GUARDED_PACKAGES and not name.startswith(WORKER_MODULES) \
+                and name not in WORKER_SINGLE_MODULES:
             del sys.modules[name]
     sys.meta_path.insert(0, _ImportGuard())  # type: ignore[arg-type]
     sys.path[:] = [p for p in sys.path if p and not (Path(p) / "assignments").is_dir()]

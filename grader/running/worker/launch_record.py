@@ -25,6 +25,8 @@ import torch
 import triton.language as tl
 from torch.utils._python_dispatch import _disable_current_modes
 
+from grader.evidence.tensor_views import tensor_from
+
 PLAIN_TYPES = (int, float, bool, str, type(None))
 
 
@@ -169,25 +171,6 @@ def _concrete_grid(grid: Any) -> list[int] | None:
     except (TypeError, ValueError):
         return None
     return values if all(v >= 0 for v in values) else None
-
-
-def tensor_from(buffers: dict[int, torch.Tensor], described: dict[str, Any]) -> torch.Tensor:
-    """A tensor viewing `buffers[sid]` (uint8) with the described dtype, offset, shape and stride."""
-    dtype = getattr(torch, described["dtype"])
-    out = torch.empty(0, dtype=dtype, device=buffers[described["sid"]].device)
-    shape, stride, offset = described["shape"], described["stride"], described["offset"]
-    capacity = buffers[described["sid"]].numel() // out.element_size()
-    if len(shape) != len(stride) or offset < 0 or any(d < 0 for d in shape) or any(s < 0 for s in stride):
-        raise ValueError("a tensor view with a bad shape, stride or offset")
-    if all(shape) and offset + sum((d - 1) * s for d, s in zip(shape, stride, strict=True)) >= capacity:
-        raise ValueError("a tensor view reaching past the end of its storage")
-    out.set_(
-        buffers[described["sid"]].untyped_storage(),
-        described["offset"],
-        described["shape"],
-        described["stride"],
-    )
-    return out
 
 
 def decode_value(value: Any, buffers: dict[int, torch.Tensor]) -> Any:

@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
+from grader.evidence.tensor_views import tensor_from
 from grader.running.worker import performance_timing, progress
-from grader.running.worker.launch_record import decode_value, storage_id, tensor_from
+from grader.running.worker.launch_record import decode_value, storage_id
 
 # Torch operators that make views: they neither initialise nor write a storage.
 VIEW_OPS = frozenset(f"aten.{name}" for name in (

@@ -9,7 +9,7 @@ from tests.running.worker.interpreted import run_interpreted
 FENCE_SCRIPT = """
 import json, torch, triton, triton.language as tl
 from grader.running.worker import fence, harness
-from grader.running.observation import classify_error
+from grader.judging.errors import classify_error
 assert fence.install()
 
 @triton.jit

@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from grader.evidence import guard_bits
 from grader.judging.replay import grounded
 from grader.running import guards
 from grader.running.worker.harness import _Recorder, _TorchOps, allocation_reports
@@ -35,8 +36,8 @@ def test_a_wrappers_allocation_sits_inside_poisoned_guards() -> None:
     assert ints.storage_offset() == 0
     (alloc_out, alloc_ones) = recorder.allocations
     assert out.storage_offset() == alloc_out.guard >= guards.GUARD_MIN
-    poison = guards.nan_pattern(torch.float32, guards.PAYLOAD_OUTPUT_POISON)
-    assert bool((guards.bits(alloc_out.storage) == poison).all())  # guards and body: one repeated value
+    poison = guard_bits.nan_pattern(torch.float32, guard_bits.PAYLOAD_OUTPUT_POISON)
+    assert bool((guard_bits.bits(alloc_out.storage) == poison).all())  # guards and body: one repeated value
     assert allocation_reports(recorder.allocations) == []
 
 def test_a_store_one_past_a_wrappers_own_output_is_found_and_named() -> None:

@@ -29,9 +29,9 @@ from grader.authoring.spec import load_assignment
 from grader.cli import main
 from grader.judging.compare import compare
 from grader.judging.diagnosis import refute_interpreter_limits
+from grader.judging.errors import classify_error
 from grader.operations.grade import weigh_interpreter_limits
 from grader.results import CaseResult
-from grader.running.observation import classify_error
 from grader.running.worker import interpreter_compat
 from grader.running.worker.interpreter_compat import LIBDEVICE, InterpreterUnsupported, is_interpreter_limit
 from tests.conftest import all_traps

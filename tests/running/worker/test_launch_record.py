@@ -17,10 +17,10 @@ from triton.runtime.interpreter import InterpretedFunction
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import load_assignment
+from grader.evidence.observation import Observation
 from grader.judging.diagnosis import match_traps
 from grader.judging.judge import trap_inputs
 from grader.judging.replay import launch_meta
-from grader.running.observation import Observation
 from grader.running.worker.launch_record import LaunchRecord, constexpr_params
 from grader.seeds import case_seed
 

@@ -1,10 +1,10 @@
-"""grader/running/observation.py: the raw facts of one case, and the sentences and trap ids for an
-exception the submission raised (a stray access the fence stopped, a compile error, the rest)."""
+"""grader/judging/errors.py: the sentences and trap ids for an exception the submission raised (a stray access
+the fence stopped, a compile error, the rest)."""
 
 from __future__ import annotations
 
 from grader import trap_ids
-from grader.running.observation import Finding, Observation, classify_error, error_message, failure_message
+from grader.judging.errors import classify_error, error_message, failure_message
 
 FRAME = {"line": 12, "function": "softmax", "code": "  y = x / 0  "}
 
@@ -33,9 +33,3 @@ def test_failure_message_for_a_stopped_access() -> None:
         "softmax_kernel was stopped at an out-of-bounds store (s.py, line 12, in softmax: y = x / 0): "
         "store 3 elements past out")
     assert failure_message({"type": "ValueError", "message": "m"}, "softmax", "s.py") == "softmax raised ValueError: m"
-
-
-def test_an_observation_starts_empty() -> None:
-    empty = Observation()
-    assert empty.trap is None and empty.message == "" and not empty.outputs and not empty.guard_findings
-    assert Finding(trap_ids.TIMEOUT, "no answer").trap == "timeout"

@@ -1,4 +1,4 @@
-"""grader/operations/environment.py: the backend (asked for, else what the machine has) and the versions a
+"""grader/environment.py: the backend (asked for, else what the machine has) and the versions a
 result records; read, never changed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import platform
 
 import torch
 
-from grader.operations.environment import backend_label, detect_backend, versions
+from grader.environment import backend_label, detect_backend, versions
 
 
 def test_backend() -> None:
@@ -25,7 +25,7 @@ def test_versions() -> None:
 
 
 def test_github_repo_reads_the_urls_pip_records() -> None:
-    from grader.operations.environment import github_repo
+    from grader.environment import github_repo
 
     assert github_repo("https://github.com/course/kernel-grader") == "course/kernel-grader"
     assert github_repo("git+https://github.com/course/kernel-grader.git") == "course/kernel-grader"
@@ -36,7 +36,7 @@ def test_github_repo_reads_the_urls_pip_records() -> None:
 
 
 def test_installed_from_github_is_none_for_a_checkout() -> None:
-    from grader.operations.environment import grader_version, installed_from_github
+    from grader.environment import grader_version, installed_from_github
 
     # the tests run from an editable install of the checkout: no GitHub repository to name
     assert installed_from_github() is None

@@ -1,4 +1,4 @@
-"""grader/publishing/atomic.py: files written whole or not at all (a temporary file, then os.replace),
+"""grader/atomic.py: files written whole or not at all (a temporary file, then os.replace),
 readable by others, over whatever squats on the name; zips deterministic, with their permission bits."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.publishing.atomic import ZIP_DATE, write_json, write_text, write_zip
+from grader.atomic import ZIP_DATE, write_json, write_text, write_zip
 
 
 def test_text_and_json(tmp_path: Path) -> None:
