@@ -3,7 +3,8 @@
     PYTHONPATH=. python benchmarks/channel_throughput.py [--sizes 1 64 256] [--repeats 5]
         [--transports pipe stream memfd]
 
-pipe: `worker.protocol.send/receive` (torch.save payloads) over two pipes; stream and memfd:
+pipe: the grader's first framing (a length, then a torch.save payload: `pipe_send`/`pipe_receive` below)
+over two pipes; stream and memfd:
 `worker.channel.Channel` over a socketpair, with its bulk carrier set to that name. The child is a
 fresh Python process given its pipe or socket descriptors. For each size it first sends the tensor
 once each way, untimed, and checks it arrived equal; then it times `repeats` rounds:
@@ -22,10 +23,12 @@ still mapped while the next one's fresh huge pages are faulted in, which cost 0.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import platform
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -33,8 +36,33 @@ from typing import Any
 
 import torch
 
-from grader.running.worker import protocol
 from grader.running.worker.channel import Channel
+
+_LENGTH = struct.Struct("<Q")
+
+
+def pipe_send(fd: int, message: Any) -> None:
+    """The grader's first framing: the payload's length, then `torch.save` of the message."""
+    buffer = io.BytesIO()
+    torch.save(message, buffer)
+    data = memoryview(_LENGTH.pack(len(buffer.getvalue())) + buffer.getvalue())
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def pipe_receive(fd: int) -> Any:
+    def exactly(size: int) -> bytes:
+        chunks = []
+        while size:
+            chunk = os.read(fd, min(size, 1 << 20))
+            if not chunk:
+                raise EOFError("the pipe closed")
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)
+
+    (size,) = _LENGTH.unpack(exactly(_LENGTH.size))
+    return torch.load(io.BytesIO(exactly(size)), weights_only=True)
 
 
 def make_tensor(mib: int) -> torch.Tensor:
@@ -47,10 +75,10 @@ class PipeEnd:
         self.read_fd, self.write_fd = read_fd, write_fd
 
     def send(self, message: Any) -> None:
-        protocol.send(self.write_fd, message)
+        pipe_send(self.write_fd, message)
 
     def receive(self) -> Any:
-        return protocol.receive(self.read_fd, 120)
+        return pipe_receive(self.read_fd)
 
 
 class ChannelEnd:

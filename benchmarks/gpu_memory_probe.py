@@ -1,4 +1,4 @@
-"""Probe, on a CUDA machine with nvidia-ml-py, the numbers behind grader/running/gpu_memory.py:
+"""Probe, on a CUDA machine with nvidia-ml-py, the numbers behind grader/running/processes/gpu_memory.py:
 
     python benchmarks/gpu_memory_probe.py [--skip-grade]
 
@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.running.gpu_memory import GiB, MemoryWatchdog, format_bytes, open_nvml_reader  # noqa: E402
+from grader.running.processes.gpu_memory import GiB, MemoryWatchdog, format_bytes, open_nvml_reader  # noqa: E402
 
 CONTEXT = textwrap.dedent('''
     import sys, torch, triton, triton.language as tl

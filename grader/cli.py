@@ -22,8 +22,8 @@ from grader.authoring.spec import Assignment, SpecError, load_assignment
 from grader.environment import detect_backend, github_repo, grader_version, installed_from_github
 from grader.operations.executors import EXECUTORS
 from grader.operations.notebook import NotebookError
-from grader.running.calibration import DEFAULT_MAX_AGE_S, CalibrationStore, default_folder
-from grader.running.sandbox import Sandbox, start_sandbox
+from grader.running.processes.sandbox import Sandbox, start_sandbox
+from grader.running.timing.calibration import DEFAULT_MAX_AGE_S, CalibrationStore, default_folder
 from grader.seeds import fresh_seed
 from grader.submission_file import fit
 

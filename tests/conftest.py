@@ -24,7 +24,7 @@ from grader.authoring.public import COURSE_TRAPS
 from grader.authoring.spec import load_assignment
 from grader.cli import main
 from grader.operations.selftest import corpus, reference_path
-from grader.running.calibration import CACHE_DIR_VARIABLE
+from grader.running.timing.calibration import CACHE_DIR_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENT = "fused_layers"
@@ -227,7 +227,7 @@ def _cost_rank(item: pytest.Item) -> int:
 
 @pytest.fixture(scope="session", autouse=True)
 def private_calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """No test reads or writes the user's cache of performance bars (grader.running.calibration): the
+    """No test reads or writes the user's cache of performance bars (grader.running.timing.calibration): the
     default folder, for this process and the grading processes it starts, is a temporary one."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(CACHE_DIR_VARIABLE, str(tmp_path_factory.mktemp("grader-cache")))

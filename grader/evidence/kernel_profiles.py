@@ -1,5 +1,5 @@
 """What Nsight Compute and the compiler say about a kernel, as plain values: one profiled launch
-(`KernelProfile`, parsed from ncu's CSV by grader.running.profiling) and the static facts of its compiled code
+(`KernelProfile`, parsed from ncu's CSV by grader.running.profiling.ncu) and the static facts of its compiled code
 (`StaticFacts`). grader.judging.gpu_performance_traps judges them."""
 
 from __future__ import annotations

@@ -4,12 +4,13 @@ buffers are read back (grader.judging.replay). Checks that the view lies inside 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 
-def tensor_from(buffers: dict[int, torch.Tensor], described: dict[str, Any]) -> torch.Tensor:
+def tensor_from(buffers: Mapping[int, torch.Tensor], described: Mapping[str, Any]) -> torch.Tensor:
     """A tensor viewing `buffers[sid]` (uint8) with the described dtype, offset, shape and stride."""
     dtype = getattr(torch, described["dtype"])
     out = torch.empty(0, dtype=dtype, device=buffers[described["sid"]].device)

@@ -12,7 +12,7 @@ undefined behaviour there (`CUDA error: misaligned address`, or silently right).
 * On a GPU, a `misaligned address` fault in a submission whose source makes hints (`hint_calls`) is
   named `false-hint` instead of `runtime-error` or `crash` (grader/running/observation.py).
 * A GPU grade of a submission that makes hints runs its cases in the interpreter too, on the CPU
-  (grader/running/cpu_companion.py): `with_cpu_evidence` puts the counterexamples into the GPU cases and
+  (grader/running/cases/cpu_companion.py): `with_cpu_evidence` puts the counterexamples into the GPU cases and
   `as_cpu_grade` lays the cases out as the CPU grade has them, so the warnings have the same words on
   both backends, whether the GPU faulted or got lucky.
 """
@@ -142,7 +142,7 @@ def false_hint_checks(cases: Sequence[CaseResult], assignment: Assignment) -> li
 
 
 def with_cpu_evidence(cases: Sequence[CaseResult], found: Mapping[str, Any]) -> list[CaseResult]:
-    """A CUDA grade's cases with the interpreter's first false promise of each (grader/running/cpu_companion.py:
+    """A CUDA grade's cases with the interpreter's first false promise of each (grader/running/cases/cpu_companion.py:
     case id -> the worker's counterexample), in their evidence as a CPU grade has it, so `false_hint_checks`
     words the same warnings on both backends. Malformed counterexamples are dropped (`evidence`)."""
     out = []

@@ -4,13 +4,13 @@ A kernel that addresses memory outside every allocation stops on a GPU with `CUD
 access was encountered` (a `misaligned address` too, in code that makes no tl.multiple_of /
 tl.max_contiguous promise: with promises that is `false-hint`, grader/judging/false_hints.py). The case's
 worker loses its CUDA context, nothing of its outputs comes back, and torch's text ends with CUDA's advice to
-set CUDA_LAUNCH_BLOCKING, which is no help to a student. The battery (grader/running/battery.py) gathers
+set CUDA_LAUNCH_BLOCKING, which is no help to a student. The battery (grader/running/cases/battery.py) gathers
 evidence for such a case, best first, and these functions turn it into the case's verdict:
 
-1. the case run again alone under compute-sanitizer memcheck (grader/running/sanitizer.py), where the tool
+1. the case run again alone under compute-sanitizer memcheck (grader/running/cases/sanitizer.py), where the tool
    is installed: the access, the buffer it missed and the kernel's line (`from_sanitizer`);
 2. the same case, same inputs, in Triton's interpreter on the grading machine's CPU
-   (grader/running/cpu_companion.py): its guard bands and fence name the stray access and its line
+   (grader/running/cases/cpu_companion.py): its guard bands and fence name the stray access and its line
    (`from_cpu_rerun`);
 3. after the run, the submission's other cases of the same target (for a wrapper, also its problem's
    kernel cases) that ran to the end and showed out-of-bounds accesses in their guard bands
@@ -88,7 +88,7 @@ def gpu_fault(failure: str | None, message: str, calls: Sequence[HintCall] = ())
 
 
 def from_sanitizer(findings: Sequence[Finding]) -> Naming | None:
-    """memcheck's findings for the case run alone under it (grader.running.sanitizer.memcheck_findings)."""
+    """memcheck's findings for the case run alone under it (grader.running.cases.sanitizer.memcheck_findings)."""
     found = tuple(f for f in findings if f.trap in MEMORY_TRAPS)
     return Naming(found, SANITIZER) if found else None
 

@@ -1,6 +1,6 @@
 """Performance cases, the pure part: speedups, bandwidth, TFLOP/s, threshold points, the correctness
-gate, PerformanceResults and Gradescope leaderboard entries. No timing and no I/O here (grader.running.performance
-measures; this judges what it measured)."""
+gate, PerformanceResults and Gradescope leaderboard entries. No timing and no I/O here
+(grader.running.timing.performance measures; this judges what it measured)."""
 
 from __future__ import annotations
 

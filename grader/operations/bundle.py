@@ -18,7 +18,7 @@ The zip holds, at its root (Gradescope unpacks it into /autograder/source):
 `grader batch` grades one student (grader.operations.executors.run_job), and writes
 /autograder/results/results.json. Student code never runs in the grader's processes: the grader's
 worker runs it, and when the grader runs as root (as on Gradescope) the worker drops to the
-unprivileged user `nobody` in its own network namespace (grader.running.client), which can neither
+unprivileged user `nobody` in its own network namespace (grader.running.processes.client), which can neither
 read the assignment's hidden cases nor write the results folder. results.json is written whatever
 happens (no file, a submission that crashes or hangs, a grader that fails), and
 `run_autograder` writes a last-resort one if Python itself cannot start.
@@ -180,7 +180,7 @@ python3 -m venv "$VENV"
 "$VENV/bin/pip" install -r "$SRC/requirements.txt"
 
 # The grader runs as root; each worker (the process that imports and runs student code) drops to the
-# unprivileged user `nobody` in its own network namespace (grader.running.client). That user must be able
+# unprivileged user `nobody` in its own network namespace (grader.running.processes.client). That user must be able
 # to run the environment and import the grader's worker package, and must not read the assignment
 # (hidden cases, oracles) or write /autograder/results.
 chmod -R a+rX "$VENV" "$SRC/{PROJECT_DIR}/grader"

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grader.operations.child import POLL_INTERVAL_S, Child, signal_group
-from grader.running.calibration import CalibrationStore
+from grader.running.timing.calibration import CalibrationStore
 
 LOG_TAIL_CHARS = 3000
 WORKER_MEMORY_BYTES = 2 << 30  # one grade: the grading process and its worker, each with torch loaded
@@ -183,7 +183,7 @@ class _Attempt:
         if timed_out:
             why = f"grading took longer than {self.job.timeout_s:g} s and was stopped"
         else:
-            from grader.running.client import describe_exit
+            from grader.running.processes.client import describe_exit
 
             why = f"the grading process ended with {describe_exit(code)} without writing results"
         tail = self.child.tail(LOG_TAIL_CHARS)
@@ -499,7 +499,8 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parent", required=True, type=int)
     parser.add_argument("--pdeathsig", action="store_true")
     parser.add_argument("--hide", action="append", default=[], help="a folder the worker must not see")
-    parser.add_argument("--calibration-dir", type=Path, help="where the bars are cached (grader.running.calibration)")
+    parser.add_argument("--calibration-dir", type=Path,
+                        help="where the bars are cached (grader.running.timing.calibration)")
     parser.add_argument("--calibration-max-age-s", type=float)
     parser.add_argument("--calibrated-after", type=float)
     parser.add_argument("--concurrent-grades", type=int, default=1, help="grades sharing the GPU (memory budgets)")

@@ -41,9 +41,9 @@ from grader.operations.grading_run import GradingRun
 from grader.operations.notebook import NotebookError, is_notebook, materialise, read_notebook
 from grader.results import CaseResult, GradeResult, PerformanceResult
 from grader.running.aot import NOT_RUN, not_compiled
-from grader.running.calibration import CalibrationStore
-from grader.running.sandbox import Sandbox, start_sandbox
-from grader.running.sanitizer import sanitizer_command
+from grader.running.cases.sanitizer import sanitizer_command
+from grader.running.processes.sandbox import Sandbox, start_sandbox
+from grader.running.timing.calibration import CalibrationStore
 from grader.seeds import run_seeds
 from grader.submission_file import defines_nothing, fit, notebook_problem, source_problem
 

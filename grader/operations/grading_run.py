@@ -8,7 +8,7 @@ writes its record of what ran as an artifact (pytest-report.json); nothing is re
 
 The run owns every worker of the grade: the battery's (the submission's worker, the replayer, the
 sanitizer) and the performance runner's (the timer, the reference), all stopped when pytest finishes. A CUDA
-grade may also have a CPU companion (grader.running.cpu_companion): Triton's interpreter in a sandbox of its
+grade may also have a CPU companion (grader.running.cases.cpu_companion): Triton's interpreter in a sandbox of its
 own, which checks the submission's tl.multiple_of / tl.max_contiguous promises while the GPU cases run (only a
 submission that makes such promises gets one from the start) and grades again, on the CPU, a case whose GPU
 fault compute-sanitizer could not name.
@@ -24,11 +24,11 @@ import pytest
 
 from grader.authoring.spec import Assignment, Case, PerformanceCase
 from grader.results import CaseResult, PerformanceResult
-from grader.running.battery import Battery
-from grader.running.calibration import CalibrationStore
-from grader.running.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
-from grader.running.sandbox import Sandbox, start_sandbox
-from grader.running.sanitizer import sanitizer_command
+from grader.running.cases.battery import Battery
+from grader.running.cases.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
+from grader.running.cases.sanitizer import sanitizer_command
+from grader.running.processes.sandbox import Sandbox, start_sandbox
+from grader.running.timing.calibration import CalibrationStore
 from grader.seeds import run_seeds
 
 
@@ -64,7 +64,7 @@ class GradingRun:
         self.seed_cases: dict[int, list[CaseResult]] = {s: [] for s in self.seeds}
         self.performance: dict[str, PerformanceResult] = {}
         self._battery: Battery | None = None
-        self._performance_runner: Any = None  # a grader.running.performance.PerformanceRunner, made at the first
+        self._performance_runner: Any = None  # a grader.running.timing.performance.PerformanceRunner, made at the first
         # timed case
         # The submission's sandbox for this grade: its zygote starts importing torch and triton now (or did,
         # ahead), while pytest starts, and forks every worker of the grade (the battery's, the timer).
@@ -137,7 +137,7 @@ class GradingRun:
 
     def grade_performance(self, perf: PerformanceCase) -> PerformanceResult:
         from grader.judging import performance
-        from grader.running.performance import PerformanceRunner
+        from grader.running.timing.performance import PerformanceRunner
 
         if self.backend != "cuda":  # nothing to start: the interpreter cannot time anything
             result = performance.skipped(perf)

@@ -16,8 +16,8 @@ from grader.environment import detect_backend
 from grader.operations.grade import GradeRequest, grade
 from grader.publishing import report
 from grader.results import GradeResult
-from grader.running.calibration import CalibrationStore, default_folder
-from grader.running.sandbox import Sandbox
+from grader.running.processes.sandbox import Sandbox
+from grader.running.timing.calibration import CalibrationStore, default_folder
 
 
 class CheckError(Exception):

@@ -25,8 +25,8 @@ from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import Problem, Signature
 from grader.authoring.spec import Assignment, Case, Tolerance
 from grader.judging.diagnosis import as_signatures
-from grader.running import arguments
-from grader.running.placement import launch_grid, place_buffers
+from grader.running.cases import arguments
+from grader.running.cases.placement import launch_grid, place_buffers
 from grader.seeds import case_seed
 
 MARGIN = 2.0  # a decided case keeps its verdict with the error twice as large, or half as large
@@ -108,7 +108,7 @@ def worst_margin(predicted: Mapping[str, torch.Tensor], expected: Mapping[str, t
 
 def trap_inputs(case: Case, assignment: Assignment, problem: Problem, inputs: Mapping[str, Any]) -> dict[str, Any]:
     """The case's inputs as the judge gives them to trap functions: `_row_strides` as the battery places the
-    inputs (grader.running.placement), `_launches` the case's own launch for a kernel case; a wrapper's
+    inputs (grader.running.cases.placement), `_launches` the case's own launch for a kernel case; a wrapper's
     launches are the reference's choice (none recorded here)."""
     spec = assignment.kernels.get(case.target)
     if spec is not None:

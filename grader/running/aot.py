@@ -16,9 +16,10 @@ from grader import trap_ids
 from grader.authoring.spec import Assignment, KernelSpec
 from grader.judging.errors import error_message
 from grader.results import CaseResult
-from grader.running.battery import check_symbol
-from grader.running.client import Worker, WorkerFailure
-from grader.running.sandbox import Sandbox, WorkerOptions, hidden_from_worker
+from grader.running import protocol
+from grader.running.cases.symbols import check_symbol
+from grader.running.processes.client import Worker, WorkerFailure
+from grader.running.processes.sandbox import Sandbox, WorkerOptions, hidden_from_worker
 
 GPU_ARCH = 90
 COMPILE_TIMEOUT_S = 120.0
@@ -91,11 +92,11 @@ def aot_check(assignment: Assignment, submission: Path, hidden: tuple[str, ...] 
         except WorkerFailure as failure:
             why = f"GPU compile check skipped: {failure.detail}"
             return not_compiled(assignment, f"Not compiled: {why}."), [why]
-        if not reply.get("ok"):
+        if not reply.ok:
             why = "the submission does not import (its cases say why)"
             return not_compiled(assignment, f"Not compiled: {why}."), [f"GPU compile check skipped: {why}."]
         for spec, meta in compiled_kernels(assignment):
-            problem = check_symbol(spec.name, reply["symbols"].get(spec.name, {}), assignment, submission.name)
+            problem = check_symbol(spec.name, reply.symbols.get(spec.name, {}), assignment, submission.name)
             if problem is not None:
                 results.append(compile_result(spec.name, False, f"Not compiled: {problem.message}",
                                               evidence={"compile": NOT_RUN}))
@@ -114,13 +115,13 @@ def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filenam
     try:
         if not worker.alive:
             worker.start()
-        reply = worker.request({"op": "compile", "kernel": spec.name, "signature": kernel_signature(spec),
-                                "constexprs": meta, "arch": GPU_ARCH}, COMPILE_TIMEOUT_S, what)
+        reply = worker.request(protocol.Compile(kernel=spec.name, signature=kernel_signature(spec), constexprs=meta,
+                                                arch=GPU_ARCH), COMPILE_TIMEOUT_S, what)
     except WorkerFailure as failure:
         return result(False, f"{what}: {failure.detail}", (failure.trap,))
-    if reply.get("ok"):
+    if reply.ok:
         return result(True, f"The GPU compiler accepts {spec.name} for sm_{GPU_ARCH} with {meta}: a check of the "
                             "kernel's form, worth no points (its cases say whether it computes the right result).")
     message = (f"{spec.name} runs in the interpreter but does not compile for the grading GPU "
-               f"(sm_{GPU_ARCH}, blocks {meta}): " + error_message(reply.get("error", {}), filename))
+               f"(sm_{GPU_ARCH}, blocks {meta}): " + error_message(reply.error, filename))
     return result(False, message, (trap_ids.GPU_INCOMPATIBLE,))

@@ -16,6 +16,7 @@ Every test prints what it saw (`-s`), so one run shows the lead each point.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +29,9 @@ from grader.judging import faults
 from grader.operations.grade import GradeRequest
 from grader.operations.grade import grade as grade_submission
 from grader.results import CaseResult, GradeResult
-from grader.running.battery import Battery
-from grader.running.cpu_companion import CpuCompanion
-from grader.running.sanitizer import sanitizer_command
+from grader.running.cases.battery import Battery
+from grader.running.cases.cpu_companion import CpuCompanion
+from grader.running.cases.sanitizer import sanitizer_command
 from tests.conftest import corpus_mutant
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
@@ -119,7 +120,7 @@ def test_without_the_tool_the_same_case_on_the_cpu_names_it(tmp_path: Path) -> N
     _, text = corpus_mutant("wrong_axis_store_walk", "softmax")
     battery, assignment = battery_for(text, tmp_path)
     companion = CpuCompanion(assignment, battery.submission, SEED)
-    battery.cpu_rerun = companion.rerun
+    battery.faults = dataclasses.replace(battery.faults, cpu_rerun=companion.rerun)
     try:
         graded = battery.run_case(assignment.case(FAULTED))
     finally:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from grader.cli import main
-from grader.running.sanitizer import sanitizer_command
+from grader.running.cases.sanitizer import sanitizer_command
 
 pytestmark = [
     pytest.mark.gpu,

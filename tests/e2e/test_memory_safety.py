@@ -22,10 +22,10 @@ import torch
 from grader.cli import main
 from grader.evidence import guard_bits
 from grader.evidence.observation import Finding, Observation
+from grader.evidence.worker_error import WorkerError
 from grader.judging.errors import classify_error
 from grader.running import guards
-from grader.running.battery import needs_fresh_worker, replay_failure
-from grader.running.client import WorkerFailure
+from grader.running.cases.observe import needs_fresh_worker
 from tests.conftest import all_traps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,23 +79,9 @@ def test_a_wrong_axis_write_lands_in_a_band_sized_by_reach() -> None:
 # ------------------------------------------------------------------------------------ naming and restarts
 
 
-def test_a_failed_replay_is_named_for_what_happened() -> None:
-    assert replay_failure("softmax", failure=WorkerFailure("crash", "the worker died (signal SIGABRT)")).trap == "crash"
-    assert replay_failure("softmax", failure=WorkerFailure("timeout", "no answer after 15 s")).trap == "timeout"
-    stray = {"type": "InterpreterError", "message": "", "chain": [
-        "triton.runtime.errors.InterpreterError", "grader.running.worker.fence.StrayWrite"]}
-    assert replay_failure("softmax", reply={"ok": False, "stage": "kernel", "error": stray}).trap == "oob-write"
-    raised = {"type": "InterpreterError", "message": "boom", "chain": ["triton.runtime.errors.InterpreterError"]}
-    assert replay_failure("softmax", reply={"ok": False, "stage": "kernel", "error": raised}).trap == "runtime-error"
-    decoding = {"type": "ValueError", "message": "a tensor view reaching past the end of its storage", "chain": []}
-    found = replay_failure("softmax", reply={"ok": False, "stage": "record", "error": decoding})
-    assert found.trap == "tampering" and "could not be decoded" in found.message
-    assert replay_failure("softmax", reply={"ok": True}).trap == "tampering"  # ok without buffers: malformed
-
-
 def test_classify_error_names_the_fences_traps_only_by_their_own_classes() -> None:
-    assert classify_error({"chain": ["grader.running.worker.fence.StrayRead"]}) == "oob-read"
-    assert classify_error({"chain": ["submission.StrayWrite"]}) == "runtime-error"
+    assert classify_error(WorkerError(chain=("grader.running.worker.fence.StrayRead",))) == "oob-read"
+    assert classify_error(WorkerError(chain=("submission.StrayWrite",))) == "runtime-error"
 
 
 def test_the_worker_is_replaced_after_cases_that_wrote_out_of_bounds_raised_or_crashed() -> None:

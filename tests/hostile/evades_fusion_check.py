@@ -1,4 +1,4 @@
-# attack: wrappers launch their (empty) kernel once, then compute the answer where the op recorder cannot see it: numpy on .numpy() views, torch under _disable_current_modes(), torch with the harness's recorder switched off through sys.modules['grader.running.worker.harness']
+# attack: wrappers launch their (empty) kernel once, then compute the answer where the op recorder cannot see it: numpy on .numpy() views, torch under _disable_current_modes(), torch with the harness's recorder switched off through sys.modules['grader.running.worker.recording']
 # expect: not-fused, unwritten-output
 # ruff: noqa: E402, E501, F401, F811, F841, I001
 # The kernels store nothing: the wrappers' right answers come from numpy/torch, not from a kernel.
@@ -50,7 +50,7 @@ def _stats_unrecorded(x, mean, var):
 
 
 def _layernorm_recorder_off(x, weight, bias, eps, out):
-    recorder = sys.modules["grader.running.worker.harness"]._Recorder
+    recorder = sys.modules["grader.running.worker.recording"].Recorder
     active, recorder.active = recorder.active, None
     try:
         out.copy_(torch.nn.functional.layer_norm(x, (x.shape[1],), weight, bias, eps))

@@ -10,6 +10,7 @@ mutant end to end through the CLI.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +21,12 @@ from triton.runtime.interpreter import InterpretedFunction
 
 from grader import trap_ids
 from grader.authoring.spec import load_assignment
+from grader.evidence.worker_error import WorkerError
 from grader.judging.errors import classify_error
 from grader.judging.false_hints import describe, evidence, false_hint_checks, gpu_fault_note, hint_calls
 from grader.results import CaseResult
 from grader.running.worker import interpreter_compat
-from grader.running.worker.harness import is_fatal_device_error
+from grader.running.worker.errors import is_fatal_device_error
 from grader.running.worker.hint_check import HintLog, actual_runs, check_hint
 from tests.conftest import Graded, all_traps, corpus_mutant
 
@@ -240,18 +242,18 @@ def test_hint_calls_in_the_source() -> None:
     assert hint_calls("import torch\n") == ()
 
 
-def misaligned_error() -> dict:
-    return {"type": "AcceleratorError", "chain": ["torch.AcceleratorError"],
-            "message": "CUDA error: misaligned address\nCUDA kernel errors might be asynchronously reported",
-            "root_type": "AcceleratorError", "root_message": "CUDA error: misaligned address"}
+def misaligned_error() -> WorkerError:
+    return WorkerError(type="AcceleratorError", chain=("torch.AcceleratorError",),
+                       message="CUDA error: misaligned address\nCUDA kernel errors might be asynchronously reported",
+                       root_type="AcceleratorError", root_message="CUDA error: misaligned address")
 
 
 def test_a_misaligned_address_is_a_false_hint_only_where_the_source_makes_hints() -> None:
     calls = hint_calls(SOURCE)
     assert classify_error(misaligned_error(), calls) == trap_ids.FALSE_HINT
     assert classify_error(misaligned_error()) == trap_ids.RUNTIME_ERROR
-    other = dict(misaligned_error(), message="CUDA error: an illegal memory access was encountered",
-                 root_message="CUDA error: an illegal memory access was encountered")
+    other = dataclasses.replace(misaligned_error(), message="CUDA error: an illegal memory access was encountered",
+                                root_message="CUDA error: an illegal memory access was encountered")
     assert classify_error(other, calls) == trap_ids.RUNTIME_ERROR
     note = gpu_fault_note(calls, "fused_layers.py")
     assert "line 5" in note and "line 6" in note and "--backend interpreter" in note

@@ -12,7 +12,6 @@ The GPU side of the same is tests/e2e/test_gpu_faults.py.
 from __future__ import annotations
 
 import dataclasses
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,10 +26,9 @@ from grader.judging import faults
 from grader.judging.false_hints import HintCall, as_cpu_grade, false_hint_checks, with_cpu_evidence
 from grader.judging.judge import judge_case
 from grader.results import CaseResult
-from grader.running.battery import Battery, needs_fresh_worker, replay_failure
-from grader.running.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
-from grader.running.sanitizer import announced_allocations, memcheck_findings, parse_memcheck
-from grader.running.worker.harness import _failed
+from grader.running.cases.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
+from grader.running.cases.observe import needs_fresh_worker
+from grader.running.cases.sanitizer import announced_allocations, memcheck_findings, parse_memcheck
 from grader.seeds import case_seed
 from tests.conftest import corpus_mutant
 
@@ -184,17 +182,6 @@ def test_a_fault_nothing_named_takes_the_memory_traps_of_the_other_cases(softmax
                                                                                 (trap_ids.OOB_READ,)]
 
 
-def test_a_replay_that_faults_is_a_memory_fault_not_a_runtime_error() -> None:
-    error = {"type": "AcceleratorError", "chain": ["torch.AcceleratorError"], "message": TORCH_FAULT,
-             "root_type": "AcceleratorError", "root_message": TORCH_FAULT, "frames": []}
-    found = replay_failure("softmax", reply={"ok": False, "stage": "kernel", "error": error})
-    assert found.trap == trap_ids.MEMORY_FAULT and "illegal memory access" in found.message
-    assert "CUDA_LAUNCH_BLOCKING" not in found.message
-    misaligned = dict(error, message="CUDA error: misaligned address", root_message="CUDA error: misaligned address")
-    assert replay_failure("softmax", reply={"ok": False, "stage": "kernel", "error": misaligned},
-                          calls=(HINTS,)).trap == trap_ids.FALSE_HINT
-
-
 # ------------------------------------------------------------------------------------ under the tool
 
 
@@ -214,16 +201,6 @@ def test_a_misaligned_report_says_misaligned() -> None:
     (finding,) = memcheck_findings(parse_memcheck(text), {"x": (0x1000, 64)})
     assert finding.trap == trap_ids.OOB_READ
     assert "invalid misaligned read(s) of 16 bytes in k (s.py, line 7)" in finding.message
-
-
-def test_a_worker_under_the_tool_ends_itself_after_a_fault() -> None:
-    fault = RuntimeError("CUDA error: an illegal memory access was encountered")
-    under = _failed({"announce_pointers": True}, fault, "softmax.py")
-    assert (under["fatal"], under["exits"]) == (False, True)  # the grader waits for the tool's report
-    plain = _failed({}, fault, "softmax.py", launches=[])
-    assert (plain["fatal"], plain["exits"], plain["launches"]) == (True, False, [])
-    other = _failed({"announce_pointers": True}, ValueError("bad"), "softmax.py")
-    assert (other["fatal"], other["exits"]) == (False, False)
 
 
 # ------------------------------------------------------------------------------------ false promises on the GPU
@@ -282,55 +259,6 @@ def test_warnings_are_worded_from_the_cases_a_cpu_grade_runs() -> None:
 
 # The wrapper allocates its output and then "faults": it raises CUDA's text, as torch does after a kernel
 # wrote out of bounds. The stand-in tool reports a write 64 bytes past that allocation.
-FAKE_FAULT = '''    out = torch.empty((M, N), device=x.device, dtype=torch.float32)
-    raise RuntimeError("CUDA error: an illegal memory access was encountered\\n"
-                       "For debugging consider passing CUDA_LAUNCH_BLOCKING=1")
-'''
-
-
-@pytest.mark.slow
-def test_a_wrapper_case_that_faults_is_rerun_under_the_tool_and_named(tmp_path: Path, softmax) -> None:
-    reference = (ROOT / "reference" / "softmax" / "reference.py").read_text(encoding="utf-8")
-    allocation = "    out = torch.empty((M, N), device=x.device, dtype=torch.float32)\n"
-    assert reference.count(allocation) == 1
-    submission = tmp_path / "softmax.py"
-    submission.write_text(reference.replace(allocation, FAKE_FAULT), encoding="utf-8")
-    tool = (sys.executable, str(FAKE_MEMCHECK), "--write", "--at-allocation")
-    battery = Battery(softmax, submission, "interpreter", SEED, fault_tool=tool)
-    try:
-        graded = battery.run_case(softmax.case("softmax-basic"))
-        assert battery.sanitizer is not None and not battery.sanitizer.alive  # ended after its fault
-    finally:
-        battery.close()
-    assert graded.traps == (trap_ids.OOB_WRITE,), (graded.traps, graded.message)
-    assert "1 invalid write(s) of 4 bytes in fake_kernel (fused_layers.py, line 148)" in graded.message
-    assert "64 bytes after the buffer `a buffer softmax allocated (shape [4, 10])`" in graded.message
-    assert "What the GPU reported: softmax(...) raised RuntimeError" in graded.message
-    assert "CUDA_LAUNCH_BLOCKING" not in graded.message
-    assert graded.evidence["gpu_fault"]["named_by"] == faults.SANITIZER
-
-
-@pytest.mark.slow
-def test_a_fault_is_named_by_the_same_case_in_the_cpu_companion(tmp_path: Path, softmax) -> None:
-    _, text = corpus_mutant("wrong_axis_store_walk", "softmax")
-    submission = tmp_path / "softmax.py"
-    submission.write_text(text, encoding="utf-8")
-    case = softmax.case("softmax-long-rows")
-    companion = CpuCompanion(softmax, submission, SEED)
-    battery = Battery(softmax, submission, "interpreter", SEED, cpu_rerun=companion.rerun)
-    try:
-        problem = battery.problems["softmax"]
-        inputs = problem.make_inputs(case, InputMaker(case_seed(SEED, case.id)))
-        named = battery._name_fault(case, problem, inputs, faulted(), SEED)  # what a GPU fault of this case becomes
-    finally:
-        battery.close()
-        companion.close()
-    assert named.trap == trap_ids.OOB_WRITE, named.message
-    assert "the same case on the CPU (Triton's interpreter" in named.message
-    assert "tl.store(out_ptr + offs * stride_om + row" in named.message and "line 99" in named.message
-    assert named.fault is not None and named.fault["named_by"] == faults.CPU_RERUN
-
-
 @pytest.mark.slow
 def test_the_companions_hint_check_words_the_warning_as_a_cpu_grade(grade_text, tmp_path: Path) -> None:
     _, text = corpus_mutant("false_hint")

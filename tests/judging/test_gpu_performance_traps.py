@@ -19,7 +19,7 @@ from grader.judging.gpu_performance_traps import (
     reconcile,
 )
 from grader.results import PerformanceTrap
-from grader.running.profiling import parse_ncu_csv
+from grader.running.profiling.ncu import parse_ncu_csv
 from tests import ncu_profiles as runs
 from tests.ncu_profiles import FLOPS_4096, Run, csv_text
 

@@ -30,7 +30,8 @@ from grader.judging.performance import (
 from grader.publishing import report
 from grader.publishing.gradescope import results_json
 from grader.results import CaseResult, DeviceInfo, GradeResult, PerformanceResult
-from grader.running.battery import Battery
+from grader.running import protocol
+from grader.running.cases.battery import Battery
 from grader.running.worker.performance_timing import Timing
 
 H200 = DeviceInfo(gpu="NVIDIA H200", copy_gb_per_s=4000.0, torch="2.11.0+cu130", triton="3.6.0")
@@ -320,8 +321,8 @@ class Clocked:
 
     def request(self, message, timeout, what):
         reply = self.worker.request(message, timeout, what)
-        if message.get("op") in ("time_launches", "time_kept") and reply.get("ok") and message.get("repeats"):
-            reply["timing"] = {"medians_ms": [self.ms] * message["repeats"]}
+        if isinstance(message, (protocol.TimeLaunches, protocol.TimeKept)) and reply.ok and message.repeats:
+            reply = dataclasses.replace(reply, medians_ms=(self.ms,) * message.repeats)
         return reply
 
 
@@ -354,8 +355,8 @@ def test_measure_path_on_a_fake_clock(
     medians injected), the reference the same way in its worker, torch eager here on the CPU; the
     output check at the timed size (a bug only on rows >= 4 is caught there), speedups, bandwidth and
     threshold points."""
-    from grader.running import performance
-    from grader.running.client import Worker, WorkerOptions
+    from grader.running.processes.client import Worker, WorkerOptions
+    from grader.running.timing import performance
 
     source = planted(*bug) if bug else reference_source
     submission = tmp_path / "fused_layers.py"
@@ -372,8 +373,8 @@ def test_measure_path_on_a_fake_clock(
     )
     runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=[perf])
     runner._copy_gb_per_s = H200.copy_gb_per_s
-    timer_for = runner._timer_for
-    monkeypatch.setattr(runner, "_timer_for", lambda b: Clocked(timer_for(b), 0.1))
+    timer_for = runner.contestants.timer_for
+    monkeypatch.setattr(runner.contestants, "timer_for", lambda b: Clocked(timer_for(b), 0.1))
     monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
 
     def new_reference():  # started by the runner, which sends it the same requests as on CUDA
@@ -384,7 +385,7 @@ def test_measure_path_on_a_fake_clock(
         )
         return Clocked(worker, 0.12)
 
-    monkeypatch.setattr(runner, "_new_reference", new_reference)
+    monkeypatch.setattr(runner.contestants, "new_reference", new_reference)
     try:
         result = runner.run(perf, battery, [case("layernorm", True)])
     finally:
@@ -410,8 +411,8 @@ class BreaksInTurn(Clocked):
     """A timer that dies at the first sample taken in turn (a held graph), as no timer should."""
 
     def request(self, message, timeout, what):
-        if message.get("op") == "time_kept" and message.get("hold"):
-            from grader.running.client import WorkerFailure
+        if isinstance(message, protocol.TimeKept) and message.hold:
+            from grader.running.processes.client import WorkerFailure
 
             self.worker.stop()
             raise WorkerFailure("crash", "the worker died while timing (exit code 71)")
@@ -423,8 +424,8 @@ def test_a_timer_that_fails_in_turn_is_timed_alone_against_the_bars(
     monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
     """Timing in turn is a refinement: when it fails, a fresh timer keeps the case's launches again and times
     them alone, against the reference's calibrated bar, and the result says so; the next case is timed too."""
-    from grader.running import performance
-    from grader.running.client import Worker, WorkerOptions
+    from grader.running.processes.client import Worker, WorkerOptions
+    from grader.running.timing import performance
 
     submission = tmp_path / "fused_layers.py"
     submission.write_text(reference_source, encoding="utf-8")
@@ -434,10 +435,10 @@ def test_a_timer_that_fails_in_turn_is_timed_alone_against_the_bars(
                              repeats=3) for i in (1, 2)]
     runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=perfs)
     runner._copy_gb_per_s = H200.copy_gb_per_s
-    timer_for = runner._timer_for
-    monkeypatch.setattr(runner, "_timer_for", lambda b: BreaksInTurn(timer_for(b), 0.1))
+    timer_for = runner.contestants.timer_for
+    monkeypatch.setattr(runner.contestants, "timer_for", lambda b: BreaksInTurn(timer_for(b), 0.1))
     monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
-    monkeypatch.setattr(runner, "_new_reference", lambda: Clocked(Worker(
+    monkeypatch.setattr(runner.contestants, "new_reference", lambda: Clocked(Worker(
         repo_root / "reference" / "fused_layers" / "reference.py", list(assignment.required_symbols),
         WorkerOptions(backend="interpreter", import_timeout_s=60)), 0.12))
     try:

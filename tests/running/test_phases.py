@@ -38,7 +38,7 @@ def test_a_worker_failure_passes_through_a_phase() -> None:
 
     import pytest
 
-    from grader.running.client import WorkerFailure
+    from grader.running.processes.client import WorkerFailure
 
     @contextlib.contextmanager
     def sets_traceback():

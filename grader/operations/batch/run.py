@@ -27,7 +27,7 @@ from grader.operations.batch.submissions import Submission, discover_submissions
 from grader.operations.executors import EXECUTORS, Executor, ExecutorSettings, GradeJob, JobOutcome
 from grader.publishing.similarity import SimilaritySummary
 from grader.publishing.similarity import summary as similarity_summary
-from grader.running.calibration import CalibrationStore
+from grader.running.timing.calibration import CalibrationStore
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
     timeout = options.grade_timeout_s or default_grade_timeout(options.assignment, options.backend)
     executor = make_executor(options, scratch / "jobs")
     # Each grade's workers get a share of the GPU's memory, held by that grade's watchdog: no neighbour's
-    # out-of-memory or timeout needs a second pass (grader.running.gpu_memory, grader.running.client).
+    # out-of-memory or timeout needs a second pass (grader.running.processes: gpu_memory, client).
     course = read_course_seed(options.assignment.course_root) if not options.assignment.public else None
     source = COURSE if course is not None and course.seed == manifest.seed else GIVEN
     jobs = [GradeJob(s.id, s.path, options.assignment.submission_file, options.assignment.id,

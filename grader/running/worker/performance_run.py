@@ -4,7 +4,7 @@
    at the timed size: one of the inputs the grader sent, a fresh uninitialised allocation, or (for
    anything else) its size, first bytes and SHA-256, which the grader checks against what it can
    rebuild (a constant fill, a copy of an input). No bytes travel: at 8192 x 8192 they are 256 MB.
-2. In a timer worker, which loaded only the submission's kernels (grader.running.kernel_source) or
+2. In a timer worker, which loaded only the submission's kernels (grader.running.timing.kernel_source) or
    the trusted reference, `time_launches` rebuilds those buffers for several input sets, runs the
    launches once (their outputs go back to the grader, which checks them), captures the launches of
    all sets in one CUDA graph and times its replays (grader.running.worker.performance_timing.time_graph).
@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from grader.evidence.tensor_views import tensor_from
+from grader.running import protocol
 from grader.running.worker import performance_timing, progress
 from grader.running.worker.launch_record import decode_value, storage_id
 
@@ -108,17 +109,17 @@ def _build_set(buffers: Mapping[int, Mapping[str, Any]], inputs: list[torch.Tens
     return built, inits
 
 
-def time_launches(find_kernel: Callable[[str], Any], request: Mapping[str, Any],
-                  device: torch.device) -> dict[str, Any]:
+def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunches,
+                  device: torch.device) -> protocol.Timed:
     """Run the planned launches on fresh input sets: outputs of the first run, then (CUDA, `time`)
-    the medians of CUDA-graph replays of every set's launches."""
-    first = [t.to(device) for t in request["inputs"]]
-    buffers = {int(k): v for k, v in request["buffers"].items()}
-    launches = list(request["launches"])
+    the medians of CUDA-graph replays of every set's launches; with `keep`, kept for `time_kept` instead."""
+    first = [t.to(device) for t in request.inputs]
+    buffers = {int(k): v for k, v in request.buffers.items()}
+    launches = list(request.launches)
     kernels = [find_kernel(launch["kernel"]) for launch in launches]
     set_bytes = sum(int(spec["nbytes"]) for spec in buffers.values())
-    sets = max(int(request.get("sets", 1)), 1)
-    if request.get("time") or request.get("keep"):
+    sets = max(request.sets, 1)
+    if request.time or request.keep:
         sets = min(max(sets, -(-L2_FLUSH_BYTES // max(set_bytes, 1))), MAX_SETS)
     all_inputs = [first] + [[t.clone() for t in first] for _ in range(sets - 1)]
     built = [_build_set(buffers, inputs, device) for inputs in all_inputs]
@@ -141,19 +142,22 @@ def time_launches(find_kernel: Callable[[str], Any], request: Mapping[str, Any],
     if device.type == "cuda":
         torch.cuda.synchronize()
     progress.mark(progress.STEP)  # the launches finished: copying their outputs out is work, not a spin
-    outputs = [tensor_from(built[0][0], view).detach().to("cpu").clone() for view in request["outputs"]]
+    outputs = tuple(tensor_from(built[0][0], view).detach().to("cpu").clone() for view in request.outputs)
     progress.mark(progress.STEP)
-    reply: dict[str, Any] = {"ok": True, "outputs": outputs, "sets": sets}
 
     def run_all() -> None:
         for index in range(sets):
             run(index)
 
-    if request.get("keep"):  # timed later, by `time_kept`, when the GPU is this grade's alone
-        _KEPT[str(request["keep"])] = (run_all, sets)
-    elif request.get("time") and device.type == "cuda":
-        reply["timing"] = _time(run_all, sets, request)
-    return reply
+    medians: tuple[float, ...] = ()
+    if request.keep:  # timed later, by `time_kept`, when the GPU is this grade's alone
+        _KEPT[request.keep] = (run_all, sets)
+    elif request.time and device.type == "cuda":
+        run_all()  # every set compiled and warm before the capture
+        spin_up_ms = request.spin_up_ms if request.spin_up_ms is not None else performance_timing.DEFAULT_SPIN_UP_MS
+        medians = performance_timing.time_graph(run_all, calls=sets, repeats=request.repeats,
+                                                spin_up_ms=spin_up_ms).medians_ms
+    return protocol.Timed(ok=True, outputs=outputs, sets=sets, medians_ms=medians)
 
 
 _KEPT: dict[str, tuple[Callable[[], None], int]] = {}  # key -> (run every set once, number of sets)
@@ -165,32 +169,22 @@ def held_graphs() -> bool:
     return bool(_HELD)
 
 
-def time_kept(request: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+def time_kept(request: protocol.TimeKept, device: torch.device) -> protocol.Timed:
     """Time launches an earlier `time_launches(keep=key)` ran and kept (their outputs already checked): only the
     CUDA-graph capture and its replays happen here, inside the grade's exclusive slot. `repeats` samples; with
     `hold`, the captured graph stays for the next request with the same key, so the grader can take one sample
     here and one of another contestant in turn (without it the graph is let go)."""
-    key = str(request["key"])
+    key = request.key
     sampler = _HELD.pop(key, None)
     if sampler is None:
         run_all, sets = _KEPT.pop(key)
         if device.type != "cuda":  # nothing to time (the interpreter): a held run stays for the next request
-            if request.get("hold"):
+            if request.hold:
                 _KEPT[key] = (run_all, sets)
-            return {"ok": True, "sets": sets}
+            return protocol.Timed(ok=True, sets=sets)
         run_all()  # every set compiled and warm before the capture
         sampler = performance_timing.GraphSampler(run_all, calls=sets)
-    repeats = int(request.get("repeats", performance_timing.DEFAULT_REPEATS))
-    spin_up_ms = float(request.get("spin_up_ms", performance_timing.DEFAULT_SPIN_UP_MS))
-    timing = sampler.samples(repeats, spin_up_ms)
-    if request.get("hold"):
+    timing = sampler.samples(request.repeats, request.spin_up_ms)
+    if request.hold:
         _HELD[key] = sampler
-    return {"ok": True, "sets": sampler.calls, "timing": timing.to_dict()}
-
-
-def _time(run_all: Callable[[], None], sets: int, request: Mapping[str, Any]) -> dict[str, Any]:
-    run_all()  # every set compiled and warm before the capture
-    repeats = int(request.get("repeats", performance_timing.DEFAULT_REPEATS))
-    spin_up_ms = float(request.get("spin_up_ms", performance_timing.DEFAULT_SPIN_UP_MS))
-    measured = performance_timing.time_graph(run_all, calls=sets, repeats=repeats, spin_up_ms=spin_up_ms)
-    return measured.to_dict()
+    return protocol.Timed(ok=True, sets=sampler.calls, medians_ms=timing.medians_ms)

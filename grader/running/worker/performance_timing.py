@@ -9,7 +9,7 @@ docs/timing-spin-up-h200.txt). A grading run times many cases with CPU work in b
 It takes that median `repeats` times and reports them all (their median and
 spread are the result), each call on the next of `sets` copies of the inputs, so no repetition reads
 what the previous one left in a cache. The caller makes one untimed call first (compilation,
-autotuning). Only torch and triton are imported: the worker may use this after it confined imports.
+autotuning). Only torch, triton and the protocol are imported: the worker may use this after it confined imports.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 from triton.testing import do_bench  # bound before any submission is imported
+
+from grader.running import protocol
 
 COPY_BYTES = 1 << 30  # the copy-bandwidth probe: a 1 GiB device-to-device copy
 DEFAULT_WARMUP_MS = 25.0
@@ -81,7 +83,7 @@ class GraphSampler:
     sample replays the graph back to back for about `sample_ms` and gives the time per call, between CUDA events.
     Nothing but the captured kernels runs between the events, so the Python around a call (launch overhead, a
     patched clock) is not measured. Held across requests, it lets the grader time two contestants in turn
-    (grader.running.performance: the student's sample, the reference's, and so on). `run` must already have run
+    (grader.running.timing.performance: the student's sample, the reference's, and so on). `run` must already have run
     once outside the capture (compilation, autotuning, allocations)."""
 
     def __init__(self, run: Callable[[], Any], calls: int = 1, sample_ms: float = SAMPLE_MS) -> None:
@@ -175,7 +177,7 @@ def _dtype(name: str) -> torch.dtype:
 
 def prepare_call(
     target: Any,
-    request: dict[str, Any],
+    request: protocol.Run,
     device: torch.device,
     grid: Callable[[dict[str, Any]], tuple[int, ...]] | None = None,
     meta: dict[str, Any] | None = None,
@@ -186,12 +188,11 @@ def prepare_call(
     {"in": i, "T": bool} (input i, transposed if T) or {"out": j} (kernel output buffer j, allocated
     per set from `outputs`: [{"shape": [...], "dtype": "float32"}]), and `sets`.
     """
-    sets = int(request.get("sets", 1))
-    first = [t.to(device) for t in request["inputs"]]
+    sets = request.sets
+    first = [t.to(device) for t in request.inputs]
     inputs = [first] + [[t.clone() for t in first] for _ in range(sets - 1)]
-    specs = list(request.get("outputs", ()))
     outputs = tuple(
-        tuple(torch.empty(tuple(o["shape"]), dtype=_dtype(o["dtype"]), device=device) for o in specs)
+        tuple(torch.empty(tuple(o["shape"]), dtype=_dtype(o["dtype"]), device=device) for o in request.outputs)
         for _ in range(sets)
     )
 
@@ -205,8 +206,8 @@ def prepare_call(
 
     bound = [
         (
-            [resolve(a, i) for a in request.get("args", ())],
-            {k: resolve(v, i) for k, v in request.get("kwargs", {}).items()},
+            [resolve(a, i) for a in request.args],
+            {k: resolve(v, i) for k, v in request.kwargs.items()},
         )
         for i in range(sets)
     ]

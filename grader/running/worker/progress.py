@@ -1,6 +1,6 @@
 """Progress marks a worker writes while it works on a request, for the grader's deadlines.
 
-The grader holds every deadline (grader.running.client.Deadline): a request may take long while Triton
+The grader holds every deadline (grader.running.processes.client.Deadline): a request may take long while Triton
 compiles (seconds per kernel on a cold cache) but, on a GPU, a kernel that still has not finished a few
 seconds after its last launch is spinning. The worker writes one byte per event to a pipe the grader
 reads while it waits: compile start and end (JITFunction._do_compile, the parallel warm-up) and every

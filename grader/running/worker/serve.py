@@ -2,34 +2,51 @@
 
 Started either as a fresh process (`python -m grader.running.worker BACKEND READ_FD WRITE_FD`, for workers
 run under a tool such as compute-sanitizer) or in a child the sandbox's zygote forked
-(grader.running.worker.zygote). Requests are dispatched by their `op` through one table (HANDLERS).
+(grader.running.worker.zygote). Requests are decoded by grader.running.protocol and dispatched by their type
+through one table (`handlers`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Callable
 from typing import Any
+
+from grader.running import protocol
 
 # The modules a forked worker expects to find already imported (the zygote preloads them); the ready
 # message says whether they were, so the grader can tell a warm start from a cold one.
 PRELOADED = ("torch", "triton", "numpy", "torch._dynamo", "grader.running.worker.harness")
 
 
-def handlers(harness: Any) -> dict[str, Callable[[dict[str, Any]], dict[str, Any]]]:
-    """The worker's dispatch table: one handler per request op."""
+def handlers(harness: Any) -> dict[type[protocol.Request[Any]], Callable[[Any], protocol.Reply]]:
+    """The worker's dispatch table: one handler per request type (grader.running.protocol)."""
     return {
-        "load": lambda r: harness.load(r["path"], r["names"]),
-        "launch": harness.launch,
-        "call": harness.call,
-        "compile": harness.compile,
-        "warmup": harness.warmup,
-        "time": harness.time,
-        "replay": harness.replay,
-        "time_launches": harness.time_launches,
-        "time_kept": harness.time_launches,
+        protocol.Load: harness.load,
+        protocol.Launch: harness.launch,
+        protocol.Call: harness.call,
+        protocol.Compile: harness.compile,
+        protocol.Warmup: harness.warmup,
+        protocol.Run: harness.run,
+        protocol.Replay: harness.replay,
+        protocol.TimeLaunches: harness.time_launches,
+        protocol.TimeKept: harness.time_kept,
     }
+
+
+def answer(table: dict[type[protocol.Request[Any]], Callable[[Any], protocol.Reply]], tree: Any,
+           compile_s: Callable[[], float]) -> protocol.Reply:
+    """The reply to one request as it came off the channel: decoded, dispatched by its type, stamped with the
+    worker's compile seconds; a request that does not decode gets an error reply."""
+    try:
+        request = protocol.decode_request(tree)
+    except protocol.ProtocolError as exc:
+        reply = protocol.error_reply("ProtocolError", str(exc))
+    else:
+        reply = table[type(request)](request)
+    return dataclasses.replace(reply, compile_s=compile_s())
 
 
 def serve(backend: str, channel_fd: int, progress_fd: int = -1, warm: bool = False) -> int:
@@ -48,7 +65,7 @@ def serve(backend: str, channel_fd: int, progress_fd: int = -1, warm: bool = Fal
     channel = Channel(socket.socket(fileno=channel_fd))
     harness = Harness(backend)
     table = handlers(harness)
-    channel.send({"ok": True, "ready": True, "pid": os.getpid(), "warm": bool(warm and already)})
+    channel.send(protocol.encode(protocol.Ready(ok=True, pid=os.getpid(), warm=bool(warm and already))))
     request: Any = None
     while True:
         del request  # the last request's tensors are not kept alive while the next one arrives
@@ -56,16 +73,10 @@ def serve(backend: str, channel_fd: int, progress_fd: int = -1, warm: bool = Fal
             request = channel.receive()
         except ChannelClosed:
             return 0
-        op = request.get("op") if isinstance(request, dict) else None
-        handler = table.get(op) if isinstance(op, str) else None
-        if handler is None:
-            reply = {"ok": False, "error": {"type": "ProtocolError", "message": f"unknown op {op!r}", "frames": []}}
-        else:
-            reply = handler(request)
-        reply["compile_s"] = harness.compile_seconds()
+        reply = answer(table, request, harness.compile_seconds)
         try:
-            channel.send(reply)
+            channel.send(protocol.encode(reply))
         except ChannelClosed:
             return 0
-        if reply.get("fatal") or reply.get("exits"):
+        if reply.fatal or reply.exits:
             return 70  # the device context is unusable; the grader starts a fresh worker

@@ -1,7 +1,7 @@
 """The sandbox's zygote: `python -m grader.running.worker.zygote CONTROL_FD`.
 
 The grader starts one zygote per submission and grade, inside the sandbox it built for that submission
-(grader.running.sandbox: own process group, resource limits, and as root its own PID, mount and network
+(grader.running.processes.sandbox: own process group, resource limits, and as root its own PID, mount and network
 namespaces with the course's secrets hidden, as user `nobody`). The zygote imports what every worker
 needs (torch, triton, numpy, torch._dynamo, the harness: ~4-6 s that each fresh worker used to spend),
 never initialises CUDA and never imports student code. For each request of the grader it forks a worker:
@@ -14,10 +14,9 @@ The zygote holds no deadline and no lock: the grader kills workers itself (their
 kills the whole sandbox when the zygote stops answering. The zygote is the reaper of its workers'
 orphans (PID 1 of its namespace, or a child subreaper): `strays` kills every process it did not fork.
 
-Control messages are length-prefixed JSON (no torch on this channel):
-    {"op": "fork", "backend", "env", "cwd", "log", "address_limit"} + fds [channel socket, progress] -> {"ok", "pid"}
-    {"op": "status", "pid"} -> {"ok", "exited", "status"}  (status as subprocess: -signal or exit code)
-    {"op": "strays"} -> {"ok", "killed"}
+Control messages are length-prefixed JSON (no tensors on this channel), each one of grader.running.protocol's:
+`Fork` (+ fds: the channel's socket and the progress pipe) -> `Forked`; `Status` -> `ExitStatus` (status as
+subprocess reports it: -signal or the exit code); `KillStrays` -> `StraysKilled`.
 """
 
 from __future__ import annotations
@@ -35,6 +34,8 @@ import sys
 import time
 from collections.abc import Sequence
 from typing import Any
+
+from grader.running import protocol
 
 _HEADER = struct.Struct("<I")
 MAX_CONTROL_BYTES = 1 << 20
@@ -123,8 +124,8 @@ class Zygote:
         loaded = self.preload()
         import torch
 
-        send_control(self.control, {"ok": True, "ready": True, "pid": self.pid, "preloaded": loaded,
-                                    "cuda_initialized": bool(torch.cuda.is_initialized())})
+        send_control(self.control, protocol.encode(protocol.ZygoteReady(
+            ok=True, pid=self.pid, preloaded=tuple(loaded), cuda_initialized=bool(torch.cuda.is_initialized()))))
         while True:
             self.reap()
             ready = select.select([self.control], [], [], 0.5)[0]
@@ -143,24 +144,28 @@ class Zygote:
                         os.close(fd)
                     except OSError:
                         pass
-            send_control(self.control, reply)
+            send_control(self.control, protocol.encode(reply))
 
-    def handle(self, message: dict[str, Any], fds: list[int]) -> dict[str, Any]:
-        op = message.get("op")
-        if op == "fork":
-            if len(fds) != 2:
-                return {"ok": False, "error": "fork needs the channel's socket and the progress pipe"}
-            return {"ok": True, "pid": self.fork(message, fds)}
-        if op == "status":
-            self.reap()
-            pid = int(message.get("pid", 0))
-            status = self.forked.get(pid)
-            return {"ok": True, "exited": pid in self.forked and status is not None, "status": status}
-        if op == "strays":
-            return {"ok": True, "killed": self.kill_strays()}
-        return {"ok": False, "error": f"unknown op {op!r}"}
+    def handle(self, message: dict[str, Any], fds: list[int]) -> protocol.Reply:
+        try:
+            request = protocol.decode_request(message, protocol.ZYGOTE_REQUESTS)
+        except protocol.ProtocolError as exc:
+            return protocol.error_reply("ProtocolError", str(exc))
+        match request:
+            case protocol.Fork():
+                if len(fds) != 2:
+                    why = "fork needs the channel's socket and the progress pipe"
+                    return protocol.error_reply("ProtocolError", why)
+                return protocol.Forked(ok=True, pid=self.fork(request, fds))
+            case protocol.Status(pid=pid):
+                self.reap()
+                status = self.forked.get(pid)
+                return protocol.ExitStatus(ok=True, exited=pid in self.forked and status is not None, status=status)
+            case protocol.KillStrays():
+                return protocol.StraysKilled(ok=True, killed=self.kill_strays())
+        return protocol.error_reply("ProtocolError", f"no handler for {type(request).__name__}")
 
-    def fork(self, message: dict[str, Any], fds: list[int]) -> int:
+    def fork(self, message: protocol.Fork, fds: list[int]) -> int:
         channel_fd, progress_fd = fds
         pid = os.fork()
         if pid == 0:  # the worker
@@ -175,7 +180,7 @@ class Zygote:
         self.forked[pid] = None
         return pid
 
-    def _become_worker(self, message: dict[str, Any], channel_fd: int, progress_fd: int) -> int:
+    def _become_worker(self, message: protocol.Fork, channel_fd: int, progress_fd: int) -> int:
         os.setsid()  # a process group of its own: the grader kills exactly this worker
         libc = _libc()
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # dies with the zygote
@@ -187,22 +192,22 @@ class Zygote:
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
-        log = os.open(str(message["log"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        log = os.open(message.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
-        os.chdir(str(message["cwd"]))
-        environment = {str(k): str(v) for k, v in dict(message.get("env") or {}).items()}
+        os.chdir(message.cwd)
+        environment = dict(message.env)
         for name in list(os.environ):
             if name not in environment:
                 del os.environ[name]
         os.environ.update(environment)
-        limit = message.get("address_limit")
-        if isinstance(limit, int) and limit > 0:
+        limit = message.address_limit
+        if limit is not None and limit > 0:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
         from grader.running.worker.serve import serve
 
-        return serve(str(message["backend"]), channel_fd, progress_fd, warm=True)
+        return serve(message.backend, channel_fd, progress_fd, warm=True)
 
     def reap(self) -> None:
         while True:

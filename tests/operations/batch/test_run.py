@@ -26,7 +26,7 @@ def test_the_batch_hands_its_calibration_store_to_every_child(tmp_path: Path, re
                                                               assignment: Assignment) -> None:
     """The store travels explicitly: BatchOptions -> each GradeJob -> the child's command line (parsed
     back into the same store), never through the environment."""
-    from grader.running.calibration import CalibrationStore
+    from grader.running.timing.calibration import CalibrationStore
 
     for student in ("ann", "ben"):
         write(tmp_path / "subs" / f"{student}.py")
@@ -63,7 +63,7 @@ def test_the_batch_hands_its_calibration_store_to_every_child(tmp_path: Path, re
 def test_the_cli_builds_one_store_for_a_batch(tmp_path: Path, repo_root: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from grader.cli import main
-    from grader.running.calibration import DEFAULT_MAX_AGE_S, default_folder
+    from grader.running.timing.calibration import DEFAULT_MAX_AGE_S, default_folder
 
     got: list[batch.BatchOptions] = []
 

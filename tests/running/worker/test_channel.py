@@ -580,7 +580,7 @@ class Exploit:
     (lambda: encode_frame((FORMAT, {}, [], []), nfds=65), "65 descriptors announced, over max_fds=64"),
     (lambda: HEADER.pack(MAGIC, 0, 20, 0) + b"not a torch.save zip", "does not load"),
     (lambda: encode_frame((FORMAT, Exploit(), [], [])), "does not load"),
-    (lambda: encode_frame({"op": "not a skeleton"}), "is not (format, tree, views, storages)"),
+    (lambda: encode_frame({"kind": "not a skeleton"}), "is not (format, tree, views, storages)"),
     (lambda: encode_frame((torch.ones(3), {}, [], [])), "is not (format, tree, views, storages)"),
     (lambda: encode_frame((2, {}, [], [])), "is not (format, tree, views, storages)"),
     (lambda: encode_frame((FORMAT, {}, [], [(0, 5)]), streamed=b"hello" * 2), "do not add up to the 10 bytes"),

@@ -8,7 +8,7 @@ from tests.running.worker.interpreted import run_interpreted
 
 FENCE_SCRIPT = """
 import json, torch, triton, triton.language as tl
-from grader.running.worker import fence, harness
+from grader.running.worker import errors, fence, recording
 from grader.judging.errors import classify_error
 assert fence.install()
 
@@ -18,7 +18,7 @@ def copy(x_ptr, out_ptr, N, stride, BLOCK: tl.constexpr):
     tl.store(out_ptr + cols, tl.load(x_ptr + cols, mask=cols < N), mask=cols < N)
     tl.store(out_ptr + cols * stride, tl.load(x_ptr + cols, mask=cols < N), mask=cols < N)
 
-harness._patch_kernel_runs()
+recording.patch_kernel_runs()
 x, out = torch.arange(16.0), torch.zeros(16)
 copy[(1,)](x, out, 16, 1, BLOCK=16)
 ok = bool(torch.equal(out, x))
@@ -27,9 +27,9 @@ try:
     copy[(1,)](x, out2, 16, 10_000_000, BLOCK=16)
     error = None
 except Exception as exc:
-    error = harness.describe_exception(exc, "none")
+    error = errors.describe_exception(exc, "none")
 print(json.dumps({"ok": ok, "trap": classify_error(error) if error else None,
-                  "message": error["root_message"] if error else "", "first_store_done": float(out2[1])}))
+                  "message": error.root_message if error else "", "first_store_done": float(out2[1])}))
 """
 
 def test_the_fence_stops_a_store_outside_every_tensor_of_the_launch() -> None:

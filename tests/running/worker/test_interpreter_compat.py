@@ -27,6 +27,7 @@ from triton.runtime.interpreter import InterpretedFunction
 
 from grader.authoring.spec import load_assignment
 from grader.cli import main
+from grader.evidence.worker_error import WorkerError
 from grader.judging.compare import compare
 from grader.judging.diagnosis import refute_interpreter_limits
 from grader.judging.errors import classify_error
@@ -384,12 +385,12 @@ def test_interpreter_limit_by_cause(cause: BaseException, limit: bool) -> None:
 
 
 def test_classify_error_names_the_limit() -> None:
-    chain = ["triton.runtime.errors.InterpreterError", "builtins.NotImplementedError"]
-    assert classify_error({"type": "InterpreterError", "chain": chain, "interpreter_limit": True}) \
+    chain = ("triton.runtime.errors.InterpreterError", "builtins.NotImplementedError")
+    assert classify_error(WorkerError(type="InterpreterError", chain=chain, interpreter_limit=True)) \
         == "interpreter-unsupported"
-    assert classify_error({"type": "InterpreterError", "chain": chain, "interpreter_limit": False}) == "runtime-error"
-    assert classify_error({"type": "InterpreterError", "chain": chain}) == "runtime-error"
-    assert classify_error({"type": "CompilationError", "interpreter_limit": True}) == "compile-error"
+    assert classify_error(WorkerError(type="InterpreterError", chain=chain, interpreter_limit=False)) == "runtime-error"
+    assert classify_error(WorkerError(type="InterpreterError", chain=chain)) == "runtime-error"
+    assert classify_error(WorkerError(type="CompilationError", interpreter_limit=True)) == "compile-error"
 
 
 def test_refute_interpreter_limits() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from grader.authoring.spec import Assignment, load_assignment
-from grader.running.kernel_source import kernels_only
-from grader.running.performance_plan import PerformancePlan, plan_performance_run
+from grader.running.timing.kernel_source import kernels_only
+from grader.running.timing.performance_plan import PerformancePlan, plan_performance_run
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -30,8 +30,8 @@ def test_recorded_launches_replay_in_a_worker_that_loaded_only_the_kernels(
     from grader.authoring.oracle_loader import load_problems
     from grader.authoring.spec import PerformanceCase
     from grader.judging.compare import close_mask
-    from grader.running.client import Worker, WorkerOptions
-    from grader.running.performance import encode_call
+    from grader.running.processes.client import Worker, WorkerOptions
+    from grader.running.timing.calls import encode_call
 
     perf = {"p-layernorm": PerformanceCase(id="p-layernorm", target="layernorm", dims={"M": 5, "N": 37},
                                            tolerance="rowwise"),
@@ -49,18 +49,18 @@ def test_recorded_launches_replay_in_a_worker_that_loaded_only_the_kernels(
     reduced.write_text(kernels.text, encoding="utf-8")
     timer = Worker(reduced, list(kernels.kernels), options)
     try:
-        assert student.start()["ok"]
+        assert student.start().ok
         reply = student.request(call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True),
                                 120, "record")
-        assert reply["ok"], reply
-        plan = plan_performance_run(reply["record"], call.inputs, perf.target)
+        assert reply.ok, reply
+        plan = plan_performance_run(reply.record or {}, call.inputs, perf.target)
         assert isinstance(plan, PerformancePlan), plan
-        assert timer.start()["ok"]
+        assert timer.start().ok
         timed = timer.request(plan.request(list(call.inputs), sets=2, repeats=1, time=False), 120, "replay")
-        assert timed["ok"], timed
+        assert timed.ok and timed.outputs is not None, timed
     finally:
         student.close()
         timer.close()
     expected = problem.expected(inputs)
-    for name, got in zip(call.output_names, timed["outputs"], strict=True):
+    for name, got in zip(call.output_names, timed.outputs, strict=True):
         assert bool(close_mask(got, expected[name], 1e-5, 1e-5).all()), name

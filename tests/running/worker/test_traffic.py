@@ -61,9 +61,9 @@ def test_active_lanes_drop_masked_lanes_with_their_positions() -> None:
 
 COUNT_SCRIPT = """
 import json, torch, triton, triton.language as tl
-from grader.running.worker import fence, harness, traffic
+from grader.running.worker import fence, recording, traffic
 assert fence.install()
-harness._patch_kernel_runs()
+recording.patch_kernel_runs()
 
 @triton.jit
 def rows_twice(x_ptr, out_ptr, N, BLOCK: tl.constexpr):

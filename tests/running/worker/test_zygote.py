@@ -10,21 +10,23 @@ import struct
 
 import pytest
 
-from grader.running.worker.zygote import MAX_CONTROL_BYTES, receive_control, send_control
+from grader.running import protocol
+from grader.running.worker.zygote import MAX_CONTROL_BYTES, Zygote, receive_control, send_control
 
 
 def test_messages_and_descriptors_round_trip() -> None:
     left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     read, write = os.pipe()
     try:
-        send_control(left, {"op": "fork", "id": 3}, fds=[write])
+        status = protocol.encode(protocol.Status(pid=3))
+        send_control(left, status, fds=[write])
         message, fds = receive_control(right, timeout=10)
-        assert message == {"op": "fork", "id": 3} and len(fds) == 1
+        assert message == status and len(fds) == 1
         os.write(fds[0], b"x")  # the passed descriptor is the pipe's write end
         assert os.read(read, 1) == b"x"
         os.close(fds[0])
-        send_control(left, {"op": "reap"})
-        assert receive_control(right, timeout=10) == ({"op": "reap"}, [])
+        send_control(left, protocol.encode(protocol.KillStrays()))
+        assert receive_control(right, timeout=10) == (protocol.encode(protocol.KillStrays()), [])
     finally:
         for fd in (read, write):
             os.close(fd)
@@ -44,4 +46,22 @@ def test_timeout_closed_and_oversized() -> None:
         with pytest.raises(EOFError):
             receive_control(right, timeout=5)
     finally:
+        right.close()
+
+
+def test_the_zygote_answers_what_it_cannot_read_with_an_error() -> None:
+    left, right = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        zygote = Zygote(right)
+        unknown = zygote.handle({"op": "exec", "command": "sh"}, [])
+        assert not unknown.ok and unknown.failure.type == "ProtocolError" and "'exec'" in unknown.failure.message
+        wrong = zygote.handle({"op": "status", "pid": "3"}, [])
+        assert not wrong.ok and "Status.pid: an integer" in wrong.failure.message
+        no_fds = zygote.handle(protocol.encode(protocol.Fork(backend="interpreter", env={}, cwd="/", log="/dev/null")),
+                               [])
+        assert not no_fds.ok and "progress pipe" in no_fds.failure.message
+        status = zygote.handle(protocol.encode(protocol.Status(pid=12345)), [])
+        assert isinstance(status, protocol.ExitStatus) and status.ok and not status.exited  # not one of its workers
+    finally:
+        left.close()
         right.close()

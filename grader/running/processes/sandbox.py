@@ -1,0 +1,605 @@
+"""Where student code runs: a submission's sandbox for one grade, and the zygote that forks its workers.
+
+A `Sandbox` is a folder (temporary files, the submission's Triton cache, one sub-folder and log per
+worker) and a confinement applied to every process started in it:
+
+- its own process group, resource limits (file size, core dumps, CPU seconds, processes; address space
+  on the interpreter), a minimal environment, and death with the grader (PR_SET_PDEATHSIG);
+- as root: its own PID, mount and network namespaces (`unshare`), with the course's secrets (the
+  assignment specs and oracles, the reference solutions, the output folder, other students' files)
+  hidden under empty tmpfs mounts, and the unprivileged user `nobody` (`setpriv`, no new privileges).
+
+Workers are forked from the sandbox's zygote (grader.running.worker.zygote), which imported torch,
+triton and the harness once; `spawn` is then a fork (milliseconds) instead of a Python start (4-6 s on
+the H200). A worker that must run under a tool (compute-sanitizer) is started as a fresh process in
+the same confinement. The grader holds every deadline: it kills a worker's process group itself, and
+kills the whole sandbox (the zygote and everything it forked) when the zygote stops answering.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import resource
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grader.authoring.spec import REFERENCE_DIR, Assignment
+from grader.running import protocol
+from grader.running.processes.gpu_memory import (
+    MemoryWatchdog,
+    NvmlReader,
+    Watch,
+    first_guard_fraction,
+    nvml_reader,
+    worker_budget_bytes,
+)
+from grader.running.worker.zygote import receive_control, send_control
+
+WORKER_OUTPUT_LIMIT_BYTES = 64 << 20
+# Address-space limit for interpreter workers (CUDA needs a huge virtual address space: none there).
+INTERPRETER_MEMORY_LIMIT_BYTES = 8 << 30
+WORKER_CPU_LIMIT_S = 1800
+WORKER_MAX_PROCESSES = 512
+ZYGOTE_START_TIMEOUT_S = 120.0
+ZYGOTE_REPLY_TIMEOUT_S = 10.0
+# Variables the worker inherits from the grader; everything else (tokens, credentials) stays behind.
+PASSED_ENVIRONMENT = (
+    "PATH", "LANG", "LC_ALL", "VIRTUAL_ENV",
+    "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
+    "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_F32_DEFAULT", "TRITON_DEFAULT_FP_FUSION",
+    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+)
+TOKEN_VARIABLE = "GRADER_WORKER_TOKEN"
+MEMORY_FRACTION_VARIABLE = "GRADER_GPU_MEMORY_FRACTION"  # read by the worker's harness (the first guard)
+SANDBOX_USER = "nobody"
+GRADER_PACKAGE = Path(__file__).resolve().parents[2]  # grader/ (this file is grader/running/processes/sandbox.py)
+PROJECT_ROOT = GRADER_PACKAGE.parent  # what a worker's PYTHONPATH names, so it imports this grader
+_CLONE_NEWNET = 0x40000000
+_PR_SET_PDEATHSIG = 1
+
+
+class SandboxFailure(Exception):
+    """The sandbox's zygote could not be started or stopped answering; `detail` says what happened."""
+
+    def __init__(self, detail: str, output_tail: str = "") -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.output_tail = output_tail
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    backend: str  # "interpreter", "cuda" or "aot" (ahead-of-time compile, no interpreter)
+    import_timeout_s: float
+    # When the grader runs as root (as on Gradescope): run student code as this unprivileged user, in
+    # its own network namespace. None keeps the grader's user.
+    sandbox_user: str | None = SANDBOX_USER
+    # Folders the worker must not see (reference solutions, specs, output folders, other students'
+    # submissions): an empty tmpfs is mounted over each inside the worker's own mount namespace
+    # (namespaces_wanted: on unless $GRADER_NAMESPACES is "off").
+    hidden_paths: tuple[str, ...] = ()
+    # Run the worker under this tool (e.g. compute-sanitizer's memcheck: grader/running/cases/sanitizer.py), with
+    # these extra environment variables. Such a worker is a fresh process, never forked from the zygote.
+    tool: tuple[str, ...] = ()
+    tool_environment: tuple[tuple[str, str], ...] = ()
+
+
+# --------------------------------------------------------------------------- who the sandbox runs as
+
+
+@dataclass(frozen=True)
+class Identity:
+    uid: int
+    gid: int
+
+
+def sandbox_identity(options: WorkerOptions) -> Identity | None:
+    if options.sandbox_user is None or os.geteuid() != 0:
+        return None
+    return usable_identity(options.sandbox_user)
+
+
+@functools.lru_cache(maxsize=4)
+def usable_identity(user: str) -> Identity | None:
+    """The user's ids, if that user can reach this Python, torch, triton and the grader (a venv under
+    /root, say, is not reachable for it: then workers keep the grader's user). Read from the permission
+    bits of every folder on the way (no process started); a zygote that still fails to start as that
+    user is retried with the grader's user (Sandbox.start)."""
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return None
+    import importlib.util
+
+    needed = [Path(sys.executable).resolve(), PROJECT_ROOT]
+    for name in ("torch", "triton", "numpy"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            needed.append(Path(spec.origin).resolve().parent)
+    return Identity(entry.pw_uid, entry.pw_gid) if all(_reachable_by_others(p) for p in needed) else None
+
+
+def _reachable_by_others(path: Path) -> bool:
+    """Every folder above `path` is searchable by other users and `path` itself is readable by them."""
+    try:
+        mode = path.stat().st_mode
+        if not mode & 0o004:
+            return False
+        for parent in path.parents:
+            if not parent.stat().st_mode & 0o001:
+                return False
+    except OSError:
+        return False
+    return True
+
+
+def namespaces_wanted() -> bool:
+    """Run the worker in its own PID, mount and network namespaces when the grader is root (Linux
+    `unshare`): it cannot see or signal the grader, reach the network, read /proc of other processes,
+    or leave a daemon behind (all die with the namespace). $GRADER_NAMESPACES ("on"/"off"), else on
+    (verified on the H200: CUDA works inside them)."""
+    setting = os.environ.get("GRADER_NAMESPACES", "auto").strip().lower()
+    if setting in ("on", "1", "yes"):
+        return True
+    return setting not in ("off", "0", "no")
+
+
+@functools.lru_cache(maxsize=1)
+def namespaces_available() -> bool:
+    """Root, Linux, and `unshare` can create PID/mount/network namespaces here (probed once)."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    try:
+        probe = subprocess.run(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--", "true"],
+                               capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return probe.returncode == 0
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _confine(options: WorkerOptions, identity: Identity | None, isolated: bool) -> None:  # child, pre-exec
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversized writes fail instead of killing
+    resource.setrlimit(resource.RLIMIT_FSIZE, (WORKER_OUTPUT_LIMIT_BYTES, WORKER_OUTPUT_LIMIT_BYTES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_CPU, (WORKER_CPU_LIMIT_S, WORKER_CPU_LIMIT_S))
+    if options.backend == "interpreter":
+        memory = INTERPRETER_MEMORY_LIMIT_BYTES
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    libc = _libc()
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the sandbox dies with the grader
+    if isolated:
+        return  # namespaces and the user drop are done by `unshare` and `setpriv` in the command
+    if identity is not None:
+        libc.unshare(_CLONE_NEWNET)  # no network at all (best effort: needs root, which we have here)
+        resource.setrlimit(resource.RLIMIT_NPROC, (WORKER_MAX_PROCESSES, WORKER_MAX_PROCESSES))
+        os.setgroups([])
+        os.setgid(identity.gid)
+        os.setuid(identity.uid)
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants of a sandbox (daemons) are re-parented to the grader, not to init, so the
+    grader can find and kill them (Linux only; harmless elsewhere)."""
+    try:
+        _libc().prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def kill_marked(token: str) -> None:
+    """Kill every process whose environment carries this sandbox's token (escaped daemons included: a
+    forked process shows the environment its zygote was started with)."""
+    marker = f"{TOKEN_VARIABLE}={token}".encode()
+    for _ in range(3):
+        found = []
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    environ = f.read()
+            except OSError:
+                continue
+            if marker in environ.split(b"\0"):
+                found.append(int(entry.name))
+                try:
+                    os.kill(int(entry.name), signal.SIGKILL)
+                except OSError:
+                    pass
+        if not found:
+            return
+        time.sleep(0.05)
+        for pid in found:  # reap the ones re-parented to us (only those: other children are not ours to reap)
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def describe_exit(code: int | None) -> str:
+    """A process's exit status in words: `exit code 3`, `signal SIGKILL`, or `no exit status`."""
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def host_pid(namespace_pid: int, namespace_inode: int) -> int | None:
+    """The pid, as this process sees it, of the process that is `namespace_pid` inside the PID namespace
+    with inode `namespace_inode` (/proc/<pid>/status NSpid lists a process's pid in every namespace)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry.name}/ns/pid").st_ino != namespace_inode:
+                continue
+            with open(f"/proc/{entry.name}/status", encoding="ascii", errors="replace") as f:
+                for line in f:
+                    if line.startswith("NSpid:"):
+                        if int(line.split()[-1]) == namespace_pid:
+                            return int(entry.name)
+                        break
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+# --------------------------------------------------------------------------- the sandbox
+
+
+@dataclass(frozen=True)
+class GpuBudget:
+    """Each worker's share of the GPU's memory, enforced by the grader's watchdog (grader.running.processes.gpu_memory)
+    and, first, by torch's per-process memory fraction inside the worker (cooperative: it can be undone)."""
+
+    watchdog: MemoryWatchdog
+    reader: NvmlReader
+    budget_bytes: int
+    total_bytes: int
+
+    @property
+    def fraction(self) -> float:
+        return first_guard_fraction(self.budget_bytes, self.total_bytes)
+
+
+class Sandbox:
+    """One submission's confinement for one grade: its folder, its zygote, the workers forked from it."""
+
+    def __init__(self, options: WorkerOptions, triton_cache: Path | None = None,
+                 gpu_budget: GpuBudget | None = None) -> None:
+        """`gpu_budget`: on CUDA, every worker started here is watched against it."""
+        self.options = options
+        self.gpu_budget = gpu_budget
+        self.root = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
+        self.token = secrets.token_hex(8)
+        self.identity = sandbox_identity(options)
+        self.triton_cache = triton_cache or self.root / "triton-cache"
+        self.triton_cache.mkdir(parents=True, exist_ok=True)
+        (self.root / "tmp").mkdir()
+        self._own([self.root, self.root / "tmp", self.triton_cache])
+        self._zygote: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+        self._zygote_pid: int | None = None  # as the grader sees it
+        self._namespace_inode: int | None = None
+        self._lock = threading.Lock()
+        self._ready: protocol.ZygoteReady | None = None
+        self._failure: SandboxFailure | None = None
+        self._workers = 0
+        become_subreaper()
+
+    @property
+    def isolated(self) -> bool:
+        return namespaces_available() and namespaces_wanted()
+
+    def _own(self, paths: Sequence[Path]) -> None:
+        if self.identity is not None:
+            for path in paths:
+                os.chown(path, self.identity.uid, self.identity.gid)
+
+    def worker_folder(self) -> Path:
+        """A fresh folder for one worker (its temporary files, its log, its copy of the submission)."""
+        self._workers += 1
+        folder = self.root / f"w{self._workers}"
+        (folder / "tmp").mkdir(parents=True)
+        self._own([folder, folder / "tmp"])
+        return folder
+
+    def environment(self, folder: Path, backend: str,
+                    extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
+        """What a worker (or the zygote) in this sandbox runs with."""
+        env = {k: v for k, v in os.environ.items() if k in PASSED_ENVIRONMENT}
+        env[TOKEN_VARIABLE] = self.token
+        env["TMPDIR"] = str(folder / "tmp")
+        if backend == "interpreter":
+            env["TRITON_INTERPRET"] = "1"
+        if backend == "cuda" and self.gpu_budget is not None:
+            env[MEMORY_FRACTION_VARIABLE] = f"{self.gpu_budget.fraction:.6f}"
+        env["PYTHONPATH"] = str(PROJECT_ROOT)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        env["PYTHONUNBUFFERED"] = "1"
+        env["PYTHONNOUSERSITE"] = "1"
+        env["TRITON_CACHE_DIR"] = str(self.triton_cache)
+        env["HOME"] = str(folder)
+        env.update(dict(extra))
+        return env
+
+    def command(self, program: Sequence[str]) -> list[str]:
+        """`program` wrapped in the sandbox's namespaces and user (when isolated)."""
+        if not self.isolated:
+            return list(program)
+        drop = []
+        if self.identity is not None:
+            drop = ["setpriv", f"--reuid={self.identity.uid}", f"--regid={self.identity.gid}", "--clear-groups",
+                    "--no-new-privs", "--"]
+        # Inside the new namespaces: hide folders under empty tmpfs mounts, then exec the program.
+        script = ('IFS=:; for d in $GRADER_HIDE; do [ -d "$d" ] && mount -t tmpfs -o size=1m,mode=0555 tmpfs "$d"; '
+                  'done; unset GRADER_HIDE; exec "$@"')
+        return ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--",
+                "sh", "-c", script, "sh", *drop, *program]
+
+    def hidden(self) -> str:
+        """The hidden folders, minus any that would hide what the sandbox itself needs."""
+        needed = [self.root, self.triton_cache, GRADER_PACKAGE, Path(sys.prefix),
+                  Path(sys.base_prefix), Path(sys.executable).resolve().parent]
+        keep = []
+        for raw in self.options.hidden_paths:
+            path = Path(raw).resolve()
+            if any(path == n or path in n.parents for n in needed):
+                continue
+            keep.append(str(path))
+        return ":".join(keep)
+
+    def popen(self, program: Sequence[str], env: dict[str, str], cwd: Path, log: Path,
+              pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
+        """Start `program` as a fresh process in this sandbox (its own process group, confined)."""
+        isolated = self.isolated
+        env = dict(env)
+        if isolated:
+            env["GRADER_HIDE"] = self.hidden()
+        handle = open(log, "ab")  # noqa: SIM115 - handed to the child
+        try:
+            return subprocess.Popen(
+                self.command(program), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=handle, stderr=handle,
+                pass_fds=tuple(pass_fds), start_new_session=True,
+                preexec_fn=lambda: _confine(self.options, self.identity, isolated),  # noqa: PLW1509
+            )
+        finally:
+            handle.close()
+
+    # ------------------------------------------------------------------ the zygote
+
+    def start(self) -> None:
+        """Start the zygote (it imports torch and triton in the background); `ready` waits for it. Call it
+        from a thread that lives as long as the grade: the zygote dies with the thread that started it."""
+        if self._zygote is not None:
+            return
+        grader_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            env = self.environment(self.root, self.options.backend)
+            self._zygote = self.popen([sys.executable, "-m", "grader.running.worker.zygote", str(zygote_end.fileno())],
+                                      env, self.root, self.root / "zygote.log", (zygote_end.fileno(),))
+        finally:
+            zygote_end.close()
+        self._control = grader_end
+
+    def ready(self) -> protocol.ZygoteReady:
+        """The zygote's ready message (waits for it once); SandboxFailure if it did not come up."""
+        with self._lock:
+            if self._failure is not None:
+                raise self._failure
+            if self._ready is not None:
+                return self._ready
+            self.start()
+            assert self._control is not None and self._zygote is not None
+            try:
+                tree, fds = receive_control(self._control, ZYGOTE_START_TIMEOUT_S)
+                for fd in fds:
+                    os.close(fd)
+                message = protocol.decode_reply(protocol.ZygoteReady, tree)
+            except (TimeoutError, EOFError, OSError, ValueError) as exc:
+                self._failure = SandboxFailure(f"the sandbox did not start ({exc})", self.log_tail())
+                self._stop_zygote()
+                raise self._failure from None
+            if message.cuda_initialized:
+                self._failure = SandboxFailure("the sandbox's zygote initialised CUDA: it cannot fork workers")
+                self._stop_zygote()
+                raise self._failure
+            self._zygote_pid = self._find_zygote()
+            if self._zygote_pid is not None and self.isolated:
+                self._namespace_inode = os.stat(f"/proc/{self._zygote_pid}/ns/pid").st_ino
+            self._ready = message
+            return message
+
+    def _find_zygote(self) -> int | None:
+        """The zygote's pid as the grader sees it: the Popen itself, or unshare's child when isolated."""
+        assert self._zygote is not None
+        if not self.isolated:
+            return self._zygote.pid
+        for _ in range(100):
+            for entry in os.scandir("/proc"):
+                if not entry.name.isdigit():
+                    continue
+                try:
+                    with open(f"/proc/{entry.name}/stat", "rb") as f:
+                        fields = f.read().rsplit(b")", 1)[-1].split()
+                except OSError:
+                    continue
+                if len(fields) > 1 and int(fields[1]) == self._zygote.pid:
+                    return int(entry.name)
+            time.sleep(0.01)
+        return None
+
+    def _ask(self, request: protocol.Request[protocol.R], fds: Sequence[int] = ()) -> protocol.R:
+        """The zygote's reply to `request`; SandboxFailure (and the sandbox stopped) when it does not answer, or
+        answers with something that is not the request's reply."""
+        self.ready()
+        with self._lock:
+            if self._control is None:
+                raise SandboxFailure("the sandbox was closed")
+            try:
+                send_control(self._control, protocol.encode(request), fds)
+                tree, extra = receive_control(self._control, ZYGOTE_REPLY_TIMEOUT_S)
+                for fd in extra:
+                    os.close(fd)
+                reply = protocol.decode_answer(request, tree)
+            except (TimeoutError, EOFError, OSError, ValueError) as exc:
+                self._failure = SandboxFailure(f"the sandbox's zygote stopped answering ({exc})", self.log_tail())
+                self._stop_zygote()
+                raise self._failure from None
+        return reply
+
+    def fork(self, folder: Path, backend: str, fds: Sequence[int]) -> tuple[int, int]:
+        """Fork a worker with its channel `fds` (read, write, progress marks): its pid as the grader sees it,
+        and as the zygote sees it (they differ inside a PID namespace)."""
+        if (backend == "interpreter") != (self.options.backend == "interpreter"):
+            # Triton decorates its own library functions when it is imported: for the interpreter or not.
+            raise SandboxFailure(f"a {self.options.backend} sandbox cannot fork a {backend} worker")
+        limit = INTERPRETER_MEMORY_LIMIT_BYTES if backend == "interpreter" else None
+        reply = self._ask(protocol.Fork(backend=backend, env=self.environment(folder, backend), cwd=str(folder),
+                                        log=str(folder / "output.log"), address_limit=limit), fds)
+        if not reply.ok:
+            raise SandboxFailure(f"the sandbox's zygote could not fork a worker: {reply.failure.message}")
+        pid = reply.pid
+        if self._namespace_inode is None:
+            return pid, pid
+        found = host_pid(pid, self._namespace_inode)
+        if found is None:
+            raise SandboxFailure(f"the forked worker (pid {pid} in the sandbox) could not be found")
+        return found, pid
+
+    def exit_status(self, namespace_pid: int, wait_s: float = 2.0) -> int | None:
+        """A forked worker's exit status (subprocess style), once the zygote reaped it; None if unknown."""
+        if self._control is None or self._failure is not None:
+            return None
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                reply = self._ask(protocol.Status(pid=namespace_pid))
+            except SandboxFailure:
+                return None
+            if reply.exited:
+                return reply.status
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.05)
+
+    def watch(self, pid: int, label: str) -> Watch | None:
+        """Watch a CUDA worker's GPU memory against this sandbox's budget (None: no budget here)."""
+        if self.gpu_budget is None or self.options.backend != "cuda":
+            return None
+        try:
+            return self.gpu_budget.watchdog.watch(pid, self.gpu_budget.budget_bytes, label)
+        except (ValueError, OSError):  # the worker is already gone
+            return None
+
+    def unwatch(self, watch: Watch | None) -> None:
+        if watch is not None and self.gpu_budget is not None:
+            self.gpu_budget.watchdog.unwatch(watch)
+
+    def kill_strays(self) -> None:
+        """Kill processes that escaped a worker's process group (daemons): they were re-parented to the zygote."""
+        if self._control is not None and self._failure is None:
+            try:
+                self._ask(protocol.KillStrays())
+            except SandboxFailure:
+                pass
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            with open(self.root / "zygote.log", "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - chars))
+                return f.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+
+    def _stop_zygote(self) -> None:
+        if self._control is not None:
+            try:
+                self._control.close()
+            except OSError:
+                pass
+            self._control = None
+        if self._zygote is not None:
+            try:
+                os.killpg(self._zygote.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self._zygote.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        kill_marked(self.token)  # the zygote's workers and their daemons (all carry its token)
+
+    def close(self) -> None:
+        with self._lock:
+            self._failure = self._failure or SandboxFailure("the sandbox was closed")
+            self._stop_zygote()
+            self._zygote = None
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- a submission's sandbox
+
+
+def sandbox_options(assignment: Assignment, submission: Path, backend: str,
+                    hidden: tuple[str, ...] = ()) -> WorkerOptions:
+    """How a submission's sandbox confines its workers on `backend`."""
+    return WorkerOptions(backend=backend, import_timeout_s=assignment.import_timeout_s,
+                         hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden))
+
+
+def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, ...]:
+    """Folders student code has no business reading: the course's assignments/ (hidden cases, oracles)
+    and reference/ (reference solutions, mutant corpora), whether or not this assignment has one, and the
+    folder the submission came from (other students' files)."""
+    paths = [assignment.root.parent, assignment.course_root / REFERENCE_DIR, Path(submission).resolve().parent]
+    return tuple(str(p) for p in paths)
+
+
+def start_sandbox(assignment: Assignment, submission: Path, backend: str, hidden: tuple[str, ...] = (),
+                  concurrent_grades: int = 1) -> Sandbox:
+    """A submission's sandbox for one grade, its zygote started (it imports torch and triton in the
+    background). Call it from the thread that lives as long as the grade."""
+    sandbox = Sandbox(sandbox_options(assignment, Path(submission).resolve(), backend, hidden),
+                      gpu_budget=gpu_budget(backend, concurrent_grades))
+    sandbox.start()
+    return sandbox
+
+
+def gpu_budget(backend: str, concurrent_grades: int) -> GpuBudget | None:
+    """On CUDA with NVML: each worker's share of GPU memory (a grade runs two at a time: its worker and the
+    replayer or timer), held by a watchdog thread in this process. None without NVML (then only torch's
+    per-process fraction is not set either, and a worker may take what the GPU has)."""
+    if backend != "cuda":
+        return None
+    reader = nvml_reader()
+    if reader is None:
+        return None
+    total = reader.total_bytes()
+    budget = worker_budget_bytes(total, max(1, concurrent_grades), workers_per_grade=2)
+    return GpuBudget(MemoryWatchdog(reader), reader, budget, total)

@@ -1,0 +1,116 @@
+"""What a performance case runs and checks, as plain data (pure): the target bound to contiguous inputs at the
+timed size (`CallPlan`, the worker's `Run` request), and the comparison of the timed outputs with torch eager's."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from grader.authoring.problem import Baseline, Problem
+from grader.authoring.spec import Assignment, PerformanceCase
+from grader.judging.compare import close_mask
+from grader.running import protocol
+from grader.running.cases import arguments
+from grader.running.timing.performance_plan import PerformancePlan
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """A target and its arguments as plain data for the worker's `Run` request (performance_timing.prepare_call)."""
+
+    kind: str  # "kernel" | "function"
+    target: str
+    inputs: tuple[torch.Tensor, ...]  # contiguous CPU tensors
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    outputs: tuple[Mapping[str, Any], ...]  # kernel output buffers: shape, dtype
+    output_names: tuple[str, ...]
+    meta: Mapping[str, int]
+    grid: tuple[str, ...]
+
+    def request(self, *, sets: int, repeats: int, time: bool, return_outputs: bool,
+                record: bool = False) -> protocol.Run:
+        return protocol.Run(kind=self.kind, target=self.target, inputs=self.inputs, args=self.args,
+                            kwargs=dict(self.kwargs), outputs=self.outputs, meta=dict(self.meta), grid=self.grid,
+                            sets=sets, repeats=repeats, time=time, return_outputs=return_outputs, record=record)
+
+
+def encode_call(
+    perf: PerformanceCase, assignment: Assignment, problem: Problem, inputs: Mapping[str, Any]
+) -> CallPlan:
+    """Bind the target to its inputs the way correctness cases do (grader.running.cases.arguments), with
+    every tensor contiguous and without guard buffers."""
+    if perf.target in assignment.kernels:
+        spec = assignment.kernels[perf.target]
+        binding = arguments.kernel_binding(problem, inputs)
+        placement = arguments.Contiguous(inputs, arguments.kernel_buffers(binding))
+        args = arguments.kernel_arguments(spec, binding, placement)
+        return CallPlan(
+            "kernel",
+            perf.target,
+            placement.tensors(),
+            tuple(args),
+            {},
+            tuple(placement.outputs),
+            tuple(placement.output_names),
+            dict(perf.meta),
+            spec.grid,
+        )
+    function = assignment.functions[perf.target]
+    call_args, call_kwargs = arguments.call_binding(problem, inputs)
+    placement = arguments.Contiguous(inputs, arguments.call_buffers(call_args, call_kwargs))
+    args_w, kwargs_w = arguments.call_arguments(call_args, call_kwargs, placement)
+    return CallPlan(
+        "function",
+        perf.target,
+        placement.tensors(),
+        tuple(args_w),
+        kwargs_w,
+        (),
+        function.returns,
+        {},
+        (),
+    )
+
+
+def compare_outputs(
+    actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], atol: float, rtol: float
+) -> str:
+    """'' when every output matches within the tolerance; else which one does not, and how far off."""
+    for name, exp in expected.items():
+        got = actual.get(name)
+        if got is None or tuple(got.shape) != tuple(exp.shape):
+            shape = None if got is None else tuple(got.shape)
+            return f"`{name}` has shape {shape}, expected {tuple(exp.shape)}"
+        ok = close_mask(got.to(exp.device), exp, atol, rtol)
+        wrong = int((~ok).sum())
+        if wrong:
+            diff = (got.to(exp.device).double() - exp.double()).abs().nan_to_num(nan=math.inf)
+            worst = float(diff.max())
+            return (
+                f"`{name}`: {wrong} of {exp.numel()} elements differ (max |error| {worst:.3g}, "
+                f"atol={atol:g}, rtol={rtol:g})"
+            )
+    return ""
+
+
+def baseline_outputs(baseline: Baseline, result: Any) -> dict[str, torch.Tensor]:
+    items = list(result) if isinstance(result, (tuple, list)) else [result]
+    if len(items) != len(baseline.outputs):
+        raise ValueError(f"{baseline.label} returned {len(items)} values for outputs {baseline.outputs}")
+    return dict(zip(baseline.outputs, items, strict=True))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A case recorded in the student's worker and planned, ready to check and time."""
+
+    perf: PerformanceCase
+    problem: Problem
+    call: CallPlan
+    inputs: Mapping[str, Any]
+    timed: PerformancePlan

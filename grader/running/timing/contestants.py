@@ -1,0 +1,278 @@
+"""The workers a grade's timed cases run in, and their requests: the timer, which loaded only the submission's
+kernels (grader.running.timing.kernel_source: no other line of the file runs there), and the reference solution's
+worker. Each runs a case's planned launches once (outputs back, launches kept), then, inside the exclusive slot,
+samples of CUDA-graph replays: the two in turn, sample for sample, so both see the same clocks."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+
+from grader.authoring.spec import Assignment, PerformanceCase
+from grader.judging.errors import error_message
+from grader.running import protocol
+from grader.running.cases.battery import Battery
+from grader.running.processes.client import Deadline, Worker, WorkerFailure, WorkerOptions
+from grader.running.timing.calls import Prepared
+from grader.running.timing.kernel_source import KernelSource, kernels_only
+from grader.running.timing.performance_plan import PerformancePlan, plan_performance_run
+from grader.running.worker import performance_timing
+
+# A launch at the timed size gets this long to finish, plus SLOWDOWN_ALLOWED x the bar. Measured in a class
+# batch on one H200 (10 concurrent grades, CPUs saturated): 3 s stopped an honest 14x-slower kernel's check.
+RUN_GRACE_S = 10.0
+SLOWDOWN_ALLOWED = 100.0
+COMPILE_LIMIT_S = 120.0  # one compilation (an autotuned kernel compiles once per configuration)
+
+
+def timed_deadline(perf: PerformanceCase, expected_ms: float | None) -> Deadline:
+    """Pure: the deadline of one request at `perf`'s timed size, given the bar's median (ms) if known."""
+    run_s = RUN_GRACE_S + SLOWDOWN_ALLOWED * (expected_ms or 0.0) / 1000.0
+    return Deadline(cap_s=perf.timeout_s, run_s=run_s, compile_s=COMPILE_LIMIT_S)
+
+
+Outputs = tuple[tuple[torch.Tensor, ...], tuple[float, ...]]  # a timed run's outputs and medians (ms)
+
+
+class Contestants:
+    """The timer and the reference worker of one grade's timed cases, with what each keeps for the exclusive slot.
+    `deadline(perf)`: how long one request at the case's timed size may take."""
+
+    def __init__(self, assignment: Assignment, device: str, folder: Path,
+                 deadline: Callable[[PerformanceCase], Deadline]) -> None:
+        self.assignment = assignment
+        self.device = device
+        self.folder = folder
+        self.deadline = deadline
+        self.reference: Worker | None = None
+        self.reference_problem = "" if assignment.reference_solution else "the assignment has no reference solution"
+        self.reference_kept: set[str] = set()  # cases whose reference launches wait in its worker (in turn)
+        self.timer: Worker | None = None
+        self.timer_problem = "the timer was not started"
+        self.timer_kept: set[str] = set()  # cases whose launches wait in the current timer worker
+        self._spun = False
+
+    def close(self) -> None:
+        for worker in (self.reference, self.timer):
+            if worker is not None:
+                worker.close()
+        self.reference = self.timer = None
+
+    def spin_up_ms(self) -> float:
+        """The first timing of a grade brings the clocks up from idle; the rest follow it closely."""
+        first = not self._spun
+        self._spun = True
+        return performance_timing.DEFAULT_SPIN_UP_MS if first else performance_timing.FOLLOW_UP_SPIN_UP_MS
+
+    # ------------------------------------------------------------------ the timer
+
+    def new_timer(self, battery: Battery) -> tuple[Worker, KernelSource]:
+        """A worker (not started) that will load only the submission's kernels: no other line of it."""
+        reduced = kernels_only(battery.submission.read_text(encoding="utf-8", errors="replace"))
+        path = self.folder / battery.submission.name
+        path.write_text(reduced.text, encoding="utf-8")
+        worker = Worker(path, list(reduced.kernels), battery.sandbox.options, sandbox=battery.sandbox)
+        return worker, reduced
+
+    def adopt_timer(self, worker: Worker, reduced: KernelSource, reply: protocol.Loaded) -> None:
+        if reply.ok:
+            self.timer = worker
+            self.timer_problem = ""
+            return
+        worker.close()
+        dropped = "; ".join(f"line {line}: {what}" for line, what in reduced.dropped[:5])
+        self.timer_problem = (
+            "your kernels could not be loaded on their own (timed runs load only the @triton.jit functions and "
+            f"constants of your file): {error_message(reply.error, worker.submission.name)}"
+            + (f" (left out: {dropped})" if dropped else ""))
+
+    def timer_for(self, battery: Battery) -> Worker | str:
+        """The timer worker, started now if it is not running (after a failure, say)."""
+        if self.timer is None:
+            worker, reduced = self.new_timer(battery)
+            worker.spawn()
+            self.adopt_timer(worker, reduced, finish_start(worker))
+        return self.timer if self.timer is not None else self.timer_problem
+
+    def drop_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.close()
+            self.timer = None
+        self.timer_kept.clear()  # what it kept died with it
+
+    def kept_timer(self, prepared: Prepared, battery: Battery) -> Worker | str:
+        """The timer, with this case's launches kept in it: run once more in a timer started after a failure
+        (a worker that died took every case it kept with it)."""
+        perf = prepared.perf
+        timer = self.timer_for(battery)
+        if isinstance(timer, str) or perf.id in self.timer_kept:
+            return timer
+        run = self.run_plan(timer, prepared, f"running {perf.target}'s launches at {perf.shape}", keep=perf.id)
+        if isinstance(run, str):
+            self.drop_timer()
+            return run
+        self.timer_kept.add(perf.id)
+        return timer
+
+    def run_plan(self, worker: Worker, prepared: Prepared, what: str, keep: str = "") -> Outputs | str:
+        """Run the planned launches in `worker`: their outputs (first run) and, unless kept there for
+        `time_kept` (`keep`), their medians."""
+        perf = prepared.perf
+        request = prepared.timed.request(prepared.call.inputs, sets=perf.input_sets, repeats=perf.repeats,
+                                         time=self.device == "cuda" and not keep, keep=keep,
+                                         spin_up_ms=None if keep else self.spin_up_ms())
+        try:
+            reply = worker.request(request, self.deadline(perf), what)
+        except WorkerFailure as failure:
+            return f"{failure.trap}: {what}: {failure.detail}"
+        if not reply.ok:
+            return f"{what} raised " + error_message(reply.error, worker.submission.name)
+        if reply.outputs is None:
+            return f"{what}: the timer sent a malformed reply"
+        return reply.outputs, reply.medians_ms
+
+    # ------------------------------------------------------------------ the reference
+
+    def new_reference(self) -> Worker:
+        if self.assignment.reference_solution is None:
+            raise RuntimeError("the assignment has no reference solution")
+        path = self.assignment.reference_solution.resolve()
+        return Worker(path, list(self.assignment.required_symbols),
+                      WorkerOptions(backend="cuda" if self.device == "cuda" else "interpreter",
+                                    import_timeout_s=self.assignment.import_timeout_s))
+
+    def start_reference(self) -> Worker:
+        """A worker running the assignment's reference solution (trusted code, same timing path)."""
+        worker = self.new_reference()
+        worker.spawn()
+        reply = finish_start(worker)
+        if not reply.ok:
+            worker.close()
+            raise RuntimeError(reply.failure.message[:300])
+        return worker
+
+    def ensure_reference(self) -> None:
+        if self.reference is None and not self.reference_problem:
+            try:
+                self.reference = self.start_reference()
+            except RuntimeError as exc:
+                self.reference_problem = f"the reference solution could not be loaded: {exc}"
+
+    def adopt_reference(self, worker: Worker, reply: protocol.Loaded) -> None:
+        if reply.ok:
+            self.reference = worker
+        else:
+            worker.close()
+            self.reference_problem = f"the reference solution could not be loaded: {reply.failure.message[:300]}"
+
+    def reference_plan(self, reference: Worker, prepared: Prepared, what: str) -> PerformancePlan | str:
+        """The reference's launches on the case's inputs, recorded in its worker and planned (or why not)."""
+        reply = reference.request(
+            prepared.call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True),
+            self.deadline(prepared.perf), what)
+        recorded = reply.record if reply.ok else None
+        return plan_performance_run(recorded if isinstance(recorded, Mapping) else {}, prepared.call.inputs,
+                                    prepared.perf.target)
+
+    def keep_reference(self, prepared: Prepared) -> None:
+        """The reference's launches on the same inputs, recorded, planned and run once in its worker, kept there
+        to be timed in turn with the student's (`time_in_turn`). Where the reference cannot, the case is timed
+        against the bars alone, as before."""
+        self.ensure_reference()
+        if self.reference is None:
+            return
+        perf = prepared.perf
+        what = f"running the reference {perf.target} at {perf.shape}"
+        try:
+            plan = self.reference_plan(self.reference, prepared, what)
+        except WorkerFailure:
+            self.reference.close()
+            self.reference = None
+            return
+        if isinstance(plan, str):
+            return
+        kept = self.run_plan(self.reference, dataclasses.replace(prepared, timed=plan), what, keep=perf.id)
+        if not isinstance(kept, str):
+            self.reference_kept.add(perf.id)
+
+    def time_reference(self, prepared: Prepared) -> tuple[list[float] | None, str]:
+        """The reference's medians on the same inputs, timed like the student's (its launches recorded,
+        then replayed as a CUDA graph), or None and why not (a note on the result)."""
+        self.ensure_reference()
+        if self.reference is None:
+            return None, self.reference_problem
+        perf = prepared.perf
+        what = f"timing the reference {perf.target} on {perf.shape}"
+        try:
+            plan = self.reference_plan(self.reference, prepared, what)
+            if isinstance(plan, str):
+                return None, f"the reference could not be timed: {plan}"
+            timed = self.run_plan(self.reference, dataclasses.replace(prepared, timed=plan), what)
+        except WorkerFailure as failure:
+            self.reference.close()
+            self.reference = None
+            return None, f"the reference could not be timed: {failure.detail}"
+        if isinstance(timed, str):
+            return None, f"the reference could not be timed: {timed}"
+        return list(timed[1]) or None, ""
+
+    # ------------------------------------------------------------------ samples (inside the exclusive slot)
+
+    def time_in_turn(self, timer: Worker, perf: PerformanceCase, what: str) -> tuple[list[float], list[float]] | str:
+        """The student's kept launches and the reference's, one sample each in turn, `repeats` rounds: both see the
+        same clocks, power draw and temperature (a 4096^3 tf32 matmul holds an H200 at its power cap, its SM clock
+        wandering 1410-1560 MHz: timed apart, identical kernels read +-7.6%; in turn, +-0.15%:
+        benchmarks/timing_noise.py, docs/performance.md). Each worker holds its captured graph between samples."""
+        assert self.reference is not None
+        student: list[float] = []
+        reference: list[float] | None = []
+        spin = self.spin_up_ms()
+        for round_ in range(perf.repeats):
+            hold = round_ < perf.repeats - 1  # the last sample lets the graphs (and their memory) go
+            mine = self.sample(timer, perf, what, spin_up_ms=spin, hold=hold)
+            if isinstance(mine, str):
+                return mine
+            student.extend(mine)
+            if reference is not None:
+                theirs = self.sample(self.reference, perf, f"timing the reference {perf.target}",
+                                     spin_up_ms=spin, hold=hold)
+                # a reference that fails (never expected) leaves the comparison to the bars
+                reference = reference + theirs if not isinstance(theirs, str) else None
+            spin = 0.0
+        return student, reference or []
+
+    def sample(self, worker: Worker, perf: PerformanceCase, what: str, *, spin_up_ms: float,
+               hold: bool) -> list[float] | str:
+        request = protocol.TimeKept(key=perf.id, repeats=1, spin_up_ms=spin_up_ms, hold=hold)
+        run_s = self.deadline(perf).run_s or RUN_GRACE_S
+        try:
+            reply = worker.request(request, Deadline(cap_s=min(perf.timeout_s, RUN_GRACE_S + run_s)), what)
+        except WorkerFailure as failure:
+            return f"{failure.trap}: {what}: {failure.detail}"
+        if not reply.ok:
+            return f"{what} raised " + error_message(reply.error, worker.submission.name)
+        return list(reply.medians_ms) if reply.medians_ms else f"{what}: no timing came back"
+
+    def time_kept(self, worker: Worker, perf: PerformanceCase, what: str) -> list[float] | str:
+        """Time the launches `run_plan(keep=perf.id)` left in `worker`: CUDA-graph replays only."""
+        request = protocol.TimeKept(key=perf.id, repeats=perf.repeats, spin_up_ms=self.spin_up_ms())
+        run_s = self.deadline(perf).run_s or RUN_GRACE_S
+        try:  # graph replays make no progress marks: the cap covers the spin-up and every sample
+            reply = worker.request(request, Deadline(cap_s=min(perf.timeout_s, RUN_GRACE_S + perf.repeats * run_s)),
+                                   what)
+        except WorkerFailure as failure:
+            return f"{failure.trap}: {what}: {failure.detail}"
+        if not reply.ok:
+            return f"{what} raised " + error_message(reply.error, worker.submission.name)
+        return list(reply.medians_ms)
+
+
+def finish_start(worker: Worker) -> protocol.Loaded:
+    """A spawned worker's load reply; a worker that did not come up is a failed one, saying why."""
+    try:
+        return worker.finish_start()
+    except WorkerFailure as failure:
+        return protocol.failed(protocol.Loaded, protocol.WorkerError(message=failure.detail))

@@ -1,0 +1,368 @@
+"""Performance cases on CUDA, the measuring part. Timed runs execute none of the submission's Python:
+
+1. record: the student's worker calls the target once at the timed size (compiling and autotuning it),
+   then once more with every kernel launch recorded by layout (grader.running.worker.performance_run);
+2. plan: every buffer of those launches must be an input, a fresh buffer, a constant fill or a copy of
+   an input (grader.running.timing.performance_plan), else the values came from outside the kernels;
+3. time: the student's workers are stopped; inside the GPU's exclusive slot (grader.running.processes.gpu_slot)
+   a timer worker that loaded only the submission's kernels (grader.running.timing.kernel_source) runs the
+   launches on fresh inputs, sends their outputs back (checked here against torch eager), and times
+   CUDA-graph replays of them. The reference solution is timed the same way in a worker of its own,
+   torch eager here; both once per assignment, GPU and versions, cached on disk
+   (grader.running.timing.calibration).
+
+The student's target is timed only after all of its correctness cases in this run passed. On any other
+backend a performance case is "skipped" (it needs a CUDA GPU), never passed and never failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grader.authoring.inputs import InputMaker
+from grader.authoring.oracle_loader import load_problems
+from grader.authoring.problem import Baseline, Problem
+from grader.authoring.spec import Assignment, PerformanceCase
+from grader.environment import versions
+from grader.evidence.observation import Observation
+from grader.judging.judge import fusion_problems
+from grader.judging.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
+from grader.results import CaseResult, DeviceInfo, Measurement, PerformanceResult
+from grader.running.cases.battery import Battery
+from grader.running.processes.client import Deadline
+from grader.running.processes.gpu_slot import GpuSlot, gpu_name
+from grader.running.timing.calibration import (
+    Calibration,
+    CalibrationKey,
+    CalibrationStore,
+    Machine,
+    calibration_key,
+    this_machine,
+)
+from grader.running.timing.calls import Prepared, baseline_outputs, compare_outputs, encode_call
+from grader.running.timing.contestants import Contestants, finish_start, timed_deadline
+from grader.running.timing.performance_plan import plan_performance_run
+from grader.running.worker import performance_timing
+from grader.seeds import case_seed
+from grader.trap_ids import CRASH, NOT_FUSED, OUT_OF_MEMORY, RUNTIME_ERROR, TIMEOUT
+
+
+class PerformanceRunner:
+    """Times one grading session's performance cases, all at the first one's turn: every case recorded
+    in the student's worker, then every one timed in a single exclusive slot (one spin-up).
+
+    `device` is where torch eager runs ("cuda"; tests on a CPU-only machine use "cpu" with a fake
+    clock). The reference solution gets a worker of its own, started at its first use."""
+
+    def __init__(self, assignment: Assignment, seed: int, device: str = "cuda",
+                 perfs: Sequence[PerformanceCase] | None = None, calibration: CalibrationStore | None = None) -> None:
+        """`perfs`: the cases this session measures (default: the assignment's); `calibration`: where bars
+        are cached (None: measured for this session alone)."""
+        self.assignment = assignment
+        self.calibration = calibration
+        self._machine: Machine | None = None
+        self.perfs = tuple(assignment.performance if perfs is None else perfs)
+        self.seed = seed
+        self.problems: Mapping[str, Problem] = load_problems(assignment)
+        self.device = device
+        self._copy_gb_per_s: float | None = None
+        self._results: dict[str, PerformanceResult] | None = None
+        self._in_turn_failed = ""  # why timing in turn failed in this grade (then cases are timed alone)
+        self._folder = Path(tempfile.mkdtemp(prefix="grader-timer-"))
+        self.contestants = Contestants(assignment, device, self._folder, self._deadline)
+
+    def close(self) -> None:
+        self.contestants.close()
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    def device_info(self, copy_gb_per_s: float | None = None) -> DeviceInfo:
+        found = versions()
+        if copy_gb_per_s is None:
+            if self._copy_gb_per_s is None:
+                self._copy_gb_per_s = performance_timing.copy_bandwidth_gbs()
+            copy_gb_per_s = self._copy_gb_per_s
+        return DeviceInfo(gpu=torch.cuda.get_device_name(0) if self.device == "cuda" else self.device,
+                          copy_gb_per_s=copy_gb_per_s, torch=found.get("torch", "?"), triton=found.get("triton", "?"))
+
+    def run(self, perf: PerformanceCase, battery: Battery, cases: Sequence[CaseResult]) -> PerformanceResult:
+        """The case's result; all cases are measured at the first call (their gates use `cases`)."""
+        if battery.backend != "cuda":
+            return skipped(perf)
+        if self._results is None:
+            self._results = self.measure_all(battery, cases)
+        return self._results.get(perf.id) or errored(perf, "the case was not measured")
+
+    def measure_all(self, battery: Battery, cases: Sequence[CaseResult]) -> dict[str, PerformanceResult]:
+        results: dict[str, PerformanceResult] = {}
+        todo = []
+        for perf in self.perfs:
+            reason = correctness_gate(perf.target, cases)
+            blocked = None if reason else battery.symbol_problem(perf.target)
+            if reason or blocked is not None:
+                results[perf.id] = not_run(perf, reason or (blocked.message if blocked else ""))
+            else:
+                todo.append(perf)
+        if not todo:
+            return results
+        ready: list[Prepared] = []
+        clock = battery.clock
+        # The timer (and, without a calibration, the reference) start while the student's worker records:
+        # spawned here (a worker dies with the thread that spawned it), awaited on the pool's threads.
+        contestants = self.contestants
+        timer, reduced = contestants.new_timer(battery)
+        timer.spawn()
+        reference = None
+        # The reference runs in every grade: it is timed in turn with the student's launches (side by side, so a
+        # GPU whose clocks sag under a matmul's power draw slows both alike), and measures the bars where none
+        # are cached.
+        if contestants.reference is None and not contestants.reference_problem and self.assignment.reference_solution:
+            reference = contestants.new_reference()
+            reference.spawn()
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            timer_reply = pool.submit(finish_start, timer)
+            reference_reply = pool.submit(finish_start, reference) if reference is not None else None
+            for perf in todo:
+                with clock.phase("timing/record"):
+                    prepared = self._record(perf, battery)
+                if isinstance(prepared, PerformanceResult):
+                    results[perf.id] = prepared
+                else:
+                    ready.append(prepared)
+            battery.workers.stop()  # nothing of the student's runs while anything is timed
+            with clock.phase("timing/start-workers"):
+                contestants.adopt_timer(timer, reduced, timer_reply.result())
+                if reference is not None and reference_reply is not None:
+                    contestants.adopt_reference(reference, reference_reply.result())
+        checked = []
+        for prepared in ready:  # the outputs at the timed size, checked while the GPU is shared
+            with clock.phase("timing/check"), battery.workers.shared_gpu():
+                wrong = self._check(prepared, battery)
+                if wrong is None:
+                    contestants.keep_reference(prepared)
+            if wrong is not None:
+                results[prepared.perf.id] = wrong
+            else:
+                checked.append(prepared)
+        slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
+        with slot.exclusive() if slot else contextlib.nullcontext():  # only the timed replays in here
+            for prepared in checked:
+                results[prepared.perf.id] = self._measure(prepared, battery)
+        return results
+
+    def _calibrated(self, perf: PerformanceCase) -> Calibration | None:
+        return self.calibration.load(self._calibration_key(perf)) if self.calibration is not None else None
+
+    def _calibration_key(self, perf: PerformanceCase) -> CalibrationKey:
+        if self._machine is None:
+            self._machine = this_machine(self.device)
+        return calibration_key(self.assignment, perf, self.problems, self._machine)
+
+    def _deadline(self, perf: PerformanceCase) -> Deadline:
+        """How long a request at the timed size may take: from the reference's measured time when a
+        calibration has it (a kernel still running 100x that plus a few seconds after its last launch is
+        spinning), compiles allowed their own time, the case's `timeout_s` as the cap."""
+        found = self._calibrated(perf)
+        bars = (found.reference or found.torch) if found is not None else None
+        return timed_deadline(perf, statistics.median(bars) if bars else None)
+
+    # ------------------------------------------------------------------ 1-2: record and plan
+
+    def _record(self, perf: PerformanceCase, battery: Battery) -> Prepared | PerformanceResult:
+        spec = self.assignment.kernels.get(perf.target) or self.assignment.functions[perf.target]
+        problem = self.problems[spec.problem]
+        assert problem.baseline is not None  # load_problems checks every performance target has one
+        inputs = self._make_inputs(perf, problem)
+        call = encode_call(perf, self.assignment, problem, {k: v.cpu() if isinstance(v, torch.Tensor) else v
+                                                             for k, v in inputs.items()})
+        what = f"running {perf.target} at {perf.shape}"
+        request = call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True)
+        reply = battery.workers.request_for_timing(request, self._deadline(perf), what)
+        if isinstance(reply, str):
+            return _failed(perf, reply)
+        if call.kind == "function":
+            record = Observation(launches=reply.launches, torch_ops=dict(reply.torch_ops))
+            unfused = fusion_problems(record, self.assignment, perf.target)
+            if unfused:
+                return errored(perf, f"{what}: not fused at this size: " + "; ".join(unfused))
+        recorded = reply.record
+        timed = plan_performance_run(recorded if isinstance(recorded, Mapping) else {}, call.inputs, perf.target)
+        if isinstance(timed, str):
+            return errored(perf, f"{what}: {timed}", trap=NOT_FUSED if "outside the kernels" in timed else "")
+        return Prepared(perf, problem, call, inputs, timed)
+
+    def _make_inputs(self, perf: PerformanceCase, problem: Problem) -> dict[str, Any]:
+        """The case's inputs, drawn on the GPU from the seed (an oracle that only works on the CPU
+        gets a CPU generator)."""
+        seed, dtype = case_seed(self.seed, perf.id), getattr(torch, perf.dtype)
+        if self.device != "cpu":
+            try:
+                return problem.make_inputs(perf.as_case(), InputMaker(seed, dtype, self.device))
+            except (RuntimeError, TypeError):
+                pass
+        return problem.make_inputs(perf.as_case(), InputMaker(seed, dtype))
+
+    # ------------------------------------------------------------------ 3: time
+
+    def _check(self, prepared: Prepared, battery: Battery) -> PerformanceResult | None:
+        """Run the launches once in the timer (kept there for timing) and check their outputs against
+        torch eager: None when right, else the case's result."""
+        perf, baseline = prepared.perf, prepared.problem.baseline
+        assert baseline is not None
+        contestants = self.contestants
+        timer = contestants.timer_for(battery)
+        if isinstance(timer, str):
+            return errored(perf, timer)
+        run = contestants.run_plan(timer, prepared, f"running {perf.target}'s launches at {perf.shape}", keep=perf.id)
+        if isinstance(run, str):
+            contestants.drop_timer()
+            return _failed(perf, run)
+        contestants.timer_kept.add(perf.id)
+        expected = self._eager_outputs(baseline, prepared.inputs, perf)
+        tol = self.assignment.tolerances[perf.tolerance].lookup("cuda", perf.dtype)
+        named = dict(zip(prepared.call.output_names, run[0], strict=False))
+        wrong = compare_outputs(named, expected, tol.atol, tol.rtol)
+        if wrong:
+            return errored(perf, f"at {perf.shape} the output of your kernel launches differs from "
+                                 f"{baseline.label}: {wrong}")
+        return None
+
+    def _measure(self, prepared: Prepared, battery: Battery) -> PerformanceResult:
+        perf, baseline = prepared.perf, prepared.problem.baseline
+        assert baseline is not None
+        with battery.clock.phase("timing/bars"):
+            bars = self._bars(prepared, battery)
+        if isinstance(bars, str):
+            return errored(perf, bars)
+        device = self.device_info(bars.copy_gb_per_s)
+        what = f"timing {perf.target} at {perf.shape}"
+        contestants = self.contestants
+        timer = contestants.kept_timer(prepared, battery)
+        if isinstance(timer, str):
+            return errored(perf, timer, device)
+        reference_medians: Sequence[float] | None = bars.reference
+        note = bars.reference_note
+        with battery.clock.phase("timing/student"):
+            student_medians: list[float] | str = ""
+            if perf.id in contestants.reference_kept and not self._in_turn_failed:
+                in_turn = contestants.time_in_turn(timer, perf, what)
+                if isinstance(in_turn, str):  # never expected: time alone, against the bars, and say so
+                    self._in_turn_failed = in_turn
+                    contestants.drop_timer()
+                    timer = contestants.kept_timer(prepared, battery)
+                    if isinstance(timer, str):
+                        return errored(perf, timer, device)
+                else:
+                    student_medians, beside = in_turn
+                    if beside:
+                        reference_medians, note = beside, IN_TURN_NOTE
+            if not student_medians:
+                student_medians = contestants.time_kept(timer, perf, what)
+                contestants.timer_kept.discard(perf.id)
+                if self._in_turn_failed:
+                    note = (f"{note}; " if note else "") + (
+                        f"timing in turn with the reference failed ({self._in_turn_failed[:200]}): compared with "
+                        "the reference's calibrated timing")
+        if isinstance(student_medians, str):
+            contestants.drop_timer()
+            return _failed(perf, student_medians, device)
+        if not student_medians:
+            return errored(perf, "the timer sent no timing", device)
+        nbytes = baseline.bytes_moved(dict(perf.dims)) if baseline.bytes_moved else None
+        flops = baseline.flops(dict(perf.dims)) if baseline.flops else None
+
+        def measured(label: str, medians: Sequence[float] | None) -> Measurement | None:
+            return measurement(label, medians, nbytes, flops, device.copy_gb_per_s) if medians else None
+
+        mine = measured(f"your {perf.target}", student_medians)
+        assert mine is not None
+        eager = measured(baseline.label + (" (tf32 allowed)" if baseline.tf32 else ""), bars.torch)
+        result = evaluate(perf, mine, measured("reference", reference_medians), eager, device, note)
+        return dataclasses.replace(result, calibration=bars.id)
+
+    def _bars(self, prepared: Prepared, battery: Battery) -> Calibration | str:
+        """The reference's and torch eager's medians on this case: from the calibration store (an earlier
+        grade on this GPU and versions measured them), or measured now and stored for the next grades.
+        Bars without the reference's time are not stored when the assignment has a reference (its failure
+        may have been passing)."""
+        key = self._calibration_key(prepared.perf)
+
+        def measure() -> Calibration:
+            made = self._measure_bars(prepared, key)
+            if isinstance(made, str):
+                raise _NoBars(made)
+            return made
+
+        def keep(bars: Calibration) -> bool:
+            return bars.reference is not None or not self.assignment.reference_solution
+
+        try:
+            return self.calibration.measure_once(key, measure, keep) if self.calibration is not None else measure()
+        except _NoBars as failure:
+            return str(failure)
+
+    def _measure_bars(self, prepared: Prepared, key: CalibrationKey) -> Calibration | str:
+        perf = prepared.perf
+        assert prepared.problem.baseline is not None
+        try:
+            eager = self._time_eager(prepared.problem.baseline, prepared.inputs, perf)
+        except Exception as exc:  # torch eager itself failed (out of memory): no bar to compare with
+            return f"torch eager could not be timed at {perf.shape}: {type(exc).__name__}: {exc}"[:400]
+        reference, note = self.contestants.time_reference(prepared)
+        copy = self._copy_gb_per_s if self._copy_gb_per_s is not None else performance_timing.copy_bandwidth_gbs()
+        self._copy_gb_per_s = copy
+        now = time.time()
+        return Calibration(id=f"{key.digest}@{int(now)}", reference=tuple(reference) if reference else None,
+                           torch=tuple(eager), reference_note=note, copy_gb_per_s=copy, measured_at=now)
+
+    def _eager_outputs(self, baseline: Baseline, inputs: Mapping[str, Any],
+                       perf: PerformanceCase) -> dict[str, torch.Tensor]:
+        on_device = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        with performance_timing.tf32_matmul(baseline.tf32):
+            return baseline_outputs(baseline, baseline.run(on_device))
+
+    def _time_eager(self, baseline: Baseline, inputs: Mapping[str, Any], perf: PerformanceCase) -> list[float]:
+        """Torch eager on `input_sets` copies of the inputs, timed as CUDA-graph replays like the kernels."""
+        first = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+        copies = [first] + [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in first.items()}
+                            for _ in range(perf.input_sets - 1)]
+        if self.device != "cuda":
+            return []
+        with performance_timing.tf32_matmul(baseline.tf32):
+            def run_all() -> None:
+                for copy in copies:
+                    baseline.run(copy)
+
+            run_all()
+            measured = performance_timing.time_graph(run_all, calls=len(copies), repeats=perf.repeats,
+                                                     spin_up_ms=self.contestants.spin_up_ms())
+        torch.cuda.empty_cache()
+        return list(measured.medians_ms)
+
+class _NoBars(Exception):
+    """Bars that could not be measured (torch eager failed): the message says why; nothing is stored."""
+
+
+IN_TURN_NOTE = "the reference was timed in turn with your kernels, sample for sample, in this grade"
+
+
+def _failed(perf: PerformanceCase, detail: str, device: DeviceInfo | None = None) -> PerformanceResult:
+    """A case that failed at the timed size, named for what happened (timeout, out of memory, a crash)."""
+    lowered = detail.lower()
+    if detail.startswith("timeout") or "did not finish" in lowered:
+        return errored(perf, detail, device, trap=TIMEOUT)
+    if detail.startswith(OUT_OF_MEMORY) or "out of memory" in lowered or "outofmemoryerror" in lowered:
+        return errored(perf, detail, device, trap=OUT_OF_MEMORY)
+    if detail.startswith("crash"):
+        return errored(perf, detail, device, trap=CRASH)
+    return errored(perf, detail, device, trap=RUNTIME_ERROR)

@@ -1,0 +1,153 @@
+"""Inside the worker: the submission's Triton kernels under any wrapper (JIT, interpreter, autotune, heuristics):
+what a symbol is, a contract's grid, the kernel a replay runs, compiling ahead of time for a GPU, and the seconds
+Triton's JIT spends compiling."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import triton
+
+from grader.running.worker import progress
+
+try:
+    from triton.runtime.autotuner import Autotuner, Heuristics
+
+    TUNERS: tuple[type, ...] = (Autotuner, Heuristics)
+except ImportError:  # pragma: no cover - every supported triton has them
+    TUNERS = ()
+
+
+def kernel_function(obj: Any) -> Any:
+    """The Python function under any Triton wrapper (JIT, interpreter, autotune, heuristics)."""
+    seen = 0
+    while not inspect.isfunction(obj) and hasattr(obj, "fn") and seen < 10:
+        obj = obj.fn
+        seen += 1
+    return obj
+
+
+def tuned_meta(obj: Any) -> list[str]:
+    """Meta-parameters chosen by @autotune configs or @heuristics along the wrapper chain."""
+    names: set[str] = set()
+    seen = 0
+    while isinstance(obj, triton.runtime.KernelInterface) and seen < 10:
+        for config in getattr(obj, "configs", None) or []:
+            names.update(getattr(config, "kwargs", {}) or {})
+        values = getattr(obj, "values", None)
+        if isinstance(values, dict):
+            names.update(values)
+        obj = getattr(obj, "fn", None)
+        seen += 1
+    return sorted(names)
+
+
+def describe_symbol(obj: Any) -> dict[str, Any]:
+    if obj is None:
+        return {"kind": "missing"}
+    is_kernel = isinstance(obj, triton.runtime.KernelInterface)
+    fn = kernel_function(obj) if is_kernel else obj
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    try:
+        line = inspect.getsourcelines(fn)[1]
+    except (OSError, TypeError):
+        line = 0
+    kind = "kernel" if is_kernel else ("function" if callable(obj) else "other")
+    return {
+        "kind": kind,
+        "type": type(obj).__name__,
+        # a kernel must be Triton's own object, not a look-alike class whose `run` does the work in Python
+        "triton_class": type(obj).__module__.split(".")[0] == "triton",
+        "params": params,
+        "line": line,
+        "tuned": tuned_meta(obj) if is_kernel else [],
+    }
+
+
+def make_grid(exprs: Sequence[str]) -> Callable[[dict[str, Any]], tuple[int, ...]]:
+    helpers = {"cdiv": triton.cdiv, "next_power_of_2": triton.next_power_of_2, "max": max, "min": min}
+
+    def grid(meta: dict[str, Any]) -> tuple[int, ...]:
+        scope = {**meta, **helpers}
+        return tuple(int(eval(expr, {"__builtins__": {}}, scope)) for expr in exprs)  # noqa: S307
+
+    return grid
+
+
+def replayable_kernel(module: Any, name: str) -> Any:
+    """The innermost JIT function called `name` among the module's kernels (under any autotune or
+    heuristics wrapper): a replay runs exactly the recorded configuration, without re-tuning."""
+    for obj in vars(module).values():
+        seen = 0
+        while isinstance(obj, triton.runtime.KernelInterface) and seen < 10:
+            if not isinstance(obj, TUNERS) and getattr(getattr(obj, "fn", None), "__name__", None) == name:
+                return obj
+            obj = getattr(obj, "fn", None)
+            seen += 1
+    raise LookupError(f"the submission has no Triton kernel named {name!r}")
+
+
+def compile_for_gpu(kernel: Any, signature: dict[str, str], constexprs: dict[str, Any], arch: int) -> None:
+    """Ahead-of-time compile for a CUDA target; works on a machine with no GPU."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    jit = kernel
+    seen = 0
+    while not isinstance(jit, triton.runtime.JITFunction) and hasattr(jit, "fn") and seen < 10:
+        jit = jit.fn
+        seen += 1
+    if not isinstance(jit, triton.runtime.JITFunction):
+        raise TypeError(f"{type(kernel).__name__} is not a compilable Triton kernel")
+    triton.compile(ASTSource(jit, signature, constexprs), target=GPUTarget("cuda", arch, 32))
+
+
+def patch_autotune_for_interpreter() -> None:
+    """Multi-config @autotune benchmarks on a GPU driver; in the interpreter run each config once."""
+    from triton.runtime.autotuner import Autotuner
+
+    def run_once(kernel_call, quantiles=None, **_):
+        kernel_call()
+        return [0.0] * (len(quantiles) if quantiles else 1)
+
+    Autotuner.do_bench = property(lambda self: run_once)  # type: ignore[assignment]
+
+
+_COMPILE_SECONDS = [0.0]
+
+
+def time_jit_compiles() -> None:
+    """Add up the seconds Triton's JIT spends compiling (`JITFunction._do_compile`): the grade's
+    "compile" phase, reported with every reply (informational; nothing is judged on it)."""
+    jit = triton.runtime.JITFunction
+    original = jit.__dict__.get("_do_compile")
+    if original is None or getattr(original, "_grader_wrapped", False):
+        return
+
+    def _do_compile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        progress.mark(progress.COMPILE_START)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            progress.mark(progress.COMPILE_END)
+            _COMPILE_SECONDS[0] += time.monotonic() - started
+
+    _do_compile._grader_wrapped = True  # type: ignore[attr-defined]
+    jit._do_compile = _do_compile  # type: ignore[attr-defined]
+
+
+def add_compile_seconds(seconds: float) -> None:
+    """Compile time spent outside `JITFunction._do_compile` (the parallel warm-up's)."""
+    _COMPILE_SECONDS[0] += seconds
+
+
+def compile_seconds() -> float:
+    """Triton's JIT compile seconds in this worker so far (every reply carries them)."""
+    return round(float(_COMPILE_SECONDS[0]), 4)

@@ -1,0 +1,57 @@
+"""grader/running/cases/probes.py: the second runs a first run asks for, with the run itself faked: a wrong output
+that changes between identical runs is nondeterministic, NaN that turns finite with finite guards was read from
+the guards, and neither probe runs again when the first run passed or raised."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from grader import trap_ids
+from grader.authoring.spec import Tolerance
+from grader.evidence.observation import Observation
+from grader.running.cases.probes import GUARD_PROBE_VALUE, probe_guard_reads, probe_nondeterminism
+
+TOL = Tolerance(atol=1e-6, rtol=1e-6, why="exact arithmetic in these fakes")
+EXPECTED = {"out": torch.ones(4, dtype=torch.float64)}
+
+
+class Runs:
+    """A fake `run_again`: the observations it returns, in order, and the guard values it was asked for."""
+
+    def __init__(self, *outputs: torch.Tensor) -> None:
+        self.outputs = list(outputs)
+        self.asked: list[float | None] = []
+
+    def __call__(self, finite_guard: float | None) -> Observation:
+        self.asked.append(finite_guard)
+        return Observation(outputs={"out": self.outputs.pop(0)})
+
+
+def test_a_wrong_output_that_changes_between_runs_is_nondeterministic() -> None:
+    first = Observation(outputs={"out": torch.tensor([1.0, 2.0, 1.0, 1.0])})
+    runs = Runs(torch.tensor([1.0, 3.0, 1.0, 1.0]))
+    assert probe_nondeterminism(runs, EXPECTED, TOL, first).nondeterministic == ("out",)
+    assert runs.asked == [None]  # the identical case, guards as before
+    same = Runs(torch.tensor([1.0, 2.0, 1.0, 1.0]))
+    assert probe_nondeterminism(same, EXPECTED, TOL, first).nondeterministic == ()
+
+
+def test_a_right_or_raising_first_run_is_not_run_again() -> None:
+    runs = Runs()
+    right = Observation(outputs={"out": torch.ones(4)})
+    assert probe_nondeterminism(runs, EXPECTED, TOL, right) is right
+    failed = Observation(trap=trap_ids.RUNTIME_ERROR, message="raised")
+    assert probe_nondeterminism(runs, EXPECTED, TOL, failed) is failed
+    assert probe_guard_reads(runs, EXPECTED, failed) is failed
+    assert runs.asked == []
+
+
+def test_nan_that_turns_finite_with_finite_guards_was_read_from_them() -> None:
+    first = Observation(outputs={"out": torch.tensor([1.0, math.nan, 1.0, math.nan])},
+                        unwritten={"out": torch.zeros(4, dtype=torch.bool)})
+    runs = Runs(torch.tensor([1.0, GUARD_PROBE_VALUE, 1.0, math.nan]))  # index 3: NaN from the arithmetic
+    probed = probe_guard_reads(runs, EXPECTED, first)
+    assert runs.asked == [GUARD_PROBE_VALUE]
+    assert probed.guard_reads["out"].tolist() == [False, True, False, False]

@@ -1,0 +1,65 @@
+"""grader/running/cases/workers.py: the submission's workers, started on demand in a real sandbox on the
+interpreter: an import that fails is said once and not retried; a request that crashes the worker comes back as
+what the case observed, and the next request starts a fresh worker; every worker is stopped on demand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader import trap_ids
+from grader.authoring.spec import load_assignment
+from grader.evidence.observation import Observation
+from grader.running import protocol
+from grader.running.cases.workers import SubmissionWorkers
+from grader.running.phases import PhaseClock
+from grader.running.processes.sandbox import Sandbox, sandbox_options
+from tests.conftest import ROOT
+
+SOFTMAX = load_assignment(ROOT / "assignments" / "softmax" / "assignment.toml")
+
+
+def workers_for(text: str, tmp_path: Path) -> SubmissionWorkers:
+    submission = tmp_path / "student" / "softmax.py"
+    submission.parent.mkdir()
+    submission.write_text(text, encoding="utf-8")
+    sandbox = Sandbox(sandbox_options(SOFTMAX, submission, "interpreter"))
+    sandbox.start()
+    return SubmissionWorkers(SOFTMAX, submission, sandbox, PhaseClock(), prestart_replayer=False)
+
+
+@pytest.mark.slow
+def test_an_import_that_fails_is_said_once(tmp_path: Path) -> None:
+    workers = workers_for("import torch\nraise ValueError('not today')\n", tmp_path)
+    try:
+        problem = workers.ensure()
+        assert problem is not None and problem.trap == trap_ids.IMPORT_FAILS
+        assert "could not be imported: ValueError (softmax.py, line 2" in problem.message
+        assert workers.symbol_problem("softmax") is problem  # deterministic: not imported again
+        assert "start-up" in workers.clock.seconds
+    finally:
+        workers.close()
+        workers.sandbox.close()
+
+
+@pytest.mark.slow
+def test_a_crash_is_observed_and_the_next_request_gets_a_fresh_worker(tmp_path: Path) -> None:
+    text = "import os\n\ndef softmax(x):\n    os._exit(3)\n\ndef softmax_kernel():\n    pass\n"
+    workers = workers_for(text, tmp_path)
+    call = protocol.Call(function="softmax", storages=(torch.zeros(2),),
+                         views=({"storage": 0, "shape": [2], "stride": [1], "offset": 0},), args=({"view": 0},),
+                         kwargs={})
+    try:
+        assert workers.ensure() is None and workers.symbol_problem("softmax") is None
+        first_pid = workers.worker.pid
+        observed = workers.request(call, "softmax(...)")
+        assert isinstance(observed, Observation) and observed.trap == trap_ids.CRASH
+        assert "softmax(...) crashed the worker" in observed.message and "exit code 3" in observed.message
+        assert workers.loaded is None and workers.ensure() is None and workers.worker.pid != first_pid
+        workers.stop()
+        assert not workers.worker.alive and workers.loaded is None
+    finally:
+        workers.close()
+        workers.sandbox.close()

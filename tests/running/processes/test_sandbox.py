@@ -1,0 +1,177 @@
+"""The sandbox's zygote forks warm workers; the grader's deadlines and kills hold (grader.running.processes.sandbox,
+grader.running.processes.client). Real processes on the CPU interpreter backend."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from grader.running import protocol
+from grader.running.processes.client import Deadline, Worker, WorkerFailure
+from grader.running.processes.sandbox import Sandbox, SandboxFailure, WorkerOptions, host_pid
+
+SUBMISSION = '''
+import os, subprocess, sys, time
+
+def quick(x):
+    return x + 1
+
+def sleeps(x):
+    time.sleep(60)
+    return x
+
+def leaves_a_daemon(x):
+    marker = os.environ["TMPDIR"] + "/daemon.pid"
+    code = ("import os, sys, time\\n"
+            "if os.fork(): sys.exit(0)\\n"
+            "os.setsid()\\n"
+            f"open({marker!r}, 'w').write(str(os.getpid()))\\n"
+            "time.sleep(120)\\n")
+    subprocess.Popen([sys.executable, "-c", code], start_new_session=True).wait()
+    for _ in range(100):
+        if os.path.exists(marker):
+            break
+        time.sleep(0.05)
+    return x
+
+def marks_and_sleeps(x):
+    from grader.running.worker import progress  # a submission may write marks: they only stretch the cap
+    for _ in range(30):
+        progress.mark(progress.LAUNCH)
+        time.sleep(0.1)
+    time.sleep(60)
+    return x
+'''
+NAMES = ["quick", "sleeps", "leaves_a_daemon", "marks_and_sleeps"]
+
+
+def call(name: str) -> protocol.Call:
+    return protocol.Call(function=name, storages=(torch.zeros(2),),
+                         views=({"storage": 0, "shape": [2], "stride": [1], "offset": 0},),
+                         args=({"view": 0},), kwargs={})
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path):
+    box = Sandbox(WorkerOptions(backend="interpreter", import_timeout_s=60))
+    box.start()
+    yield box
+    box.close()
+
+
+@pytest.fixture
+def submission(tmp_path: Path) -> Path:
+    path = tmp_path / "student" / "submission.py"
+    path.parent.mkdir()
+    path.write_text(SUBMISSION, encoding="utf-8")
+    return path
+
+
+def gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X")
+    except OSError:
+        return True
+
+
+def test_workers_are_forked_warm_from_the_zygote(sandbox: Sandbox, submission: Path) -> None:
+    ready = sandbox.ready()
+    assert ready.ready and not ready.cuda_initialized
+    assert {"torch", "triton", "torch._dynamo", "grader.running.worker.harness"} <= set(ready.preloaded)
+    first = Worker(submission, NAMES, sandbox.options, sandbox=sandbox)
+    assert first.start().ok and first.warm
+    started = time.monotonic()
+    second = Worker(submission, NAMES, sandbox.options, sandbox=sandbox)
+    assert second.start().ok and second.warm
+    assert time.monotonic() - started < 5.0  # a fork, not a fresh Python importing torch
+    assert first.pid != second.pid and first.pid is not None and os.getpgid(first.pid) == first.pid
+    reply = first.request(call("quick"), 30, "quick")
+    assert reply.ok and reply.result is not None and torch.equal(reply.result["tensor"], torch.ones(2))
+    for worker in (first, second):
+        worker.close()
+
+
+def test_a_worker_past_its_deadline_is_killed_by_the_grader(sandbox: Sandbox, submission: Path) -> None:
+    worker = Worker(submission, NAMES, sandbox.options, sandbox=sandbox)
+    assert worker.start().ok
+    pid = worker.pid
+    assert pid is not None
+    started = time.monotonic()
+    with pytest.raises(WorkerFailure) as failure:
+        worker.request(call("sleeps"), Deadline(cap_s=2.0), "sleeping")
+    assert failure.value.trap == "timeout" and failure.value.detail == "did not finish within 2 s (sleeping)"
+    assert time.monotonic() - started < 5.0
+    assert gone(pid)
+    assert worker.start().ok  # the next request gets a fresh worker
+    worker.close()
+
+
+def test_no_progress_after_the_last_launch_ends_a_request(sandbox: Sandbox, submission: Path) -> None:
+    """`run_s`: a request that made no progress mark for that long is over, well before its cap; marks
+    (even a submission's own) only move that point, never past the cap."""
+    worker = Worker(submission, NAMES, sandbox.options, sandbox=sandbox)
+    assert worker.start().ok
+    started = time.monotonic()
+    with pytest.raises(WorkerFailure) as failure:
+        worker.request(call("sleeps"), Deadline(cap_s=60.0, run_s=1.0), "sleeping")
+    assert "1 s after its last kernel launch" in failure.value.detail
+    assert time.monotonic() - started < 4.0
+    assert worker.start().ok
+    started = time.monotonic()
+    with pytest.raises(WorkerFailure):
+        worker.request(call("marks_and_sleeps"), Deadline(cap_s=60.0, run_s=1.0), "marking")
+    assert 3.0 < time.monotonic() - started < 7.0  # 3 s of marks, then 1 s without
+    worker.close()
+
+
+def test_a_daemon_that_left_the_workers_group_dies_with_it(sandbox: Sandbox, submission: Path) -> None:
+    worker = Worker(submission, NAMES, sandbox.options, sandbox=sandbox)
+    assert worker.start().ok
+    assert worker.request(call("leaves_a_daemon"), 30, "daemon").ok
+    marker = worker.folder / "tmp" / "daemon.pid"
+    daemon = int(marker.read_text())
+    seen = daemon if not sandbox.isolated else host_pid(daemon, os.stat(f"/proc/{sandbox._zygote_pid}/ns/pid").st_ino)
+    assert seen is not None and not gone(seen)
+    worker.stop()
+    for _ in range(50):
+        if gone(seen):
+            break
+        time.sleep(0.05)
+    assert gone(seen)
+    worker.close()
+
+
+def test_closing_the_sandbox_ends_every_process_it_started(submission: Path) -> None:
+    box = Sandbox(WorkerOptions(backend="interpreter", import_timeout_s=60))
+    box.start()
+    workers = [Worker(submission, NAMES, box.options, sandbox=box) for _ in range(2)]
+    for worker in workers:
+        assert worker.start().ok
+    pids = [w.pid for w in workers]
+    box.close()
+    time.sleep(0.2)
+    assert all(pid is not None and gone(pid) for pid in pids)
+    with pytest.raises(SandboxFailure):
+        box.fork(box.root, "interpreter", ())
+
+
+def test_a_sandbox_forks_only_workers_of_its_own_flavour(sandbox: Sandbox, submission: Path) -> None:
+    """Triton decorates its library for the interpreter or not when it is imported: an interpreter zygote
+    cannot make a GPU or ahead-of-time worker."""
+    with pytest.raises(SandboxFailure, match="cannot fork"):
+        sandbox.fork(sandbox.worker_folder(), "aot", ())
+    worker = Worker(submission, NAMES, WorkerOptions(backend="aot", import_timeout_s=60), sandbox=sandbox)
+    with pytest.raises(WorkerFailure, match="cannot fork"):
+        worker.start()
+    worker.close()
+
+
+def test_deadline_words() -> None:
+    assert Deadline(cap_s=5).describe(compiling=False, capped=True) == "did not finish within 5 s"
+    assert "after its last kernel launch" in Deadline(cap_s=5, run_s=1).describe(compiling=False, capped=False)
+    assert "compilation" in Deadline(cap_s=5, run_s=1, compile_s=3).describe(compiling=True, capped=False)
