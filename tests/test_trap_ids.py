@@ -1,5 +1,5 @@
 """The generic trap ids: grader/trap_ids.py and grader/authoring/generic_traps.toml name the same set.
-(That an assignment cannot redefine one is in tests/authoring/test_spec.py.)"""
+(That an assignment cannot redefine one is in tests/authoring/test_trap_library.py and test_catalog.py.)"""
 
 from __future__ import annotations
 

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
-from grader.authoring.spec import Assignment, TrapText, redefines_generic_trap
+from grader.authoring.spec_model import Assignment, TrapText
+from grader.authoring.trap_library import redefines_generic_trap
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from grader.authoring.spec import REFERENCE_DIR, REFERENCE_FILE, TEMPLATE_DIR
+from grader.authoring.course_layout import REFERENCE_DIR, REFERENCE_FILE, TEMPLATE_DIR
 
 ASSIGNMENTS = "assignments"
 ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")  # a folder name and a Python module name

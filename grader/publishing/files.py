@@ -2,7 +2,7 @@
 
 report.md and report.html are the full (instructor) view; results.json carries the student view
 (hidden cases: name and pass/fail only) as Gradescope's top-level output. Every report is rendered
-under a size budget (grader.publishing.report steps down to less detail), so none exceeds what LMSs accept.
+under a size budget (grader.publishing.size_budget steps down to less detail), so none exceeds what LMSs accept.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from grader import trap_ids
 from grader.atomic import write_json, write_text
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment
-from grader.publishing.report import template_environment
+from grader.publishing.jinja_environment import template_environment
 from grader.publishing.similarity import SimilaritySummary
 from grader.results import GradeResult
 

@@ -2,7 +2,7 @@
 
 What a student sees, and when (docs/formats.md says the same): the top level (`output`, `leaderboard`,
 `extra_data`) is there from the moment of grading, so it carries the public part of the result only
-(grader.publishing.report.public_part): public cases by name, hidden ones as a count with their points.
+(grader.publishing.hidden_cases.public_part): public cases by name, hidden ones as a count with their points.
 Each case is a test of its own with the visibility the spec gives it: public cases `visible`, hidden ones
 the spec's hidden_visibility (Gradescope shows them after the due date, when published, or never).
 """
@@ -14,7 +14,8 @@ from typing import Any
 from grader.authoring.course_seed import COURSE, fingerprint
 from grader.authoring.spec import Assignment
 from grader.judging.performance import leaderboard, summary_dict
-from grader.publishing.report import hidden_summary, performance_line, public_part
+from grader.publishing.hidden_cases import hidden_summary, public_part
+from grader.publishing.performance_view import performance_line
 from grader.results import GradeResult
 
 MAX_TEST_OUTPUT_CHARS = 6000

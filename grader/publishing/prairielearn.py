@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from grader.publishing.gradescope import MAX_TEST_OUTPUT_CHARS, MAX_TOP_OUTPUT_CHARS, clip
-from grader.publishing.report import performance_line
+from grader.publishing.performance_view import performance_line
 from grader.results import GradeResult
 
 HIDDEN_MESSAGE = "A hidden case: its inputs and details are not shown."

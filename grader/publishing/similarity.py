@@ -12,7 +12,7 @@ from pathlib import Path
 
 from grader.atomic import write_text
 from grader.judging.similarity import FLAG, WINDOW, Comparison, K, Pair
-from grader.publishing.report import template_environment
+from grader.publishing.jinja_environment import template_environment
 
 SIMILARITY_CSV = "similarity.csv"
 SIMILARITY_HTML = "similarity.html"

@@ -12,7 +12,7 @@ import pytest
 
 from grader.authoring.discovery import find_assignment
 from grader.authoring.public import dump_toml, hidden_case_ids, public_spec, public_toml
-from grader.authoring.spec import SpecError, load_assignment, load_public_assignment, read_spec
+from grader.authoring.spec import load_assignment, load_public_assignment
 from grader.operations.interactive import resolve_assignment
 
 if sys.version_info >= (3, 11):
@@ -92,47 +92,3 @@ def test_public_form_loads_without_torch_or_the_grader() -> None:
     assert ran.returncode == 0, ran.stderr
     heavy, cases = json.loads(ran.stdout)
     assert heavy == [] and cases == 4
-
-
-def test_an_old_spec_naming_its_reference_loads_with_a_note(tmp_path: Path) -> None:
-    folder = tmp_path / "assignments" / "softmax"
-    folder.mkdir(parents=True)
-    text = spec_path("softmax").read_text(encoding="utf-8")
-    (folder / "assignment.toml").write_text(text.replace('module = "oracles.py"',
-                                                         'module = "oracles.py"\nreference = "reference.py"'))
-    (folder / "oracles.py").write_text((ROOT / "assignments/softmax/oracles.py").read_text(encoding="utf-8"))
-    # its meaning is the layout's (reference/softmax/reference.py): it loads, with a note to remove the key
-    (note,) = load_assignment(folder / "assignment.toml").load_notes
-    assert "reference = 'reference.py' is no longer needed" in note and "reference/softmax/reference.py" in note
-    # naming another file contradicts the layout
-    (folder / "assignment.toml").write_text(text.replace('module = "oracles.py"',
-                                                         'module = "oracles.py"\nreference = "solution.py"'))
-    with pytest.raises(SpecError) as caught:
-        load_assignment(folder / "assignment.toml")
-    assert "[assignment.reference] names 'solution.py'" in str(caught.value)
-    assert "reference/softmax/reference.py" in str(caught.value)
-    # a student bundle written before the layout said "no reference" with an empty one: still loads
-    (folder / "assignment.toml").write_text(text.replace('module = "oracles.py"',
-                                                         'module = "oracles.py"\nreference = ""'))
-    assert load_assignment(folder / "assignment.toml").reference_solution is None
-
-
-@pytest.mark.parametrize("left_over", ["reference.py", "mutants.toml", "mutants", "variants", "template"])
-def test_an_old_layout_left_beside_the_spec_fails_to_load(tmp_path: Path, left_over: str) -> None:
-    folder = tmp_path / "assignments" / "softmax"
-    folder.mkdir(parents=True)
-    for name in ("assignment.toml", "oracles.py"):
-        (folder / name).write_bytes((ROOT / "assignments" / "softmax" / name).read_bytes())
-    load_assignment(folder / "assignment.toml")
-    target = folder / left_over
-    target.mkdir() if "." not in left_over else target.write_text("# old layout\n")
-    with pytest.raises(SpecError) as caught:
-        load_assignment(folder / "assignment.toml")
-    home = "student_template" if left_over == "template" else "reference"
-    assert str(target) in str(caught.value) and f"move it to {home}/softmax/" in str(caught.value)
-
-
-def test_read_spec_names_the_file(tmp_path: Path) -> None:
-    with pytest.raises(SpecError) as caught:
-        read_spec(tmp_path / "assignment.toml")
-    assert str(caught.value) == f"{tmp_path / 'assignment.toml'}: file not found"

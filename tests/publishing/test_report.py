@@ -1,17 +1,14 @@
-"""Error maps and the report views, on hand-made tensors and results (fast: nothing is graded).
+"""The report views (grader/publishing/report.py), on hand-made results (fast: nothing is graded).
 
-The error-map tests pin the cell codes and the downsampling, because the report draws whatever the
-map says: a wrong code would draw a convincing, wrong picture. The rendering tests check what each
-view shows (trap, input, fix, map; hidden cases withheld for students), that student text cannot
-inject markup into any view, and that every view stays under its size budget.
+The rendering tests check what each view shows (trap, input, fix, map; hidden cases withheld for
+students) and that student text cannot inject markup into any view. The error maps' geometry is pinned in
+test_error_map_view.py, the size budget in test_size_budget.py (with the results made here).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import struct
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +16,9 @@ import pytest
 import torch
 
 from grader.authoring.spec import Assignment, load_assignment
-from grader.judging.error_maps import CODES, error_map
+from grader.judging.error_maps import error_map
 from grader.publishing import report
+from grader.publishing.jinja_environment import template_environment
 from grader.results import CaseResult, GradeResult
 
 ATOL = RTOL = 1e-5
@@ -30,84 +28,6 @@ SCRIPT = "<script>alert(1)</script>"
 @pytest.fixture(scope="module")
 def assignment(repo_root: Path) -> Assignment:
     return load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
-
-
-def store_mask_output() -> tuple[torch.Tensor, torch.Tensor]:
-    """A 37x19 output where each 16x16 tile's store spills one column too far, into column 0 of the next
-    row: column 0 is wrong on every row except the first of each tile row (the pattern of
-    store_mask_off_by_one on linear-kernel-primes)."""
-    expected = torch.rand(37, 19, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) + 1.0
-    actual = expected.to(torch.float32).clone()
-    for row in range(37):
-        if row % 16:
-            actual[row, 0] = 0.0
-    return actual, expected
-
-
-# ------------------------------------------------------------------------------------------ error maps
-
-
-# ------------------------------------------------------------------------------------------ map drawing
-
-
-def test_map_view_geometry() -> None:
-    actual, expected = store_mask_output()
-    m = report.map_view("out", error_map(actual, expected, ATOL, RTOL, tile=(16, 16)), [34, 0])
-    assert (m.rows, m.cols) == (37, 19)
-    assert m.extent == (48, 32)  # 3 x 2 tiles of 16
-    assert m.tile_lines == ([16], [16, 32])
-    assert m.worst == (34, 0)
-    assert m.image_size == (19, 37)
-    width, height = m.size_px
-    assert max(width, height) <= report.MAP_MAX_PX and height > width
-    assert m.overhang and "the launch's 16×16 tiles" in m.caption
-    strip = report.map_view(
-        "var", {"shape": [8], "cell": [1, 1], "grid": [".....NN."], "tile": None, "wrong": 2, "total": 8}, [5]
-    )
-    assert strip.strip and (strip.rows, strip.cols) == (1, 8) and strip.worst == (0, 5)
-    assert strip.tile_lines == ([], [])
-
-
-def test_text_map_marks_tile_boundaries() -> None:
-    data = {
-        "shape": [3, 5],
-        "cell": [1, 1],
-        "grid": ["..N..", ".....", "4...."],
-        "tile": [2, 2],
-        "wrong": 2,
-        "total": 15,
-    }
-    assert report.map_view("out", data, None).text_lines() == ["..|N.|.", "..|..|.", "--+--+-", "4.|..|."]
-    assert report.map_view("out", dict(data, tile=[1, 8]), None).text_lines() == ["..N..", ".....", "4...."]
-    assert report.map_view("out", data, None).text_lines(max_rows=2) == []
-
-
-def decode_png(data: bytes) -> tuple[int, int, bytes, bytes]:
-    """(width, height, palette, raw scanlines) of a PNG, checking signature and every chunk's CRC."""
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    pos, chunks = 8, {}
-    while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos : pos + 4])
-        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
-        assert crc == zlib.crc32(kind + body), kind
-        chunks[kind] = body
-        pos += 12 + length
-    width, height, depth, colour_type = struct.unpack(">IIBB", chunks[b"IHDR"][:10])
-    assert (depth, colour_type) == (8, 3)
-    return width, height, chunks[b"PLTE"], zlib.decompress(chunks[b"IDAT"])
-
-
-def test_palette_png_has_one_pixel_per_cell() -> None:
-    width, height, palette, raw = decode_png(report.palette_png([".N", "U4", "R."]))
-    assert (width, height) == (2, 3)
-    assert len(palette) == 3 * len(CODES)
-    assert raw == bytes(
-        [0, 0, CODES.index("N"), 0, CODES.index("U"), CODES.index("4"), 0, CODES.index("R"), 0]
-    )
-    assert palette[3 * CODES.index("N") : 3 * CODES.index("N") + 3] == bytes.fromhex(
-        report.MAP_COLOURS["N"][1:]
-    )
 
 
 # ------------------------------------------------------------------------------------------ views
@@ -240,7 +160,7 @@ def test_html_shows_score_targets_trap_input_fix_and_map(assignment: Assignment)
     trap = assignment.traps["bias-wrong-axis"]
     card = html[html.index('id="trap-bias-wrong-axis"') : html.index('id="trap-oob-read"')]
     for text in (trap.title, trap.explanation, trap.exposed_by, trap.section, assignment.chapter):
-        assert report.template_environment().filters["escape"](text) in card, text
+        assert template_environment().filters["escape"](text) in card, text
     assert "bias = tl.load(bias_ptr + cols, mask=cols &lt; N, other=0.0); acc += bias[None, :]" in card
     words = (
         "M=24 N=20 K=32 · near-constant rows (5.0 + 1e-6 noise) · padded rows (row stride &gt; row length)"
@@ -390,47 +310,3 @@ def split_fences(md: str) -> tuple[list[str], str]:
             outside.append(line)
     assert not fence, "unclosed fence"
     return blocks, "\n".join(outside)
-
-
-def test_clean_strips_terminal_escapes_and_cuts() -> None:
-    assert report.clean("a\x1b[1;31mb\x1b[0m\tc\r\nd\x00e") == "ab\tc\nde"
-    assert report.clean("x" * 50, 10) == "x" * 10 + " ... [40 more characters cut]"
-    assert report.clean("x" * 50, 0) == "[50 characters cut]"
-    assert report.md_fence("a ```` b") == "`````"
-    assert report.md_fence("plain") == "```"
-
-
-# ------------------------------------------------------------------------------------------ size budget
-
-
-def huge_result() -> GradeResult:
-    actual = torch.rand(64, 64, generator=torch.Generator().manual_seed(2))  # every cell a different level
-    expected = torch.zeros(64, 64, dtype=torch.float64)
-    evidence = bias_axis_evidence()
-    evidence["error_maps"] = {
-        "out": error_map(
-            actual * 10 ** torch.randint(-4, 3, (64, 64)).float(), expected, ATOL, RTOL, tile=(16, 16)
-        )
-    }
-    cases = tuple(
-        failing_case(f"case-{i}", "public", f"<b>{i}</b> " + "x" * 5000, ("bias-wrong-axis",), **evidence)
-        for i in range(300)
-    )
-    return dataclasses.replace(sample_result(), cases=cases)
-
-
-def test_reports_step_down_to_fit_their_budget(assignment: Assignment) -> None:
-    result = huge_result()
-    assert len(report.html(result, assignment)) > 1_500_000  # too big in full ...
-    html = report.html(result, assignment, max_chars=300_000)
-    assert len(html) <= 300_000 and html.rstrip().endswith("</html>")  # ... so less detail, still whole
-    assert '<div class="score" id="score">0 / 600</div>' in html
-    md = report.markdown(result, assignment, show_hidden_details=False, max_chars=20_000)
-    assert len(md) <= 20_000 and "**Score: 0 / 600**" in md
-    split_fences(md)  # whatever was cut, no fence is left open
-
-
-def test_open_fence_names_the_fence_a_cut_left_open() -> None:
-    assert report.open_fence("text\n```text\nline\n") == "```"
-    assert report.open_fence("  ````text\n```\nstill inside\n") == "````"  # a shorter run does not close it
-    assert report.open_fence("```\nx\n```\n") == "" and report.open_fence("plain") == ""

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment, load_assignment
 from grader.publishing import report
+from grader.publishing.jinja_environment import template_environment
 from tests.conftest import chromium
 
 CHROMIUM_FLAGS = (
@@ -60,7 +62,7 @@ def test_report_renders_score_traps_and_maps_in_chromium(tmp_path: Path, assignm
     dom = open_in_chromium(page, tmp_path, tmp_path / "report.png")
     assert '<div class="score" id="score">1 / 6</div>' in dom
     for trap in ("bias-wrong-axis", "oob-read", "unknown"):
-        title = report.template_environment().filters["escape"](report.trap_catalog(assignment)[trap].title)
+        title = template_environment().filters["escape"](trap_catalog(assignment)[trap].title)
         assert f'data-trap="{trap}"' in dom and str(title) in dom, trap
     # the public case's map in two trap cards and in its details; the hidden case's in its details
     assert dom.count('<figure class="errmap"') == 4

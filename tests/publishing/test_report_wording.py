@@ -1,8 +1,9 @@
-"""Report wording students read: a trap explained away by the other cases is not named in the case; the
-element shown under a trap is one that shows that trap; an untouched template is told it writes nothing.
+"""Report wording students read: a trap explained away by the other cases is not named in the case; a fix
+fits where the student reads it; a zero-point check is marked apart from the cases.
 
 Fast: hand-made results through grader.operations.grade.consolidate_traps and grader.publishing.report.
-The same on real grading runs is in tests/e2e/test_report_e2e.py (slow)."""
+What the report says under each trap is in test_trap_view.py; the same on real grading runs is in
+tests/e2e/test_report_e2e.py (slow)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment, load_assignment
 from grader.operations.grade import consolidate_traps
 from grader.publishing import report
+from grader.publishing.report_view import view
 from grader.results import CaseResult, GradeResult
 
 OUTSIDE, MISSING = "eps-outside-sqrt", "eps-missing"
@@ -59,73 +61,9 @@ def test_an_inherited_trap_renames_the_head_too(assignment: Assignment) -> None:
     assert "[unknown]" not in inherited.message and "shows oob-write in its own cases" in inherited.message
 
 
-def comparison(index: list[int], actual: Any, expected: float) -> dict[str, Any]:
-    return {"output": "out", "ok": False, "mismatches": 40, "numel": 96, "nan_mismatches": 8, "inf_mismatches": 0,
-            "max_abs_error": 1.0, "worst_index": index, "worst_actual": actual, "worst_expected": expected,
-            "summary": "out: 40 of 96 differ"}
-
-
-def error_map() -> dict[str, Any]:
-    return {"out": {"shape": [8, 12], "cell": [1, 1], "grid": ["." * 12] * 8, "tile": None, "wrong": 40,
-                    "total": 96}}
-
-
 def grade_result(*cases: CaseResult) -> GradeResult:
     return GradeResult(assignment="fused_layers", submission="fused_layers.py", backend="interpreter", seed=1,
                        versions={}, cases=cases, execution_time_s=1.0)
-
-
-def test_each_trap_shows_the_element_that_shows_it(assignment: Assignment) -> None:
-    """bias_wrong_axis on a padded input: the NaNs are the out-of-bounds read, the finite errors the bias."""
-    evidence = {
-        "tolerance": {"atol": 1e-5, "rtol": 1e-5}, "comparisons": [comparison([7, 0], "nan", 2.0)],
-        "error_maps": error_map(),
-        "illustrations": {"bias-wrong-axis": {"out": {"index": [3, 5], "actual": 1.25, "expected": 0.25}},
-                          "oob-read": {"out": {"index": [7, 0], "actual": "nan", "expected": 2.0}}},
-    }
-    case = ln_case("linear", ("bias-wrong-axis", "oob-read"), assignment, **evidence)
-    view = report.view(grade_result(case), assignment)
-    bias, oob = view.traps
-    assert [(e["worst_index"], e["worst_actual"]) for e in bias.elements] == [([3, 5], 1.25)]
-    assert [(e["worst_index"], e["worst_actual"]) for e in oob.elements] == [([7, 0], "nan")]
-    assert bias.maps[0].worst == (3, 5) and oob.maps[0].worst == (7, 0)
-    md = report.markdown(grade_result(case), assignment)
-    assert "`out[3, 5]` is 1.25, expected 0.25" in md and "`out[7, 0]` is nan, expected 2" in md
-
-
-def test_the_example_is_the_case_that_shows_the_trap_best(assignment: Assignment) -> None:
-    """eps-missing on a random row is 1 element barely off; on near-constant rows it is far off."""
-    def with_element(case_id: str, actual: float, expected: float) -> CaseResult:
-        evidence = {"tolerance": {"atol": 1e-5, "rtol": 1e-5}, "error_maps": error_map(),
-                    "comparisons": [comparison([2, 0], actual, expected)],
-                    "illustrations": {MISSING: {"out": {"index": [2, 0], "actual": actual, "expected": expected}}}}
-        return ln_case(case_id, (MISSING,), assignment, **evidence)
-
-    barely = with_element("ln-kernel-basic", 1.1028862, 1.1028615)
-    far = with_element("ln-kernel-near-constant", 3.2, 0.4)
-    (trap,) = report.view(grade_result(barely, far), assignment).traps
-    assert trap.example is not None and trap.example.result.case_id == "ln-kernel-near-constant"
-    (trap,) = report.view(grade_result(barely), assignment).traps  # the only one there is
-    assert trap.example is not None and trap.example.result.case_id == "ln-kernel-basic"
-
-
-def test_an_untouched_template_is_told_its_kernel_writes_nothing(assignment: Assignment) -> None:
-    nothing = ln_case("ln-kernel-basic", ("unwritten-output",), assignment, nothing_written=["out"])
-    some = ln_case("ln-kernel-tail", ("unwritten-output",), assignment)
-    (told,) = report.view(grade_result(nothing), assignment).traps
-    assert told.advice.startswith("Your kernel has not written any output yet: the template's TODO is still there")
-    for text in (report.terminal(grade_result(nothing), assignment), report.markdown(grade_result(nothing), assignment),
-                 report.html(grade_result(nothing), assignment)):
-        assert "has not written any output yet" in text
-    (partly,) = report.view(grade_result(nothing, some), assignment).traps  # one case wrote something
-    assert partly.advice == ""
-    assert "has not written any output yet" not in report.terminal(grade_result(some), assignment)
-    # and its fix is the TODO, not grid coverage; where a kernel wrote part of its output, grid coverage it is
-    assert told.fix.startswith("Fill in the TODO") and told.exposed_by == "Every case: the kernel stores nothing yet."
-    for text in (report.terminal(grade_result(nothing), assignment), report.markdown(grade_result(nothing), assignment),
-                 report.html(grade_result(nothing), assignment)):
-        assert "Fill in the TODO" in text and "grid covers" not in text
-    assert "grid covers every output element" in partly.fix
 
 
 def test_the_runtime_error_fix_fits_where_the_student_reads_it(assignment: Assignment) -> None:
@@ -151,7 +89,7 @@ def test_a_zero_point_check_is_marked_apart_and_not_counted(assignment: Assignme
                        title="layernorm_forward_kernel: compiles for the grading GPU (sm_90)", visibility="public",
                        max_score=0.0, score=0.0, passed=True, message="The GPU compiler accepts it")
     result = grade_result(failed, check)
-    (target,) = report.view(result, assignment).targets
+    (target,) = view(result, assignment).targets
     assert target.passed == 0 and len(target.scored) == 1 and len(target.cases) == 2
     terminal = report.terminal(result, assignment)
     assert "(0 of 1 cases)" in terminal and "1 of 2" not in terminal

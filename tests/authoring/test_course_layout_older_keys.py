@@ -1,6 +1,6 @@
-"""Specs written from older docs keep loading: `[assignment] reference`, whose meaning (the reference solution's
-file) the course layout now fixes, loads with a one-line note when it names that file, and fails only when it
-names another one."""
+"""Specs written from older docs keep loading (grader/authoring/course_layout.py): `[assignment] reference`,
+whose meaning (the reference solution's file) the course layout now fixes, loads with a one-line note when it
+names that file, and fails only when it names another one."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 
 from grader.authoring.spec import SpecError, load_assignment
 from grader.cli import main
+from tests.authoring.test_public import spec_path
 from tests.authoring.test_spec import VALID
-from tests.conftest import copy_course
+from tests.conftest import ROOT, copy_course
 
 
 def course_spec(course: Path, reference: str | None) -> Path:
@@ -73,3 +74,26 @@ def test_the_command_line_prints_the_note_once_and_works(tmp_path: Path,
     assert err.count("grader: note: ") == 1 and "reference = 'reference.py' is no longer needed" in err
     assert main(["--assignments", root, "mutant", "--assignment", "softmax", "--list"]) == 0
     assert capsys.readouterr().err.count("remove the key") == 1
+
+
+def test_an_old_spec_naming_its_reference_loads_with_a_note(tmp_path: Path) -> None:
+    folder = tmp_path / "assignments" / "softmax"
+    folder.mkdir(parents=True)
+    text = spec_path("softmax").read_text(encoding="utf-8")
+    (folder / "assignment.toml").write_text(text.replace('module = "oracles.py"',
+                                                         'module = "oracles.py"\nreference = "reference.py"'))
+    (folder / "oracles.py").write_text((ROOT / "assignments/softmax/oracles.py").read_text(encoding="utf-8"))
+    # its meaning is the layout's (reference/softmax/reference.py): it loads, with a note to remove the key
+    (note,) = load_assignment(folder / "assignment.toml").load_notes
+    assert "reference = 'reference.py' is no longer needed" in note and "reference/softmax/reference.py" in note
+    # naming another file contradicts the layout
+    (folder / "assignment.toml").write_text(text.replace('module = "oracles.py"',
+                                                         'module = "oracles.py"\nreference = "solution.py"'))
+    with pytest.raises(SpecError) as caught:
+        load_assignment(folder / "assignment.toml")
+    assert "[assignment.reference] names 'solution.py'" in str(caught.value)
+    assert "reference/softmax/reference.py" in str(caught.value)
+    # a student bundle written before the layout said "no reference" with an empty one: still loads
+    (folder / "assignment.toml").write_text(text.replace('module = "oracles.py"',
+                                                         'module = "oracles.py"\nreference = ""'))
+    assert load_assignment(folder / "assignment.toml").reference_solution is None
