@@ -122,7 +122,7 @@ def test_two_workers_on_a_zip_give_the_same_gradebook(one_worker: Path, repo_roo
             zf.write(corpus / f"{student}.py", f"export/{student}/fused_layers.py")
     code, printed = run_batch(repo_root, archive, tmp_path / "out", "--workers", "2")
     assert code == 0, printed
-    assert "with local, 2 workers" in printed
+    assert "on 2 local workers;" in printed
     assert comparable(gradebook(tmp_path / "out")) == comparable(gradebook(one_worker))
 
 
@@ -130,7 +130,7 @@ def test_ray_executor_gives_the_same_gradebook(one_worker: Path, repo_root: Path
                                                tmp_path: Path) -> None:
     code, printed = run_batch(repo_root, corpus, tmp_path / "out", "--executor", "ray", "--workers", "2")
     assert code == 0, printed
-    assert "with ray on a local Ray instance" in printed
+    assert "on a local Ray instance;" in printed
     assert comparable(gradebook(tmp_path / "out")) == comparable(gradebook(one_worker))
 
 
@@ -138,7 +138,7 @@ def test_ray_leaves_the_batch_its_sigterm_handler(corpus: Path, repo_root: Path)
     """ray.init makes SIGTERM sys.exit(); while grading on Ray, SIGTERM must still stop the batch like Ctrl-C."""
     from grader.operations.executors import GradeJob, RayExecutor
 
-    job = GradeJob("bob", corpus / "bob.py", "fused_layers.py", "fused_layers", repo_root / "assignments",
+    job = GradeJob("bob", corpus / "bob.py", "fused_layers", repo_root / "assignments",
                    "interpreter", int(SEED), 120)
     seen = []
 

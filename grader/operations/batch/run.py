@@ -159,16 +159,15 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
     # out-of-memory or timeout needs a second pass (grader.running.gpu_memory, grader.running.client).
     course = read_course_seed(options.assignment.course_root) if not options.assignment.public else None
     source = COURSE if course is not None and course.seed == manifest.seed else GIVEN
-    jobs = [GradeJob(s.id, s.path, options.assignment.submission_file, options.assignment.id,
-                     Path(options.assignments_root), options.backend, manifest.seed, timeout,
-                     hidden_from_students(options.submissions, out), calibration=options.calibration,
-                     concurrent_grades=executor.grades_per_gpu(), seed_source=source)
+    jobs = [GradeJob(s.id, s.path, options.assignment.id, Path(options.assignments_root), options.backend,
+                     manifest.seed, timeout, hidden_from_students(options.submissions, out),
+                     calibration=options.calibration, concurrent_grades=executor.grades_per_gpu(), seed_source=source)
             for s in todo if s.path is not None]
     log.write("run-start", executor=executor.describe(), to_grade=len(todo), seed=manifest.seed,
               backend=manifest.backend, generation=manifest.generation)
     seed_text = f"the course seed {fingerprint(manifest.seed)}" if source == COURSE else f"seed {manifest.seed}"
     progress.line(f"grading {len(todo)} of {summary.students} submissions ({summary.skipped} already graded, "
-                  f"{summary.no_submission} without a file) with {executor.describe()}; {seed_text}")
+                  f"{summary.no_submission} without a file) on {executor.describe()}; {seed_text}")
 
     def on_start(job: GradeJob, device: str) -> None:
         log.write("start", student=job.student, device=device)

@@ -48,8 +48,11 @@ def test_the_batch_hands_its_calibration_store_to_every_child(tmp_path: Path, re
     monkeypatch.setattr(batch.run, "make_executor", lambda options, scratch: Recording())  # where run_batch finds it
     options = batch.BatchOptions(tmp_path / "subs", assignment, repo_root / "assignments", tmp_path / "out",
                                  "interpreter", seed=3, calibration=store)
-    batch.run_batch(options, stream=io.StringIO())
+    printed = io.StringIO()
+    batch.run_batch(options, stream=printed)
+    assert "grading 2 of 2 submissions (0 already graded, 0 without a file) on recording; seed 3" in printed.getvalue()
     assert [job.student for job in seen] == ["ann", "ben"] and all(job.calibration == store for job in seen)
+    assert [job.submission.name for job in seen] == ["ann.py", "ben.py"]  # graded under the student's own name
     command = executors.child_command(seen[0], tmp_path / "s.py", tmp_path / "o", pdeathsig=False)
     assert f"--calibration-dir={store.folder}" in command
     args = executors.child_parser().parse_args(command[3:])
