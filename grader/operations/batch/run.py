@@ -19,9 +19,17 @@ from grader.operations.batch.commits import commit
 from grader.operations.batch.event_log import EventLog, iso, now
 from grader.operations.batch.folder import BATCH_FORMAT_VERSION, EVENT_LOG, SCRATCH, BatchError, locked, read_json
 from grader.operations.batch.gradebook import CanvasOptions, write_class_files
-from grader.operations.batch.manifest import Manifest, result_state, settle_manifest
+from grader.operations.batch.manifest import (
+    CanvasSettings,
+    Manifest,
+    keep_canvas_settings,
+    kept_canvas_settings,
+    result_state,
+    settle_canvas_settings,
+    settle_manifest,
+)
 from grader.operations.batch.progress import Progress
-from grader.operations.batch.roster import read_roster
+from grader.operations.batch.roster import Roster, read_roster
 from grader.operations.batch.signals import Interrupts, catching_interrupts, interrupt_point
 from grader.operations.batch.submissions import Submission, discover_submissions
 from grader.operations.executors import EXECUTORS, Executor, ExecutorSettings, GradeJob, JobOutcome
@@ -44,11 +52,11 @@ class BatchOptions:
     ray_address: str | None = None
     gpus_per_task: float | None = None  # Ray, CUDA only; default 1 / executors.GRADES_PER_GPU
     grade_timeout_s: float | None = None
-    canvas_column: str | None = None  # canvas.csv's assignment column, e.g. "Fused layers (12345)"
+    canvas_column: str | None = None  # canvas.csv's assignment column, e.g. "Fused layers (12345)"; None: DIR's
     calibration: CalibrationStore | None = None  # where the bars are cached; None: each grade measures its own
-    roster: Path | None = None  # the course's roster, Canvas's gradebook export or a map (batch/roster.py)
+    roster: Path | None = None  # the course's roster, Canvas's export or a map (batch/roster.py); None: DIR's
     allowed: tuple[Path, ...] = ()  # sources students may share beyond the template (similarity discounts them)
-    missing_score: float | None = None  # canvas.csv's score for a student without a gradable file; None: left out
+    missing_score: float | None = None  # canvas.csv's score for a student without a gradable file; None: DIR's
 
 @dataclass
 class BatchSummary:
@@ -90,7 +98,9 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
     out = Path(options.out).resolve()
     started = time.monotonic()
     summary = BatchSummary()
-    roster = read_roster(options.roster) if options.roster is not None else None  # a bad one: before DIR is made
+    given = CanvasSettings(options.canvas_column, options.roster, options.missing_score)
+    settings, changes = settle_canvas_settings(kept_canvas_settings(out), given, options.assignment.title)
+    roster = _roster(settings.roster, given.roster is None)  # a bad one: before DIR is made
     with catching_interrupts() as interrupts, locked(out):
         scratch = out / SCRATCH
         shutil.rmtree(scratch, ignore_errors=True)
@@ -100,6 +110,8 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
             submissions = discover_submissions(options.submissions, assignment.submission_file, scratch)
             manifest = settle_manifest(out, assignment.id, options.backend, options.seed, options.force,
                                        new_seed or (lambda: ensure_course_seed(assignment.course_root)[0].seed))
+            keep_canvas_settings(out, settings)
+            stream.writelines(f"{line}\n" for line in changes)
             summary.seed = manifest.seed
             summary.students = len(submissions)
             todo = plan(out, submissions, manifest)
@@ -109,7 +121,7 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
                 _grade(options, manifest, todo, out, scratch, stream, summary, interrupts)
             except KeyboardInterrupt:
                 summary.interrupted = True
-            canvas = CanvasOptions(options.canvas_column, roster, options.missing_score)
+            canvas = CanvasOptions(settings.column, roster, settings.missing_score)
             similar, similar_files = class_similarity(out, submissions, options)
             summary.files, summary.counts = write_class_files(out, submissions, options.assignment, manifest, canvas,
                                                                similar)
@@ -119,6 +131,17 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
     summary.interrupted = summary.interrupted or interrupts.received
     summary.wall_s = round(time.monotonic() - started, 3)
     return summary
+
+def _roster(path: Path | None, kept: bool) -> Roster | None:
+    """The roster this run matches students with: given on the command line, or kept from an earlier run."""
+    if path is None:
+        return None
+    try:
+        return read_roster(path)
+    except BatchError as exc:
+        if not kept:
+            raise
+        raise BatchError(f"{exc} (the roster this folder's earlier runs used; pass --roster FILE)") from None
 
 def class_similarity(out: Path, submissions: Sequence[Submission],
                      options: BatchOptions) -> tuple[SimilaritySummary, list[Path]]:
