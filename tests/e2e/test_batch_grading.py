@@ -102,8 +102,13 @@ def test_one_worker_grades_every_submission_right(one_worker: Path, repo_root: P
     assert rows["bob"]["score"] == rows["carol"]["score"] == 0
     assert 0 < rows["dave"]["score"] < 40
     header = (one_worker / "gradebook.csv").read_text(encoding="utf-8").splitlines()[0]
-    assert header.startswith("student,name,email,sid,status,score,max_score,fused_linear_gelu_kernel,")
-    assert not (one_worker / ".scratch").exists()
+    assert header.startswith("student,name,email,sid,section,status,score,max_score,fused_linear_gelu_kernel,")
+    assert not (one_worker / ".scratch").exists() and not (one_worker / ".batch.lock").exists()
+    for student in CORPUS:  # each graded under the name of the student's own file, as `grader grade` would
+        grade = json.loads((one_worker / student / "grade.json").read_text(encoding="utf-8"))
+        assert grade["submission"] == f"{student}.py"
+        report = (one_worker / student / "report.html").read_text(encoding="utf-8")
+        assert f"submission <code>{student}.py</code>" in report
 
 
 def test_rerun_grades_nothing(one_worker: Path, repo_root: Path, corpus: Path) -> None:

@@ -8,7 +8,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -29,10 +29,11 @@ from grader.operations.batch.manifest import (
     settle_manifest,
 )
 from grader.operations.batch.progress import Progress
-from grader.operations.batch.roster import Roster, read_roster
+from grader.operations.batch.roster import Roster, identified, read_roster
 from grader.operations.batch.signals import Interrupts, catching_interrupts, interrupt_point
 from grader.operations.batch.submissions import Submission, discover_submissions
 from grader.operations.executors import EXECUTORS, Executor, ExecutorSettings, GradeJob, JobOutcome
+from grader.publishing.people import Student
 from grader.publishing.similarity import SimilaritySummary
 from grader.publishing.similarity import summary as similarity_summary
 from grader.running.calibration import CalibrationStore
@@ -122,7 +123,7 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
             except KeyboardInterrupt:
                 summary.interrupted = True
             canvas = CanvasOptions(settings.column, roster, settings.missing_score)
-            similar, similar_files = class_similarity(out, submissions, options)
+            similar, similar_files = class_similarity(out, submissions, options, identified(submissions, roster))
             summary.files, summary.counts = write_class_files(out, submissions, options.assignment, manifest, canvas,
                                                                similar)
             summary.files += similar_files
@@ -143,15 +144,16 @@ def _roster(path: Path | None, kept: bool) -> Roster | None:
             raise
         raise BatchError(f"{exc} (the roster this folder's earlier runs used; pass --roster FILE)") from None
 
-def class_similarity(out: Path, submissions: Sequence[Submission],
-                     options: BatchOptions) -> tuple[SimilaritySummary, list[Path]]:
-    """similarity.csv and similarity.html beside the gradebook (informational). A failure here never costs the
-    gradebook: the class report says why there is no similarity page."""
+def class_similarity(out: Path, submissions: Sequence[Submission], options: BatchOptions,
+                     people: Mapping[str, Student]) -> tuple[SimilaritySummary, list[Path]]:
+    """similarity.csv and similarity.html beside the gradebook (informational), naming students as `people` does
+    (the roster's identity). A failure here never costs the gradebook: the class report says why there is no
+    similarity page."""
     from grader.operations.similarity import similarity_files  # it reads submissions as this package finds them
 
     links = {s.id: f"{s.id}/report.html" for s in submissions if (out / s.id / "report.html").is_file()}
     try:
-        comparison, files = similarity_files(out, submissions, options.assignment, options.allowed, links)
+        comparison, files = similarity_files(out, submissions, options.assignment, options.allowed, links, people)
     except Exception as exc:  # informational: the grades are written whatever happens here
         return SimilaritySummary(error=f"{type(exc).__name__}: {exc}"), []
     return similarity_summary(comparison), files

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,21 @@ def test_a_batch_with_a_canvas_export_as_roster(tmp_path: Path, repo_root: Path,
     pairs = list(csv.DictReader(io.StringIO((out / "similarity.csv").read_text(encoding="utf-8"))))
     assert (pairs[0]["a"], pairs[0]["b"], pairs[0]["flagged"]) == ("GHOPPER", "ada@uni.edu", "yes")
     assert '<a href="similarity.html">similarity.html</a>' in report
+    # every list of students names them as the roster does: gradebook.csv and .json, the class report, similarity
+    who = {r["student"]: (r["name"], r["email"], r["sid"], r["section"])
+           for r in csv.DictReader(io.StringIO((out / "gradebook.csv").read_text(encoding="utf-8")))}
+    assert who == {"GHOPPER": ("Hopper, Grace", "", "S-200", "Sec 2"),
+                   "ada@uni.edu": ("Lovelace, Ada", "ada@uni.edu", "S-100", "Sec 1, Tuesday"),
+                   "aturing@uni.edu": ("Turing, Alan", "aturing@uni.edu", "S-300", "Sec 2"),
+                   "enoether@uni.edu": ("Noether, Emmy", "enoether@uni.edu", "S-400", "Sec 1"),
+                   "stranger": ("", "", "", "")}
+    assert {r["student"]: r["name"] for r in book["rows"]}["GHOPPER"] == "Hopper, Grace"
+    gradebook_table = re.sub(r"<[^>]+>", "", report[report.index('id="gradebook"'):])  # the text a reader sees
+    for name in ("Hopper, Grace", "Lovelace, Ada", "Turing, Alan", "S-200", "Sec 1, Tuesday"):
+        assert name in gradebook_table, name
+    assert (pairs[0]["name_a"], pairs[0]["sid_a"], pairs[0]["section_a"]) == ("Hopper, Grace", "S-200", "Sec 2")
+    assert (pairs[0]["name_b"], pairs[0]["sid_b"]) == ("Lovelace, Ada", "S-100")
+    assert "Hopper, Grace · S-200 · Sec 2" in (out / "similarity.html").read_text(encoding="utf-8")
 
 
 def test_a_roster_that_cannot_be_read_is_a_usage_error(tmp_path: Path, repo_root: Path,
