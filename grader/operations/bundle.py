@@ -286,8 +286,8 @@ def _grade_submission(paths: RunPaths, assignment_id: str, seed: int | None) -> 
     # Graded the way `grader batch` grades one student: a child process with a deadline
     # (grader.operations.executors), which decides the backend itself.
     chosen, source = (seed, "given") if seed is not None else bundled_seed(paths, assignment.id)
-    job = GradeJob("submission", found, assignment.submission_file, assignment.id, assignments, "auto",
-                   chosen, default_grade_timeout(assignment, "interpreter"), seed_source=source)
+    job = GradeJob("submission", found, assignment.id, assignments, "auto", chosen,
+                   default_grade_timeout(assignment, "interpreter"), seed_source=source)
     work = Path(tempfile.mkdtemp(prefix="grader-run-"))
     try:
         outcome = run_job(job, work)

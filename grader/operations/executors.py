@@ -54,8 +54,7 @@ class GradeJob:
     """One submission to grade. `submission` is read by the executor, never by the student's code."""
 
     student: str
-    submission: Path
-    submission_file: str  # the name the file is graded under (the assignment's submission_file)
+    submission: Path  # graded under its own name (`graded_name`), as `grader grade` would grade it
     assignment_id: str
     assignments_root: Path
     backend: str  # "interpreter", "cuda" or "auto" (the child detects it)
@@ -112,11 +111,11 @@ class ExecutorSettings:
 
 
 def graded_name(job: GradeJob) -> str:
-    """The name the child grades the submission under: the assignment's submission_file, or for a notebook
-    `<its stem>.ipynb` (grading converts it to submission_file, see grader.operations.notebook)."""
-    if job.submission.suffix.lower() == ".ipynb":
-        return Path(job.submission_file).stem + ".ipynb"
-    return job.submission_file
+    """The name the child grades the submission under: the student's own (`erin.py`, `Copy of fused_layers.py`),
+    so the report and grade.json name the file the student handed in, and a renamed copy of the assignment's
+    file gets the same note as with `grader grade`. A notebook keeps its name too (grading converts it to the
+    assignment's submission_file, see grader.operations.notebook)."""
+    return job.submission.name
 
 
 def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: bool, held: bool = False) -> list[str]:
@@ -264,8 +263,9 @@ class LocalExecutor:
         return cls(settings.workers or default_workers(settings.backend, devices), settings.scratch_root, devices)
 
     def describe(self) -> str:
-        gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""
-        return f"local, {self.workers} worker{'s' if self.workers != 1 else ''}{gpus}"
+        """What grades, for "grading ... on {describe}": `2 local workers (GPUs 0,1)`."""
+        gpus = f" (GPU{'s' if len(self.devices) != 1 else ''} {','.join(self.devices)})" if self.devices else ""
+        return f"{self.workers} local worker{'s' if self.workers != 1 else ''}{gpus}"
 
     def grades_per_gpu(self) -> int:
         return max(1, -(-self.workers // max(1, len(self.devices))))
@@ -362,9 +362,10 @@ class RayExecutor:
         return max(1, round(1 / self.gpus_per_task)) if self.gpus_per_task else 1
 
     def describe(self) -> str:
-        where = self.address or "a local Ray instance"
-        gpus = f", {self.gpus_per_task:g} GPU per task" if self.gpus_per_task else ""
-        return f"ray on {where}{gpus}"
+        """What grades, for "grading ... on {describe}": `a local Ray instance`, `the Ray cluster at ADDR`."""
+        where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
+        gpus = f" ({self.gpus_per_task:g} GPU per grade)" if self.gpus_per_task else ""
+        return f"{where}{gpus}"
 
     def run(self, jobs: Iterable[GradeJob],
             on_start: OnStart | None = None) -> Generator[JobOutcome, None, None]:

@@ -17,6 +17,7 @@ from grader.authoring.spec import Assignment
 from grader.judging.similarity import Comparison, compare
 from grader.operations.batch.submissions import Submission, discover_submissions
 from grader.operations.notebook import NotebookError, is_notebook, notebook_source, read_notebook
+from grader.publishing.people import Student
 from grader.publishing.similarity import write_similarity
 
 
@@ -63,11 +64,13 @@ def class_sources(submissions: Sequence[Submission]) -> dict[str, str]:
 
 
 def similarity_files(out: Path, submissions: Sequence[Submission], assignment: Assignment,
-                     allowed: Sequence[Path] = (), links: Mapping[str, str] | None = None
-                     ) -> tuple[Comparison, list[Path]]:
-    """Compare the class and write similarity.csv and similarity.html into `out`."""
+                     allowed: Sequence[Path] = (), links: Mapping[str, str] | None = None,
+                     people: Mapping[str, Student] | None = None) -> tuple[Comparison, list[Path]]:
+    """Compare the class and write similarity.csv and similarity.html into `out`. `people`: student id -> who, as
+    the batch knows them (the roster's identity); default: as each submission says (Gradescope's metadata)."""
     comparison = compare(class_sources(submissions), discounted_sources(assignment, allowed))
-    return comparison, write_similarity(out, comparison, assignment.title, links)
+    people = people if people is not None else {s.id: s.student for s in submissions}
+    return comparison, write_similarity(out, comparison, assignment.title, links, people)
 
 
 def run_similarity(source: Path, assignment: Assignment, out: Path,
@@ -78,4 +81,5 @@ def run_similarity(source: Path, assignment: Assignment, out: Path,
         submissions = discover_submissions(source, assignment.submission_file, Path(scratch))
         comparison = compare(class_sources(submissions), discount)
         out.mkdir(parents=True, exist_ok=True)
-        return comparison, write_similarity(out, comparison, assignment.title)
+        return comparison, write_similarity(out, comparison, assignment.title,
+                                            people={s.id: s.student for s in submissions})

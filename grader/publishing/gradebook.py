@@ -29,6 +29,7 @@ from grader.atomic import write_json, write_text
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.spec import Assignment
 from grader.publishing.jinja_environment import template_environment
+from grader.publishing.people import RosterStudent, Student
 from grader.publishing.similarity import SimilaritySummary
 from grader.results import GradeResult
 
@@ -39,36 +40,9 @@ SCORED_STATUSES = ("graded", "outdated")
 RUN_DETAIL_FIELDS = ("grading_time_s", "graded_at", "device")
 EXAMPLE_STUDENTS = 5
 SLOWEST_SHOWN = 10
+TRAPS_SHOWN = 3  # of a gradebook row's traps in the class report; the rest fold ("4 more")
 HANGING_TRAP = trap_ids.TIMEOUT
-_CSV_TEXT_FIELDS = ("name", "email", "sid", "error")
-
-
-@dataclass(frozen=True)
-class Student:
-    """Who a submission belongs to: the id (a folder name in the batch output) and, when known, from
-    Gradescope's export metadata, the submitters' names, emails and student ids ("; "-joined)."""
-
-    id: str
-    name: str = ""
-    email: str = ""
-    sid: str = ""
-
-
-@dataclass(frozen=True)
-class RosterStudent:
-    """A student of the course's roster (Canvas's gradebook export, or a two-column map): who canvas.csv names,
-    in the columns Canvas matches students on."""
-
-    name: str
-    canvas_id: str = ""  # Canvas's `ID`
-    sis_user_id: str = ""
-    sis_login_id: str = ""
-    section: str = ""
-    matched_by: str = ""  # how a submission was matched to this student ("file name = SIS Login ID", ...)
-
-    def to_dict(self) -> dict[str, str]:
-        return {"name": self.name, "id": self.canvas_id, "sis_user_id": self.sis_user_id,
-                "sis_login_id": self.sis_login_id, "section": self.section, "matched_by": self.matched_by}
+_CSV_TEXT_FIELDS = ("name", "email", "sid", "section", "error")
 
 
 @dataclass(frozen=True)
@@ -105,17 +79,23 @@ class GradebookRow:
     submission_sha256: str
     error: str = ""
     roster: tuple[RosterStudent, ...] = ()  # the roster students this row's score belongs to (a group: several)
+    section: str = ""  # the roster's section(s)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "student": self.student, "name": self.name, "email": self.email, "sid": self.sid,
-            "status": self.status, "score": self.score, "max_score": self.max_score,
+            "section": self.section, "status": self.status, "score": self.score, "max_score": self.max_score,
             "target_scores": dict(self.target_scores), "traps": list(self.traps),
             "backend": self.backend, "seed": self.seed, "grading_time_s": self.grading_time_s,
             "graded_at": self.graded_at, "device": self.device,
             "submission_sha256": self.submission_sha256, "error": self.error,
             "roster": [r.to_dict() for r in self.roster],
         }
+
+    @property
+    def known_as(self) -> str:
+        """Name, SIS id and section as one line (`Lovelace, Ada · S-100 · Sec 1`); "" when none is known."""
+        return Student(self.student, self.name, self.email, self.sid, self.section).known_as
 
 
 @dataclass(frozen=True)
@@ -152,7 +132,7 @@ def target_points(assignment: Assignment, backend: str) -> dict[str, float]:
 def graded_row(student: Student, result: GradeResult, record: Mapping[str, Any],
                current: bool = True) -> GradebookRow:
     return GradebookRow(
-        student=student.id, name=student.name, email=student.email, sid=student.sid,
+        student=student.id, name=student.name, email=student.email, sid=student.sid, section=student.section,
         status="graded" if current else "outdated",
         score=result.score, max_score=result.max_score,
         target_scores={t: got for t, (got, _total) in result.score_by_target().items()},
@@ -170,7 +150,7 @@ def ungraded_row(student: Student, status: str, max_score: float, *, error: str 
         raise ValueError(f"not an unscored status: {status!r}")
     record = record or {}
     return GradebookRow(
-        student=student.id, name=student.name, email=student.email, sid=student.sid,
+        student=student.id, name=student.name, email=student.email, sid=student.sid, section=student.section,
         status=status, score=None, max_score=max_score, target_scores={}, traps=(),
         backend=str(record.get("backend", "")), seed=record.get("seed"),
         grading_time_s=record.get("elapsed_s"), graded_at=str(record.get("finished_at", "")),
@@ -205,7 +185,7 @@ def gradebook_json(book: Gradebook) -> dict[str, Any]:
 
 
 def csv_columns(book: Gradebook) -> list[str]:
-    fixed_head = ["student", "name", "email", "sid", "status", "score", "max_score"]
+    fixed_head = ["student", "name", "email", "sid", "section", "status", "score", "max_score"]
     fixed_tail = ["traps", "backend", "seed", "grading_time_s", "graded_at", "device", "submission_sha256",
                   "error"]
     clash = set(book.targets) & set(fixed_head + fixed_tail)
@@ -418,6 +398,11 @@ class ClassStats:
         return canvas_rows(self.book)[1]
 
     @property
+    def known_as(self) -> dict[str, str]:
+        """Student id -> name, SIS id and section as one line, for the students known by more than their id."""
+        return {r.student: r.known_as for r in self.book.rows if r.known_as}
+
+    @property
     def missing(self) -> tuple[GradebookRow, ...]:
         """Roster students without a submission."""
         return tuple(r for r in self.book.rows if r.status == "missing")
@@ -493,4 +478,5 @@ def class_stats(book: Gradebook, results: Mapping[str, GradeResult], assignment:
 
 
 def class_report_html(stats: ClassStats) -> str:
-    return template_environment().get_template("class_report.html").render(s=stats, book=stats.book)
+    return template_environment().get_template("class_report.html").render(s=stats, book=stats.book,
+                                                                           traps_shown=TRAPS_SHOWN)

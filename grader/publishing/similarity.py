@@ -1,6 +1,7 @@
 """A class's similarity (grader.judging.similarity) as files: similarity.csv (one line per pair sharing code,
 ranked) and similarity.html (the ranked pairs, and for the top ones their shared code side by side), each written
-atomically. Informational: nothing here touches a score."""
+atomically, each naming the students as the batch knows them (name, SIS id, section: `people`). Informational:
+nothing here touches a score."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from pathlib import Path
 from grader.atomic import write_text
 from grader.judging.similarity import FLAG, WINDOW, Comparison, K, Pair
 from grader.publishing.jinja_environment import template_environment
+from grader.publishing.people import Student
 
 SIMILARITY_CSV = "similarity.csv"
 SIMILARITY_HTML = "similarity.html"
 CSV_COLUMNS = ("rank", "a", "b", "score", "share_a", "share_b", "shared_lines_a", "shared_lines_b", "flagged",
-               "regions")
+               "regions", "name_a", "sid_a", "section_a", "name_b", "sid_b", "section_b")
 DETAILED = 20  # pairs shown with their code (flagged ones too, up to DETAILED_MAX in all: the page stays readable)
 DETAILED_MAX = 100
 LISTED = 200  # pairs in the HTML table (the CSV has every pair sharing any fingerprint)
@@ -28,14 +30,22 @@ def regions_text(pair: Pair) -> str:
     return "; ".join(f"a:{r.a_lines[0]}-{r.a_lines[1]}=b:{r.b_lines[0]}-{r.b_lines[1]}" for r in pair.regions)
 
 
-def similarity_csv(comparison: Comparison) -> str:
+def similarity_csv(comparison: Comparison, people: Mapping[str, Student] | None = None) -> str:
+    """One line per pair; `people` (student id -> who) fills each side's name, SIS id and section. Text cells that
+    a spreadsheet would run as a formula get a `'`."""
+    people = people or {}
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for rank, p in enumerate(comparison.pairs, start=1):
+        who = [_text(getattr(people.get(s) or Student(s), f)) for s in (p.a, p.b) for f in ("name", "sid", "section")]
         writer.writerow([rank, p.a, p.b, f"{p.score:.4f}", f"{p.share_a:.4f}", f"{p.share_b:.4f}", p.shared_lines_a,
-                         p.shared_lines_b, "yes" if p.flagged else "", regions_text(p)])
+                         p.shared_lines_b, "yes" if p.flagged else "", regions_text(p), *who])
     return buffer.getvalue()
+
+
+def _text(value: str) -> str:
+    return "'" + value if value[:1] in ("=", "+", "-", "@") else value
 
 
 @dataclass(frozen=True)
@@ -59,13 +69,16 @@ def side_by_side(comparison: Comparison, pair: Pair, context: int = 0) -> tuple[
     return tuple(out)
 
 
-def similarity_html(comparison: Comparison, title: str, links: Mapping[str, str] | None = None) -> str:
+def similarity_html(comparison: Comparison, title: str, links: Mapping[str, str] | None = None,
+                    people: Mapping[str, Student] | None = None) -> str:
     """The page: ranked pairs, the top and flagged ones with their shared code side by side. `links`: student ->
-    the URL of their report (a batch's folders), else names only."""
+    the URL of their report (a batch's folders), else ids only; `people`: student -> who (name, SIS id,
+    section), shown under each id."""
     detailed = [p for n, p in enumerate(comparison.pairs) if n < DETAILED or p.flagged][:DETAILED_MAX]
+    known_as = {sid: who.known_as for sid, who in (people or {}).items() if who.known_as}
     return template_environment().get_template("similarity.html").render(
         c=comparison, title=title, pairs=comparison.pairs[:LISTED], detailed=detailed, links=links or {},
-        side_by_side=lambda p: side_by_side(comparison, p), flag=FLAG, k=K, window=WINDOW)
+        known_as=known_as, side_by_side=lambda p: side_by_side(comparison, p), flag=FLAG, k=K, window=WINDOW)
 
 
 @dataclass(frozen=True)
@@ -84,11 +97,11 @@ def summary(comparison: Comparison, shown: int = 5) -> SimilaritySummary:
     return SimilaritySummary(len(comparison.documents), len(comparison.flagged), comparison.pairs[:shown])
 
 
-def write_similarity(out_dir: Path, comparison: Comparison, title: str,
-                     links: Mapping[str, str] | None = None) -> list[Path]:
+def write_similarity(out_dir: Path, comparison: Comparison, title: str, links: Mapping[str, str] | None = None,
+                     people: Mapping[str, Student] | None = None) -> list[Path]:
     """similarity.csv and similarity.html in `out_dir`, each atomically."""
     out_dir = Path(out_dir)
     paths = [out_dir / SIMILARITY_CSV, out_dir / SIMILARITY_HTML]
-    write_text(paths[0], similarity_csv(comparison))
-    write_text(paths[1], similarity_html(comparison, title, links))
+    write_text(paths[0], similarity_csv(comparison, people))
+    write_text(paths[1], similarity_html(comparison, title, links, people))
     return paths

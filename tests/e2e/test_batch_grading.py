@@ -102,8 +102,13 @@ def test_one_worker_grades_every_submission_right(one_worker: Path, repo_root: P
     assert rows["bob"]["score"] == rows["carol"]["score"] == 0
     assert 0 < rows["dave"]["score"] < 40
     header = (one_worker / "gradebook.csv").read_text(encoding="utf-8").splitlines()[0]
-    assert header.startswith("student,name,email,sid,status,score,max_score,fused_linear_gelu_kernel,")
-    assert not (one_worker / ".scratch").exists()
+    assert header.startswith("student,name,email,sid,section,status,score,max_score,fused_linear_gelu_kernel,")
+    assert not (one_worker / ".scratch").exists() and not (one_worker / ".batch.lock").exists()
+    for student in CORPUS:  # each graded under the name of the student's own file, as `grader grade` would
+        grade = json.loads((one_worker / student / "grade.json").read_text(encoding="utf-8"))
+        assert grade["submission"] == f"{student}.py"
+        report = (one_worker / student / "report.html").read_text(encoding="utf-8")
+        assert f"submission <code>{student}.py</code>" in report
 
 
 def test_rerun_grades_nothing(one_worker: Path, repo_root: Path, corpus: Path) -> None:
@@ -122,7 +127,7 @@ def test_two_workers_on_a_zip_give_the_same_gradebook(one_worker: Path, repo_roo
             zf.write(corpus / f"{student}.py", f"export/{student}/fused_layers.py")
     code, printed = run_batch(repo_root, archive, tmp_path / "out", "--workers", "2")
     assert code == 0, printed
-    assert "with local, 2 workers" in printed
+    assert "on 2 local workers;" in printed
     assert comparable(gradebook(tmp_path / "out")) == comparable(gradebook(one_worker))
 
 
@@ -130,7 +135,7 @@ def test_ray_executor_gives_the_same_gradebook(one_worker: Path, repo_root: Path
                                                tmp_path: Path) -> None:
     code, printed = run_batch(repo_root, corpus, tmp_path / "out", "--executor", "ray", "--workers", "2")
     assert code == 0, printed
-    assert "with ray on a local Ray instance" in printed
+    assert "on a local Ray instance;" in printed
     assert comparable(gradebook(tmp_path / "out")) == comparable(gradebook(one_worker))
 
 
@@ -138,7 +143,7 @@ def test_ray_leaves_the_batch_its_sigterm_handler(corpus: Path, repo_root: Path)
     """ray.init makes SIGTERM sys.exit(); while grading on Ray, SIGTERM must still stop the batch like Ctrl-C."""
     from grader.operations.executors import GradeJob, RayExecutor
 
-    job = GradeJob("bob", corpus / "bob.py", "fused_layers.py", "fused_layers", repo_root / "assignments",
+    job = GradeJob("bob", corpus / "bob.py", "fused_layers", repo_root / "assignments",
                    "interpreter", int(SEED), 120)
     seen = []
 

@@ -19,7 +19,7 @@ from grader.operations.batch import (
     BatchError,
 )
 from grader.operations.executors import GradeJob, LocalExecutor
-from tests.operations.batch.helpers import SUBMISSION_FILE, write
+from tests.operations.batch.helpers import write
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +29,8 @@ def assignment(repo_root: Path) -> Assignment:
 
 def test_a_grade_past_its_deadline_becomes_a_failure(tmp_path: Path, repo_root: Path) -> None:
     submission = write(tmp_path / "s.py")
-    job = GradeJob("slow", submission, SUBMISSION_FILE, "fused_layers", repo_root / "assignments",
-                   "interpreter", 3, timeout_s=0.3)
+    job = GradeJob("slow", submission, "fused_layers", repo_root / "assignments", "interpreter", 3,
+                   timeout_s=0.3)
     (outcome,) = list(LocalExecutor(1, tmp_path / "scratch").run([job]))
     assert not outcome.ok and outcome.files == {}
     assert outcome.error.startswith("grading took longer than 0.3 s and was stopped")
@@ -76,6 +76,36 @@ def test_every_child_knows_how_many_grades_share_its_gpu(tmp_path: Path) -> None
     assert LocalExecutor(8, tmp_path, devices=("0",)).grades_per_gpu() == 8
     assert LocalExecutor(8, tmp_path, devices=("0", "1")).grades_per_gpu() == 4
     assert LocalExecutor(3, tmp_path).grades_per_gpu() == 3
-    job = GradeJob("s", tmp_path / "s.py", "s.py", "a", tmp_path, "cuda", 0, 60.0, concurrent_grades=6)
+    job = GradeJob("s", tmp_path / "s.py", "a", tmp_path, "cuda", 0, 60.0, concurrent_grades=6)
     args = child_parser().parse_args(child_command(job, tmp_path / "s.py", tmp_path / "out", False)[3:])
     assert args.concurrent_grades == 6
+
+
+def test_a_student_is_graded_under_the_name_of_their_own_file(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The child grades a copy named as the student named it (the report and grade.json say `erin.py`, and a
+    renamed copy of the assignment's file gets `grader grade`'s note), never the assignment's submission_file."""
+    commands: list[list[str]] = []
+
+    class Recorded:
+        def __init__(self, command: list[str], *_args: object, **_kwargs: object) -> None:
+            commands.append(command)
+
+    monkeypatch.setattr(executors, "Child", Recorded)
+    for name in ("erin.py", "Copy of fused_layers.py", "erin.ipynb"):
+        submission = write(tmp_path / "class" / name, f"# {name}\n")
+        job = GradeJob("erin", submission, "fused_layers", tmp_path, "interpreter", 3, 60.0)
+        assert executors.graded_name(job) == name
+        executors._Attempt(job, tmp_path / "scratch" / name, None, pdeathsig=False)
+        graded = Path(executors.child_parser().parse_args(commands[-1][3:]).submission)
+        assert graded.name == name and graded.read_text(encoding="utf-8") == f"# {name}\n"
+
+
+def test_the_batch_banner_names_what_grades_in_words(tmp_path: Path) -> None:
+    """"grading 5 of 5 submissions (...) on {describe()}": a phrase, not a list of settings."""
+    assert LocalExecutor(1, tmp_path).describe() == "1 local worker"
+    assert LocalExecutor(2, tmp_path).describe() == "2 local workers"
+    assert LocalExecutor(8, tmp_path, devices=("0", "1")).describe() == "8 local workers (GPUs 0,1)"
+    assert executors.RayExecutor(None, 2).describe() == "a local Ray instance"
+    assert (executors.RayExecutor("ray://head:10001", 2, gpus_per_task=0.25).describe()
+            == "the Ray cluster at ray://head:10001 (0.25 GPU per grade)")

@@ -168,3 +168,28 @@ def test_target_points_cover_every_target(assignment: Assignment) -> None:
     points = target_points(assignment, "interpreter")
     assert list(points) == list(assignment.targets)
     assert sum(points.values()) == sum(c.points for c in assignment.cases_for("interpreter"))
+
+
+def test_the_gradebook_table_names_each_student_and_folds_long_trap_lists(assignment: Assignment) -> None:
+    graded = result(case("a", "public", 3.0, 4.0))
+    many = ("bias-wrong-axis", "oob-read", "eps-outside-sqrt", "unbiased-variance", "timeout")
+    ada = Student("ada@uni.edu").with_roster((RosterStudent("Lovelace, Ada", "1001", "S-100", "ada@uni.edu",
+                                                            "Sec =1", "file name = SIS Login ID"),))
+    rows = (replace(graded_row(ada, graded, {}), traps=many), graded_row(Student("stranger"), graded, {}))
+    book = Gradebook(ASSIGNMENT, "Fused layers", 4.0, {"layernorm": 4.0}, rows, "2026-01-01T00:00:00+00:00")
+    assert class_stats(book, {}, assignment).known_as == {"ada@uni.edu": "Lovelace, Ada · S-100 · Sec =1"}
+    table = class_report_html(class_stats(book, {}, assignment))
+    table = table[table.index('<table id="gradebook">'):table.index("</table>", table.index('id="gradebook"'))]
+    ada_row = table[table.index('<tr data-student="ada@uni.edu">'):table.index('<tr data-student="stranger">')]
+    text = re.sub(r"<[^>]+>", "", ada_row)  # what a reader reads
+    assert "Lovelace, Ada" in text and "S-100" in text and "Sec =1" in text and "ada@uni.edu" in text
+    assert '<a href="ada@uni.edu/report.html">ada@uni.edu</a>' in ada_row
+    shown, folded = ada_row.split("<details>")
+    assert [t for t in many if f">{t}<" in shown] == list(many[:3])  # the first three; the rest fold
+    assert "+2 more" in folded and all(f">{t}<" in folded for t in many[3:])
+    assert '<tr data-student="stranger"><th scope="row" class="who"><div class="nw">' in table  # no name: the id
+    csv_rows = list(csv.DictReader(io.StringIO(gradebook_csv(book))))
+    assert (csv_rows[0]["name"], csv_rows[0]["sid"], csv_rows[0]["section"]) == ("Lovelace, Ada", "S-100", "Sec =1")
+    assert gradebook_json(book)["rows"][0]["section"] == "Sec =1"
+    odd = replace(book, rows=(replace(rows[0], section="=SUM(A1)"),))
+    assert list(csv.DictReader(io.StringIO(gradebook_csv(odd))))[0]["section"] == "'=SUM(A1)"  # not a formula

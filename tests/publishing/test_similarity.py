@@ -1,5 +1,6 @@
 """grader/publishing/similarity.py: similarity.csv (every pair sharing code, ranked, with its shared line ranges)
-and similarity.html (ranked pairs, the top ones side by side, student code escaped), written atomically."""
+and similarity.html (ranked pairs, the top ones side by side, student code escaped), written atomically; both name
+the students as the batch knows them (name, SIS id, section)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import io
 from pathlib import Path
 
 from grader.judging.similarity import compare
+from grader.publishing.people import Student
 from grader.publishing.similarity import CSV_COLUMNS, side_by_side, similarity_csv, similarity_html, write_similarity
 from tests.judging.planted import TEMPLATE, planted_class
 
@@ -43,3 +45,24 @@ def test_html_shows_the_shared_code_side_by_side_escaped(tmp_path: Path) -> None
     paths = write_similarity(tmp_path, comparison, "Softmax")
     assert [p.name for p in paths] == ["similarity.csv", "similarity.html"]
     assert all(p.is_file() for p in paths) and not list(tmp_path.glob(".*tmp*"))
+
+
+def test_both_files_name_each_student_as_the_roster_does() -> None:
+    comparison = compare(planted_class(), {"template": TEMPLATE.read_text(encoding="utf-8")})
+    people = {"bob": Student("bob", name="Builder, Bob", sid="S-100", section="Sec 1"),
+              "eve": Student("eve", name="=Eve", sid="S-200"), "cat": Student("cat", name="Cat; Fay", sid="S-3; S-4"),
+              "fay": Student("fay")}
+    rows = {(r["a"], r["b"]): r for r in csv.DictReader(io.StringIO(similarity_csv(comparison, people)))}
+    bob_eve = rows.get(("bob", "eve")) or rows[("eve", "bob")]
+    side = "a" if bob_eve["a"] == "bob" else "b"
+    other = "b" if side == "a" else "a"
+    assert (bob_eve[f"name_{side}"], bob_eve[f"sid_{side}"], bob_eve[f"section_{side}"]) == ("Builder, Bob", "S-100",
+                                                                                              "Sec 1")
+    assert (bob_eve[f"name_{other}"], bob_eve[f"sid_{other}"]) == ("'=Eve", "S-200")  # not a spreadsheet formula
+    unknown = next(r for r in rows.values() if "fay" in (r["a"], r["b"]) and "cat" not in (r["a"], r["b"]))
+    fay = "a" if unknown["a"] == "fay" else "b"
+    assert unknown[f"name_{fay}"] == unknown[f"sid_{fay}"] == unknown[f"section_{fay}"] == ""
+    html = similarity_html(comparison, "Softmax", people=people)
+    assert '<div class="small muted known-as">Builder, Bob · S-100 · Sec 1</div>' in html
+    assert "(Builder, Bob · S-100 · Sec 1)" in html  # in the pair's heading too
+    assert "Cat; Fay · S-3; S-4" in html and "=Eve · S-200" in html

@@ -15,7 +15,8 @@ into place, so `DIR/<student>/results.json` exists exactly when that student's g
 A run skips every student whose result is current (same seed, backend and grading generation, same
 submission bytes) unless `--force`; killed at any moment (Ctrl-C, SIGTERM, SIGKILL) and re-run, it
 loses nothing and grades nothing twice. Ctrl-C and SIGTERM also leave a gradebook that matches DIR
-(see `run_batch`). `DIR/batch.json` records the seed, backend and generation;
+(see `run_batch`). `DIR/batch.json` records the seed, backend and generation, and what canvas.csv
+depends on (Canvas column, roster, missing score: kept for every rerun);
 `DIR/batch-log.jsonl` records every run's events (start, graded, failed) for audit.
 
 The package, one module per job: `submissions` (finding them, unzipping, ids), `gradescope_metadata` (its

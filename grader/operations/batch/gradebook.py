@@ -1,7 +1,7 @@
 """The class's files rebuilt from what DIR holds after every run: gradebook.json, gradebook.csv,
 canvas.csv and class_report.html (written by grader.publishing.gradebook). With a roster, each row carries its
-roster students (grader.operations.batch.roster) and every roster student without a submission is a `missing`
-row."""
+roster students (grader.operations.batch.roster) and their identity (name, SIS User ID, section), and every roster
+student without a submission is a `missing` row."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from grader.operations.batch.submissions import Submission
 from grader.publishing.gradebook import (
     Gradebook,
     GradebookRow,
-    Student,
     class_stats,
     graded_row,
     target_points,
     ungraded_row,
     write_gradebook,
 )
+from grader.publishing.people import Student
 from grader.publishing.similarity import SimilaritySummary
 from grader.results import GradeResult
 
@@ -46,32 +46,33 @@ def build_gradebook(out: Path, submissions: Sequence[Submission], assignment: As
     canvas = canvas or CanvasOptions()
     points = target_points(assignment, manifest.backend)
     max_score = sum(points.values())
+    match = match_roster(canvas.roster, submissions) if canvas.roster is not None else None
+    matched = match.by_submission if match is not None else {}
     rows: list[GradebookRow] = []
     results: dict[str, GradeResult] = {}
     for s in submissions:
+        student = s.student.with_roster(matched.get(s.id, ()))  # named as the roster names them
         if s.path is None:
-            rows.append(ungraded_row(s.student, "no-submission", max_score, error=s.problem))
+            rows.append(ungraded_row(student, "no-submission", max_score, error=s.problem))
             continue
         state, result, record = result_state(out / s.id, manifest, s.sha256)
         if result is not None:
-            rows.append(graded_row(s.student, result, record, current=state == "current"))
+            rows.append(graded_row(student, result, record, current=state == "current"))
             results[s.id] = result
         elif state == "error":
-            rows.append(ungraded_row(s.student, "error", max_score, error=str(record.get("error", "")),
+            rows.append(ungraded_row(student, "error", max_score, error=str(record.get("error", "")),
                                      sha256=s.sha256, record=record))
         else:
-            rows.append(ungraded_row(s.student, "pending", max_score, sha256=s.sha256))
+            rows.append(ungraded_row(student, "pending", max_score, sha256=s.sha256))
     summary = None
-    if canvas.roster is not None:
-        match = match_roster(canvas.roster, submissions)
-        rows = [replace(r, roster=match.by_submission.get(r.student, ())) for r in rows]
+    if canvas.roster is not None and match is not None:
+        rows = [replace(r, roster=matched.get(r.student, ())) for r in rows]
         taken = {r.student for r in rows}
-        for student in match.missing:
-            row_id = missing_id(student, taken)
+        for absent in match.missing:
+            row_id = missing_id(absent, taken)
             taken.add(row_id)
             rows.append(ungraded_row(
-                Student(row_id, name=student.name, email=student.sis_login_id if "@" in student.sis_login_id else "",
-                        sid=student.sis_user_id), "missing", max_score, roster=(student,),
+                Student(row_id).with_roster((absent,)), "missing", max_score, roster=(absent,),
                 error=f"missing: no submission matched this student of the roster {canvas.roster.source}"))
         rows.sort(key=lambda r: r.student)
         summary = match.summary(canvas.roster)

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from grader.operations.batch.folder import BatchError
 from grader.operations.batch.submissions import Submission, student_id
-from grader.publishing.gradebook import RosterStudent, RosterSummary
+from grader.publishing.gradebook import RosterSummary
+from grader.publishing.people import RosterStudent, Student
 
 CANVAS = "canvas"
 MAP = "map"
@@ -205,6 +206,13 @@ def match_roster(roster: Roster, submissions: Sequence[Submission]) -> RosterMat
     unmatched = tuple(s.id for s in submissions if s.id not in by_submission
                       and not any(f"`{s.id}`" in c for c in conflicts))
     return RosterMatch({k: tuple(v) for k, v in by_submission.items()}, missing, unmatched, tuple(conflicts))
+
+
+def identified(submissions: Sequence[Submission], roster: Roster | None) -> dict[str, Student]:
+    """Submission id -> its student as the roster names them where it matched one (`Student.with_roster`), else
+    as the submission itself says (Gradescope's metadata, or only the id)."""
+    matched = match_roster(roster, submissions).by_submission if roster is not None else {}
+    return {s.id: s.student.with_roster(matched.get(s.id, ())) for s in submissions}
 
 
 def _who(student: RosterStudent) -> str:

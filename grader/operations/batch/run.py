@@ -8,7 +8,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -19,12 +19,21 @@ from grader.operations.batch.commits import commit
 from grader.operations.batch.event_log import EventLog, iso, now
 from grader.operations.batch.folder import BATCH_FORMAT_VERSION, EVENT_LOG, SCRATCH, BatchError, locked, read_json
 from grader.operations.batch.gradebook import CanvasOptions, write_class_files
-from grader.operations.batch.manifest import Manifest, result_state, settle_manifest
+from grader.operations.batch.manifest import (
+    CanvasSettings,
+    Manifest,
+    keep_canvas_settings,
+    kept_canvas_settings,
+    result_state,
+    settle_canvas_settings,
+    settle_manifest,
+)
 from grader.operations.batch.progress import Progress
-from grader.operations.batch.roster import read_roster
+from grader.operations.batch.roster import Roster, identified, read_roster
 from grader.operations.batch.signals import Interrupts, catching_interrupts, interrupt_point
 from grader.operations.batch.submissions import Submission, discover_submissions
 from grader.operations.executors import EXECUTORS, Executor, ExecutorSettings, GradeJob, JobOutcome
+from grader.publishing.people import Student
 from grader.publishing.similarity import SimilaritySummary
 from grader.publishing.similarity import summary as similarity_summary
 from grader.running.timing.calibration import CalibrationStore
@@ -44,11 +53,11 @@ class BatchOptions:
     ray_address: str | None = None
     gpus_per_task: float | None = None  # Ray, CUDA only; default 1 / executors.GRADES_PER_GPU
     grade_timeout_s: float | None = None
-    canvas_column: str | None = None  # canvas.csv's assignment column, e.g. "Fused layers (12345)"
+    canvas_column: str | None = None  # canvas.csv's assignment column, e.g. "Fused layers (12345)"; None: DIR's
     calibration: CalibrationStore | None = None  # where the bars are cached; None: each grade measures its own
-    roster: Path | None = None  # the course's roster, Canvas's gradebook export or a map (batch/roster.py)
+    roster: Path | None = None  # the course's roster, Canvas's export or a map (batch/roster.py); None: DIR's
     allowed: tuple[Path, ...] = ()  # sources students may share beyond the template (similarity discounts them)
-    missing_score: float | None = None  # canvas.csv's score for a student without a gradable file; None: left out
+    missing_score: float | None = None  # canvas.csv's score for a student without a gradable file; None: DIR's
 
 @dataclass
 class BatchSummary:
@@ -90,7 +99,9 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
     out = Path(options.out).resolve()
     started = time.monotonic()
     summary = BatchSummary()
-    roster = read_roster(options.roster) if options.roster is not None else None  # a bad one: before DIR is made
+    given = CanvasSettings(options.canvas_column, options.roster, options.missing_score)
+    settings, changes = settle_canvas_settings(kept_canvas_settings(out), given, options.assignment.title)
+    roster = _roster(settings.roster, given.roster is None)  # a bad one: before DIR is made
     with catching_interrupts() as interrupts, locked(out):
         scratch = out / SCRATCH
         shutil.rmtree(scratch, ignore_errors=True)
@@ -100,6 +111,8 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
             submissions = discover_submissions(options.submissions, assignment.submission_file, scratch)
             manifest = settle_manifest(out, assignment.id, options.backend, options.seed, options.force,
                                        new_seed or (lambda: ensure_course_seed(assignment.course_root)[0].seed))
+            keep_canvas_settings(out, settings)
+            stream.writelines(f"{line}\n" for line in changes)
             summary.seed = manifest.seed
             summary.students = len(submissions)
             todo = plan(out, submissions, manifest)
@@ -109,8 +122,8 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
                 _grade(options, manifest, todo, out, scratch, stream, summary, interrupts)
             except KeyboardInterrupt:
                 summary.interrupted = True
-            canvas = CanvasOptions(options.canvas_column, roster, options.missing_score)
-            similar, similar_files = class_similarity(out, submissions, options)
+            canvas = CanvasOptions(settings.column, roster, settings.missing_score)
+            similar, similar_files = class_similarity(out, submissions, options, identified(submissions, roster))
             summary.files, summary.counts = write_class_files(out, submissions, options.assignment, manifest, canvas,
                                                                similar)
             summary.files += similar_files
@@ -120,15 +133,27 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
     summary.wall_s = round(time.monotonic() - started, 3)
     return summary
 
-def class_similarity(out: Path, submissions: Sequence[Submission],
-                     options: BatchOptions) -> tuple[SimilaritySummary, list[Path]]:
-    """similarity.csv and similarity.html beside the gradebook (informational). A failure here never costs the
-    gradebook: the class report says why there is no similarity page."""
+def _roster(path: Path | None, kept: bool) -> Roster | None:
+    """The roster this run matches students with: given on the command line, or kept from an earlier run."""
+    if path is None:
+        return None
+    try:
+        return read_roster(path)
+    except BatchError as exc:
+        if not kept:
+            raise
+        raise BatchError(f"{exc} (the roster this folder's earlier runs used; pass --roster FILE)") from None
+
+def class_similarity(out: Path, submissions: Sequence[Submission], options: BatchOptions,
+                     people: Mapping[str, Student]) -> tuple[SimilaritySummary, list[Path]]:
+    """similarity.csv and similarity.html beside the gradebook (informational), naming students as `people` does
+    (the roster's identity). A failure here never costs the gradebook: the class report says why there is no
+    similarity page."""
     from grader.operations.similarity import similarity_files  # it reads submissions as this package finds them
 
     links = {s.id: f"{s.id}/report.html" for s in submissions if (out / s.id / "report.html").is_file()}
     try:
-        comparison, files = similarity_files(out, submissions, options.assignment, options.allowed, links)
+        comparison, files = similarity_files(out, submissions, options.assignment, options.allowed, links, people)
     except Exception as exc:  # informational: the grades are written whatever happens here
         return SimilaritySummary(error=f"{type(exc).__name__}: {exc}"), []
     return similarity_summary(comparison), files
@@ -159,16 +184,15 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
     # out-of-memory or timeout needs a second pass (grader.running.processes: gpu_memory, client).
     course = read_course_seed(options.assignment.course_root) if not options.assignment.public else None
     source = COURSE if course is not None and course.seed == manifest.seed else GIVEN
-    jobs = [GradeJob(s.id, s.path, options.assignment.submission_file, options.assignment.id,
-                     Path(options.assignments_root), options.backend, manifest.seed, timeout,
-                     hidden_from_students(options.submissions, out), calibration=options.calibration,
-                     concurrent_grades=executor.grades_per_gpu(), seed_source=source)
+    jobs = [GradeJob(s.id, s.path, options.assignment.id, Path(options.assignments_root), options.backend,
+                     manifest.seed, timeout, hidden_from_students(options.submissions, out),
+                     calibration=options.calibration, concurrent_grades=executor.grades_per_gpu(), seed_source=source)
             for s in todo if s.path is not None]
     log.write("run-start", executor=executor.describe(), to_grade=len(todo), seed=manifest.seed,
               backend=manifest.backend, generation=manifest.generation)
     seed_text = f"the course seed {fingerprint(manifest.seed)}" if source == COURSE else f"seed {manifest.seed}"
     progress.line(f"grading {len(todo)} of {summary.students} submissions ({summary.skipped} already graded, "
-                  f"{summary.no_submission} without a file) with {executor.describe()}; {seed_text}")
+                  f"{summary.no_submission} without a file) on {executor.describe()}; {seed_text}")
 
     def on_start(job: GradeJob, device: str) -> None:
         log.write("start", student=job.student, device=device)

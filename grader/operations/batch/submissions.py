@@ -14,7 +14,7 @@ from pathlib import Path
 from grader.operations.batch.folder import RESERVED, BatchError
 from grader.operations.batch.gradescope_metadata import GRADESCOPE_METADATA, read_gradescope_metadata
 from grader.operations.notebook import NOTEBOOK_SUFFIX, is_notebook
-from grader.publishing.gradebook import Student
+from grader.publishing.people import Student
 
 IGNORED_NAMES = {"__MACOSX", "__pycache__"}
 

@@ -48,8 +48,12 @@ def test_the_batch_hands_its_calibration_store_to_every_child(tmp_path: Path, re
     monkeypatch.setattr(batch.run, "make_executor", lambda options, scratch: Recording())  # where run_batch finds it
     options = batch.BatchOptions(tmp_path / "subs", assignment, repo_root / "assignments", tmp_path / "out",
                                  "interpreter", seed=3, calibration=store)
-    batch.run_batch(options, stream=io.StringIO())
+    printed = io.StringIO()
+    batch.run_batch(options, stream=printed)
+    assert "grading 2 of 2 submissions (0 already graded, 0 without a file) on recording; seed 3" in printed.getvalue()
     assert [job.student for job in seen] == ["ann", "ben"] and all(job.calibration == store for job in seen)
+    assert [job.submission.name for job in seen] == ["ann.py", "ben.py"]  # graded under the student's own name
+    assert not (tmp_path / "out" / ".batch.lock").exists() and not (tmp_path / "out" / ".scratch").exists()
     command = executors.child_command(seen[0], tmp_path / "s.py", tmp_path / "o", pdeathsig=False)
     assert f"--calibration-dir={store.folder}" in command
     args = executors.child_parser().parse_args(command[3:])
@@ -83,3 +87,14 @@ def test_the_cli_builds_one_store_for_a_batch(tmp_path: Path, repo_root: Path,
     assert explicit.not_before >= before  # --recalibrate: what was measured before this run is stale
     assert default.folder == default_folder() and default.max_age_s == DEFAULT_MAX_AGE_S
     assert default.not_before == 0.0
+
+
+def test_a_batch_of_nothing_leaves_nothing(tmp_path: Path, repo_root: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """`grader batch /no/such/folder --out DIR`: a usage error, and no DIR (nor a lock file in it) left behind."""
+    from grader.cli import main
+
+    code = main(["--assignments", str(repo_root / "assignments"), "batch", str(tmp_path / "nowhere"),
+                 "--assignment", "fused_layers", "--out", str(tmp_path / "out"), "--backend", "interpreter"])
+    assert code == 2 and "nowhere" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -1,13 +1,15 @@
 """grader/operations/batch/run.py with a roster: a batch whose roster is Canvas's gradebook export writes a
 canvas.csv that imports onto the right students (IDs filled), lists roster students without a submission as
 missing, never writes a pending student, and writes similarity.csv and similarity.html beside the gradebook,
-linked from the class report. The grades are hand-made (an executor that grades nothing): fast."""
+linked from the class report; a rerun imports the same way (column, roster, missing score kept in DIR). The
+grades are hand-made (an executor that grades nothing): fast."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -78,6 +80,21 @@ def test_a_batch_with_a_canvas_export_as_roster(tmp_path: Path, repo_root: Path,
     pairs = list(csv.DictReader(io.StringIO((out / "similarity.csv").read_text(encoding="utf-8"))))
     assert (pairs[0]["a"], pairs[0]["b"], pairs[0]["flagged"]) == ("GHOPPER", "ada@uni.edu", "yes")
     assert '<a href="similarity.html">similarity.html</a>' in report
+    # every list of students names them as the roster does: gradebook.csv and .json, the class report, similarity
+    who = {r["student"]: (r["name"], r["email"], r["sid"], r["section"])
+           for r in csv.DictReader(io.StringIO((out / "gradebook.csv").read_text(encoding="utf-8")))}
+    assert who == {"GHOPPER": ("Hopper, Grace", "", "S-200", "Sec 2"),
+                   "ada@uni.edu": ("Lovelace, Ada", "ada@uni.edu", "S-100", "Sec 1, Tuesday"),
+                   "aturing@uni.edu": ("Turing, Alan", "aturing@uni.edu", "S-300", "Sec 2"),
+                   "enoether@uni.edu": ("Noether, Emmy", "enoether@uni.edu", "S-400", "Sec 1"),
+                   "stranger": ("", "", "", "")}
+    assert {r["student"]: r["name"] for r in book["rows"]}["GHOPPER"] == "Hopper, Grace"
+    gradebook_table = re.sub(r"<[^>]+>", "", report[report.index('id="gradebook"'):])  # the text a reader sees
+    for name in ("Hopper, Grace", "Lovelace, Ada", "Turing, Alan", "S-200", "Sec 1, Tuesday"):
+        assert name in gradebook_table, name
+    assert (pairs[0]["name_a"], pairs[0]["sid_a"], pairs[0]["section_a"]) == ("Hopper, Grace", "S-200", "Sec 2")
+    assert (pairs[0]["name_b"], pairs[0]["sid_b"]) == ("Lovelace, Ada", "S-100")
+    assert "Hopper, Grace · S-200 · Sec 2" in (out / "similarity.html").read_text(encoding="utf-8")
 
 
 def test_a_roster_that_cannot_be_read_is_a_usage_error(tmp_path: Path, repo_root: Path,
@@ -90,3 +107,36 @@ def test_a_roster_that_cannot_be_read_is_a_usage_error(tmp_path: Path, repo_root
                      "--roster", str(roster)])
         assert code == 2 and words in capsys.readouterr().err
         assert not (tmp_path / "out").exists()  # refused before anything was made
+
+
+def test_a_rerun_imports_onto_the_same_canvas_column(tmp_path: Path, repo_root: Path, assignment: Assignment,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Rerun without --canvas-column, --roster and --missing-score: canvas.csv's header, its students' Canvas IDs
+    and its missing student's score are unchanged; a different column given is used, and said."""
+    reference = (repo_root / "reference" / "fused_layers" / "reference.py").read_text(encoding="utf-8")
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    write(subs / "ada@uni.edu.py", reference)
+    write(subs / "GHOPPER.py", reference)
+    roster = write(tmp_path / "export.csv", CANVAS_EXPORT)
+    monkeypatch.setattr(batch.run, "make_executor", lambda options, scratch: HandGrades("nobody"))
+    argv = ["--assignments", str(repo_root / "assignments"), "batch", str(subs), "--assignment", "fused_layers",
+            "--out", str(out), "--backend", "interpreter", "--seed", "3"]
+    assert main([*argv, "--canvas-column", "Fused layers (12345)", "--roster", str(roster),
+                 "--missing-score", "0"]) == 0
+    first = (out / "canvas.csv").read_text(encoding="utf-8")
+    assert first.splitlines()[0].endswith(",Fused layers (12345)")
+    assert '"Noether, Emmy",1004,S-400,enoether@uni.edu,Sec 1,0' in first  # the roster, and --missing-score
+    capsys.readouterr()
+    write(subs / "GHOPPER.py", reference + "# changed\n")  # something to grade again
+    assert main(argv) == 0
+    assert (out / "canvas.csv").read_text(encoding="utf-8") == first
+    assert "earlier runs used" not in capsys.readouterr().out
+    assert main([*argv, "--canvas-column", "Fused layers (999)"]) == 0
+    printed = capsys.readouterr().out
+    assert ("canvas.csv's column: 'Fused layers (999)' (this folder's earlier runs used 'Fused layers (12345)')\n"
+            in printed)
+    assert (out / "canvas.csv").read_text(encoding="utf-8").splitlines()[0].endswith(",Fused layers (999)")
+    roster.unlink()
+    assert main(argv) == 2
+    assert "the roster this folder's earlier runs used; pass --roster FILE" in capsys.readouterr().err
