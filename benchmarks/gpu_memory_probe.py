@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grader.running.processes.gpu_memory import GiB, MemoryWatchdog, format_bytes, open_nvml_reader  # noqa: E402
+from grader.running.processes.gpu_memory import GiB, MemoryWatchdog, format_bytes  # noqa: E402
+from grader.running.processes.nvml import open_nvml_reader  # noqa: E402
 
 CONTEXT = textwrap.dedent('''
     import sys, torch, triton, triton.language as tl

@@ -15,22 +15,25 @@ grader.running.worker.zygote). Nested payloads that already have a format of the
 symbol's description, an encoded return value, traffic counts) stay plain data, typed as mappings here and
 read by the modules that define them.
 
-Imported by both sides, so only the standard library, torch and grader.evidence: a worker loads it before it
-confines imports (grader.running.worker.harness.WORKER_MODULES keeps it loaded).
+Imported by both sides, so only the standard library and grader.evidence (torch only where a message's tensors
+are checked: the grader starts a submission's sandbox, and talks to its zygote, before it imports torch); a
+worker keeps it loaded when it confines imports (grader.running.worker.confinement).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union
 
-import torch
+from grader.evidence.worker_error import WorkerError
 
-from grader.evidence.worker_error import Frame, WorkerError
+if TYPE_CHECKING:
+    import torch
 
 # A launch under compute-sanitizer prints its buffers' device addresses on this line first (the
 # invalid access it is run to find often kills the worker before it can reply).
@@ -426,10 +429,23 @@ _HINTS: dict[type, dict[str, Any]] = {}
 
 
 def _hints(cls: type) -> dict[str, Any]:
+    """The declared type of each field of `cls`, resolved once. A message that carries tensors names torch.Tensor:
+    torch is imported for it then (a zygote's messages never need it)."""
     found = _HINTS.get(cls)
     if found is None:
-        found = _HINTS[cls] = typing.get_type_hints(cls)
+        try:
+            found = typing.get_type_hints(cls)
+        except NameError:
+            import torch
+
+            found = typing.get_type_hints(cls, localns={"torch": torch})
+        _HINTS[cls] = found
     return found
+
+
+def _is_tensor_type(kind: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and kind is torch.Tensor
 
 
 def _build(cls: type, tree: Mapping[str, Any], where: str) -> Any:
@@ -475,8 +491,8 @@ def _check(kind: Any, value: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise ProtocolError(f"{where}: a dict, not {type(value).__name__}")
         return {_check(key_kind, k, f"{where} key"): _check(value_kind, v, f"{where}[{k!r}]") for k, v in value.items()}
-    if kind is torch.Tensor:
-        if type(value) is not torch.Tensor:
+    if _is_tensor_type(kind):
+        if type(value) is not kind:
             raise ProtocolError(f"{where}: a tensor, not {type(value).__name__}")
         return value
     if kind is bool:
@@ -501,8 +517,3 @@ def _check(kind: Any, value: Any, where: str) -> Any:
         body = {k: v for k, v in value.items() if not (k == OP and issubclass(kind, Request) and v == kind.OP)}
         return _build(kind, body, where)
     raise ProtocolError(f"{where}: no codec for {kind!r}")  # pragma: no cover - every declared type is above
-
-
-for _message in (*WORKER_REQUESTS, *ZYGOTE_REQUESTS, Reply, Ready, Loaded, Launched, Called, Compiled, WarmedUp,
-                 Replayed, Ran, Timed, ZygoteReady, Forked, ExitStatus, StraysKilled, WorkerError, Frame):
-    _hints(_message)  # resolved now, while imports are allowed (a worker confines them before student code runs)

@@ -309,7 +309,7 @@ raise RuntimeError(f"SUBMISSIONS={ls(%r)} OUT={ls(%r)}")
 
 def test_student_code_cannot_see_the_class_or_the_results(repo_root: Path, corpus: Path,
                                                           tmp_path: Path) -> None:
-    from grader.running.processes.sandbox import namespaces_available as _namespaces_available
+    from grader.running.processes.confinement import namespaces_available as _namespaces_available
 
     if not _namespaces_available():
         skip_outside_ci("the worker hides folders only when the grader runs as root with unshare available")

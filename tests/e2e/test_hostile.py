@@ -39,7 +39,7 @@ from tests.conftest import ROOT, Graded, all_traps, read_results
 
 HOSTILE = ROOT / "tests" / "hostile"
 OUTPUT_FILES = {"results.json", "grade.json", "report.md", "report.html", "pytest-report.json"}
-FILE_SIZE_LIMIT = 64 << 20  # grader.running.processes.sandbox.WORKER_OUTPUT_LIMIT_BYTES (RLIMIT_FSIZE)
+FILE_SIZE_LIMIT = 64 << 20  # grader.running.processes.confinement.WORKER_OUTPUT_LIMIT_BYTES (RLIMIT_FSIZE)
 SUBPROCESS_TIMEOUT_S = 300
 
 

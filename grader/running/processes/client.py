@@ -24,14 +24,9 @@ from typing import Any
 
 from grader import trap_ids
 from grader.running import protocol
+from grader.running.processes.confinement import describe_exit, kill_marked
 from grader.running.processes.gpu_memory import Watch
-from grader.running.processes.sandbox import (
-    Sandbox,
-    SandboxFailure,
-    WorkerOptions,
-    describe_exit,
-    kill_marked,
-)
+from grader.running.processes.sandbox import Sandbox, SandboxFailure, WorkerOptions
 from grader.running.worker.channel import Channel, ChannelClosed, ChannelTimeout
 from grader.running.worker.progress import COMPILE_END, COMPILE_START
 

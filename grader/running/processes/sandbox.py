@@ -18,9 +18,7 @@ kills the whole sandbox (the zygote and everything it forked) when the zygote st
 
 from __future__ import annotations
 
-import functools
 import os
-import resource
 import secrets
 import shutil
 import signal
@@ -33,25 +31,26 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from grader.authoring.spec import REFERENCE_DIR, Assignment
 from grader.running import protocol
-from grader.running.processes.gpu_memory import (
-    MemoryWatchdog,
-    NvmlReader,
-    Watch,
-    first_guard_fraction,
-    nvml_reader,
-    worker_budget_bytes,
+from grader.running.processes.confinement import (
+    GRADER_PACKAGE,
+    INTERPRETER_MEMORY_LIMIT_BYTES,
+    PROJECT_ROOT,
+    TOKEN_VARIABLE,
+    become_subreaper,
+    confine,
+    host_pid,
+    kill_marked,
+    namespaces_available,
+    namespaces_wanted,
+    sandbox_identity,
 )
+from grader.running.processes.gpu_memory import MemoryWatchdog, Watch, first_guard_fraction, worker_budget_bytes
+from grader.running.processes.nvml import NvmlReader, nvml_reader
 from grader.running.worker.zygote import receive_control, send_control
 
-WORKER_OUTPUT_LIMIT_BYTES = 64 << 20
-# Address-space limit for interpreter workers (CUDA needs a huge virtual address space: none there).
-INTERPRETER_MEMORY_LIMIT_BYTES = 8 << 30
-WORKER_CPU_LIMIT_S = 1800
-WORKER_MAX_PROCESSES = 512
 ZYGOTE_START_TIMEOUT_S = 120.0
 ZYGOTE_REPLY_TIMEOUT_S = 10.0
 # Variables the worker inherits from the grader; everything else (tokens, credentials) stays behind.
@@ -61,13 +60,8 @@ PASSED_ENVIRONMENT = (
     "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_F32_DEFAULT", "TRITON_DEFAULT_FP_FUSION",
     "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
 )
-TOKEN_VARIABLE = "GRADER_WORKER_TOKEN"
 MEMORY_FRACTION_VARIABLE = "GRADER_GPU_MEMORY_FRACTION"  # read by the worker's harness (the first guard)
 SANDBOX_USER = "nobody"
-GRADER_PACKAGE = Path(__file__).resolve().parents[2]  # grader/ (this file is grader/running/processes/sandbox.py)
-PROJECT_ROOT = GRADER_PACKAGE.parent  # what a worker's PYTHONPATH names, so it imports this grader
-_CLONE_NEWNET = 0x40000000
-_PR_SET_PDEATHSIG = 1
 
 
 class SandboxFailure(Exception):
@@ -94,178 +88,6 @@ class WorkerOptions:
     # these extra environment variables. Such a worker is a fresh process, never forked from the zygote.
     tool: tuple[str, ...] = ()
     tool_environment: tuple[tuple[str, str], ...] = ()
-
-
-# --------------------------------------------------------------------------- who the sandbox runs as
-
-
-@dataclass(frozen=True)
-class Identity:
-    uid: int
-    gid: int
-
-
-def sandbox_identity(options: WorkerOptions) -> Identity | None:
-    if options.sandbox_user is None or os.geteuid() != 0:
-        return None
-    return usable_identity(options.sandbox_user)
-
-
-@functools.lru_cache(maxsize=4)
-def usable_identity(user: str) -> Identity | None:
-    """The user's ids, if that user can reach this Python, torch, triton and the grader (a venv under
-    /root, say, is not reachable for it: then workers keep the grader's user). Read from the permission
-    bits of every folder on the way (no process started); a zygote that still fails to start as that
-    user is retried with the grader's user (Sandbox.start)."""
-    import pwd
-
-    try:
-        entry = pwd.getpwnam(user)
-    except KeyError:
-        return None
-    import importlib.util
-
-    needed = [Path(sys.executable).resolve(), PROJECT_ROOT]
-    for name in ("torch", "triton", "numpy"):
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.origin:
-            needed.append(Path(spec.origin).resolve().parent)
-    return Identity(entry.pw_uid, entry.pw_gid) if all(_reachable_by_others(p) for p in needed) else None
-
-
-def _reachable_by_others(path: Path) -> bool:
-    """Every folder above `path` is searchable by other users and `path` itself is readable by them."""
-    try:
-        mode = path.stat().st_mode
-        if not mode & 0o004:
-            return False
-        for parent in path.parents:
-            if not parent.stat().st_mode & 0o001:
-                return False
-    except OSError:
-        return False
-    return True
-
-
-def namespaces_wanted() -> bool:
-    """Run the worker in its own PID, mount and network namespaces when the grader is root (Linux
-    `unshare`): it cannot see or signal the grader, reach the network, read /proc of other processes,
-    or leave a daemon behind (all die with the namespace). $GRADER_NAMESPACES ("on"/"off"), else on
-    (verified on the H200: CUDA works inside them)."""
-    setting = os.environ.get("GRADER_NAMESPACES", "auto").strip().lower()
-    if setting in ("on", "1", "yes"):
-        return True
-    return setting not in ("off", "0", "no")
-
-
-@functools.lru_cache(maxsize=1)
-def namespaces_available() -> bool:
-    """Root, Linux, and `unshare` can create PID/mount/network namespaces here (probed once)."""
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        return False
-    try:
-        probe = subprocess.run(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--", "true"],
-                               capture_output=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return probe.returncode == 0
-
-
-def _libc() -> Any:
-    import ctypes
-
-    return ctypes.CDLL(None, use_errno=True)
-
-
-def _confine(options: WorkerOptions, identity: Identity | None, isolated: bool) -> None:  # child, pre-exec
-    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversized writes fail instead of killing
-    resource.setrlimit(resource.RLIMIT_FSIZE, (WORKER_OUTPUT_LIMIT_BYTES, WORKER_OUTPUT_LIMIT_BYTES))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_CPU, (WORKER_CPU_LIMIT_S, WORKER_CPU_LIMIT_S))
-    if options.backend == "interpreter":
-        memory = INTERPRETER_MEMORY_LIMIT_BYTES
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-    libc = _libc()
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the sandbox dies with the grader
-    if isolated:
-        return  # namespaces and the user drop are done by `unshare` and `setpriv` in the command
-    if identity is not None:
-        libc.unshare(_CLONE_NEWNET)  # no network at all (best effort: needs root, which we have here)
-        resource.setrlimit(resource.RLIMIT_NPROC, (WORKER_MAX_PROCESSES, WORKER_MAX_PROCESSES))
-        os.setgroups([])
-        os.setgid(identity.gid)
-        os.setuid(identity.uid)
-
-
-def become_subreaper() -> None:
-    """Orphaned descendants of a sandbox (daemons) are re-parented to the grader, not to init, so the
-    grader can find and kill them (Linux only; harmless elsewhere)."""
-    try:
-        _libc().prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
-
-
-def kill_marked(token: str) -> None:
-    """Kill every process whose environment carries this sandbox's token (escaped daemons included: a
-    forked process shows the environment its zygote was started with)."""
-    marker = f"{TOKEN_VARIABLE}={token}".encode()
-    for _ in range(3):
-        found = []
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
-            try:
-                with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    environ = f.read()
-            except OSError:
-                continue
-            if marker in environ.split(b"\0"):
-                found.append(int(entry.name))
-                try:
-                    os.kill(int(entry.name), signal.SIGKILL)
-                except OSError:
-                    pass
-        if not found:
-            return
-        time.sleep(0.05)
-        for pid in found:  # reap the ones re-parented to us (only those: other children are not ours to reap)
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-
-
-def describe_exit(code: int | None) -> str:
-    """A process's exit status in words: `exit code 3`, `signal SIGKILL`, or `no exit status`."""
-    if code is None:
-        return "no exit status"
-    if code < 0:
-        try:
-            return f"signal {signal.Signals(-code).name}"
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
-
-
-def host_pid(namespace_pid: int, namespace_inode: int) -> int | None:
-    """The pid, as this process sees it, of the process that is `namespace_pid` inside the PID namespace
-    with inode `namespace_inode` (/proc/<pid>/status NSpid lists a process's pid in every namespace)."""
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            if os.stat(f"/proc/{entry.name}/ns/pid").st_ino != namespace_inode:
-                continue
-            with open(f"/proc/{entry.name}/status", encoding="ascii", errors="replace") as f:
-                for line in f:
-                    if line.startswith("NSpid:"):
-                        if int(line.split()[-1]) == namespace_pid:
-                            return int(entry.name)
-                        break
-        except (OSError, ValueError):
-            continue
-    return None
 
 
 # --------------------------------------------------------------------------- the sandbox
@@ -296,7 +118,7 @@ class Sandbox:
         self.gpu_budget = gpu_budget
         self.root = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
         self.token = secrets.token_hex(8)
-        self.identity = sandbox_identity(options)
+        self.identity = sandbox_identity(options.sandbox_user)
         self.triton_cache = triton_cache or self.root / "triton-cache"
         self.triton_cache.mkdir(parents=True, exist_ok=True)
         (self.root / "tmp").mkdir()
@@ -385,7 +207,7 @@ class Sandbox:
             return subprocess.Popen(
                 self.command(program), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=handle, stderr=handle,
                 pass_fds=tuple(pass_fds), start_new_session=True,
-                preexec_fn=lambda: _confine(self.options, self.identity, isolated),  # noqa: PLW1509
+                preexec_fn=lambda: confine(self.options.backend, self.identity, isolated),  # noqa: PLW1509
             )
         finally:
             handle.close()

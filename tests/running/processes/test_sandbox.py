@@ -12,7 +12,8 @@ import torch
 
 from grader.running import protocol
 from grader.running.processes.client import Deadline, Worker, WorkerFailure
-from grader.running.processes.sandbox import Sandbox, SandboxFailure, WorkerOptions, host_pid
+from grader.running.processes.confinement import host_pid
+from grader.running.processes.sandbox import Sandbox, SandboxFailure, WorkerOptions
 
 SUBMISSION = '''
 import os, subprocess, sys, time
