@@ -7,21 +7,14 @@ import json
 import platform
 import re
 
+from grader.backends import Backend
+
 DISTRIBUTION = "kernel-grader"
 
 
-def detect_backend(requested: str = "auto") -> str:
-    """'cuda' when a GPU is usable (or asked for), else 'interpreter'."""
-    if requested in ("interpreter", "cuda"):
-        return requested
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "interpreter"
-
-
-def backend_label(backend: str) -> str:
+def backend_label(backend: Backend) -> str:
     """`cuda:<gpu name>` or `interpreter`, as results.json reports it."""
-    if backend != "cuda":
+    if not backend.on_gpu:
         return "interpreter"
     import torch
 

@@ -63,6 +63,15 @@ def list_assignment_ids(root: Path) -> list[str]:
     return sorted(p.parent.name for p in root.glob(f"*/{SPEC_NAME}"))
 
 
+def load_spec(assignment_id: str, root: Path) -> Assignment:
+    """The assignment's spec alone (cheap: no oracles, no corpus check), or AssignmentNotFound now: what a command
+    checks before it starts anything."""
+    spec = require_folder(root) / assignment_id / "assignment.toml"
+    if not spec.is_file():
+        raise AssignmentNotFound(assignment_id, root, list_assignment_ids(root))
+    return load_assignment(spec)
+
+
 def find_assignment(assignment_id: str, root: Path, public: bool = False) -> Assignment:
     """The assignment `assignment_id` of the folder `root`, validated; with `public`, its public form."""
     spec = require_folder(root) / assignment_id / SPEC_NAME

@@ -42,6 +42,7 @@ from typing import Any
 
 from grader.atomic import write_json, write_zip
 from grader.authoring.spec import Assignment, course_library_path
+from grader.backends import Backend
 
 BUNDLE_FORMAT_VERSION = 1
 PROJECT_DIR = "kernel-grader"
@@ -287,7 +288,7 @@ def _grade_submission(paths: RunPaths, assignment_id: str, seed: int | None) -> 
     # (grader.operations.executors), which decides the backend itself.
     chosen, source = (seed, "given") if seed is not None else bundled_seed(paths, assignment.id)
     job = GradeJob("submission", found, assignment.id, assignments, "auto", chosen,
-                   default_grade_timeout(assignment, "interpreter"), seed_source=source)
+                   default_grade_timeout(assignment, Backend.INTERPRETER), seed_source=source)
     work = Path(tempfile.mkdtemp(prefix="grader-run-"))
     try:
         outcome = run_job(job, work)

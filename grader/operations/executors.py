@@ -515,7 +515,7 @@ def child_main(argv: list[str] | None = None) -> int:
     _die_with_parent(args.parent, args.pdeathsig)
 
     from grader.authoring.discovery import find_assignment
-    from grader.environment import detect_backend
+    from grader.backends import detect_backend
     from grader.operations.grade import GradeRequest, grade, prepare_sandbox
     from grader.publishing.files import write_outputs
 

@@ -30,6 +30,7 @@ from grader import trap_ids
 from grader.authoring.catalog import trap_catalog, trap_title
 from grader.authoring.course_seed import GIVEN, choose_seed
 from grader.authoring.spec import Assignment, load_public_assignment
+from grader.backends import Backend
 from grader.environment import backend_label, versions
 from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
 from grader.judging.false_hints import as_cpu_grade, false_hint_checks, with_cpu_evidence
@@ -54,7 +55,7 @@ INHERITED_TRAPS = {trap_ids.OOB_WRITE, trap_ids.OOB_READ, trap_ids.UNWRITTEN_OUT
 class GradeRequest:
     assignment: Assignment
     submission: Path
-    backend: str  # "interpreter" or "cuda"
+    backend: Backend
     seed: int | None = None  # None: the course's seed (a public run: the assignment's public seed)
     seed_source: str = ""  # where `seed` came from (grader.authoring.course_seed): set by `grade` when it chooses
     public_only: bool = False
@@ -155,11 +156,11 @@ def rejected_result(request: GradeRequest, problem: str) -> GradeResult:
         for case in assignment.cases_for(request.backend, public_only=request.public_run)
         if not request.targets or case.target in request.targets
     )
-    if request.backend == "interpreter" and request.gpu_compile_check:  # the same tests as any grade
+    if request.backend is Backend.INTERPRETER and request.gpu_compile_check:  # the same tests as any grade
         cases += tuple(c for c in not_compiled(assignment, problem, (trap_ids.NOT_PYTHON_SOURCE,))
                        if not request.targets or c.target in request.targets)
     wanted = [p for p in assignment.performance if not request.targets or p.target in request.targets]
-    performance = tuple((not_run(p, problem) if request.backend == "cuda" else skipped(p))
+    performance = tuple((not_run(p, problem) if request.backend.on_gpu else skipped(p))
                         for p in wanted) if request.performance else ()
     return GradeResult(
         assignment=assignment.id, submission=request.submission.name, backend=backend_label(request.backend),
@@ -187,7 +188,7 @@ def _grade_file(request: GradeRequest) -> list[tuple[GradeResult, str]]:
         promises = run.cpu_hint_evidence()
         notes.extend(run.cpu_notes())
         phases = run.phases()
-        if request.backend == "interpreter" and request.gpu_compile_check:  # the same at every seed: once
+        if request.backend is Backend.INTERPRETER and request.gpu_compile_check:  # the same at every seed: once
             compiling = time.monotonic()
             aot_cases, aot_notes = run.compile_check()
             checked = True
@@ -283,7 +284,7 @@ def guard_calibration(request: GradeRequest) -> GradeRequest:
     absent one could be planted) and hidden from the worker like the output folder. Without a GPU
     nothing is timed, so nothing is made; where the folder cannot be made, the bars are this grade's."""
     store = request.calibration
-    if store is None or request.backend != "cuda" or not request.performance:
+    if store is None or not request.backend.on_gpu or not request.performance:
         return request
     try:
         store.folder.mkdir(parents=True, exist_ok=True)
@@ -295,7 +296,7 @@ def guard_calibration(request: GradeRequest) -> GradeRequest:
 def sanitizer_notes(request: GradeRequest) -> tuple[str, ...]:
     if not request.sanitize:
         return ()
-    if request.backend != "cuda":
+    if not request.backend.on_gpu:
         return ("--sanitize applies to the CUDA backend only; it was ignored on the interpreter.",)
     command = sanitizer_command()
     if command is None:

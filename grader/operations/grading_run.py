@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from grader.authoring.spec import Assignment, Case, PerformanceCase
+from grader.backends import Backend
 from grader.results import CaseResult, PerformanceResult
 from grader.running.cases.battery import Battery
 from grader.running.cases.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
@@ -35,7 +36,7 @@ from grader.seeds import run_seeds
 class GradingRun:
     """The grade of one submission: its settings, its workers, its results so far."""
 
-    def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int, *,
+    def __init__(self, assignment: Assignment, submission: Path, backend: Backend, seed: int, *,
                  more_seeds: tuple[int, ...] = (), public_only: bool = False, hidden: tuple[str, ...] = (),
                  targets: tuple[str, ...] = (),
                  performance: bool = True, sanitize: bool = False,
@@ -57,9 +58,9 @@ class GradingRun:
         self.targets = frozenset(targets)
         self.run_performance = performance
         self.calibration = calibration
-        self.sanitizer = sanitizer_command() if sanitize and backend == "cuda" else None
+        self.sanitizer = sanitizer_command() if sanitize and backend.on_gpu else None
         # A case that ends in a GPU memory fault runs again alone under memcheck, where it is installed.
-        self.fault_tool = sanitizer_command() if backend == "cuda" else None
+        self.fault_tool = sanitizer_command() if backend.on_gpu else None
         self.cases: list[CaseResult] = []  # correctness results at `seed`, in run order: they gate performance
         self.seed_cases: dict[int, list[CaseResult]] = {s: [] for s in self.seeds}
         self.performance: dict[str, PerformanceResult] = {}
@@ -73,7 +74,7 @@ class GradingRun:
         # CUDA, code that makes tl.multiple_of / tl.max_contiguous promises: the interpreter checks them on the CPU,
         # from now on, while the GPU cases run.
         self._cpu: CpuCompanion | None = None
-        self.hint_check = backend == "cuda" and makes_promises(self.submission)
+        self.hint_check = backend.on_gpu and makes_promises(self.submission)
         self.hint_cases = hint_check_cases(assignment, public_only, self.targets) if self.hint_check else ()
         if self.hint_check:
             self.cpu_companion().start_hint_check(self.hint_cases)
@@ -94,7 +95,7 @@ class GradingRun:
         if self._battery is None:
             self._battery = Battery(self.assignment, self.submission, self.backend, self.seed, hidden=self.hidden,
                                     sanitizer=self.sanitizer, sandbox=self.sandbox, fault_tool=self.fault_tool,
-                                    cpu_rerun=self.rerun_on_cpu if self.backend == "cuda" else None)
+                                    cpu_rerun=self.rerun_on_cpu if self.backend.on_gpu else None)
         return self._battery
 
     def cpu_companion(self) -> CpuCompanion:
@@ -139,7 +140,7 @@ class GradingRun:
         from grader.judging import performance
         from grader.running.timing.performance import PerformanceRunner
 
-        if self.backend != "cuda":  # nothing to start: the interpreter cannot time anything
+        if not self.backend.on_gpu:  # nothing to start: the interpreter cannot time anything
             result = performance.skipped(perf)
         else:
             self.cpu_hint_evidence()  # the CPU check of the promises ends first: nothing else runs while timing

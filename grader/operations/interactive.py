@@ -12,7 +12,7 @@ from pathlib import Path
 
 from grader.authoring.discovery import assignments_fitting, assignments_root, find_assignment, list_assignment_ids
 from grader.authoring.spec import Assignment
-from grader.environment import detect_backend
+from grader.backends import Backend, detect_backend
 from grader.operations.grade import GradeRequest, grade
 from grader.publishing import report
 from grader.results import GradeResult
@@ -40,10 +40,10 @@ def resolve_assignment(assignment_id: str | None, path: Path, root: Path) -> Ass
     raise CheckError(f"cannot tell the assignment from the file name {path.name}: {why}; pass --assignment ID")
 
 
-def run_check(path: Path, assignment: Assignment, backend: str, seed: int | None = None,
+def run_check(path: Path, assignment: Assignment, backend: Backend, seed: int | None = None,
               targets: tuple[str, ...] = (), calibration: CalibrationStore | None = None,
               sandbox: Sandbox | None = None) -> tuple[GradeResult, str]:
-    """The public cases of `path` (only `targets`' when given) on `backend` ("interpreter" or "cuda");
+    """The public cases of `path` (only `targets`' when given) on `backend`;
     performance bars cached in `calibration` (None: measured for this check alone); `sandbox`: the
     submission's sandbox, started ahead (the command line starts it before importing torch)."""
     unknown = [t for t in targets if t not in assignment.targets]

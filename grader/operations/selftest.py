@@ -22,6 +22,7 @@ from pathlib import Path
 
 from grader.authoring.mutants import RESERVED_ID, Mutant, load_mutants, parse_header, write_mutant
 from grader.authoring.spec import REFERENCE_DIR, REFERENCE_FILE, Assignment, SpecError
+from grader.backends import Backend
 from grader.judging.performance_traps import PREDICTING_BACKENDS
 from grader.operations.grade import GradeRequest, grade_at_seeds
 from grader.publishing.files import write_outputs
@@ -141,7 +142,7 @@ def write_corpus(assignment: Assignment, folder: Path) -> list[tuple[Mutant, Pat
             for m in corpus(assignment)]
 
 
-GradeJob = tuple[Assignment, Mutant, Path, str, tuple[int, ...], Path | None]  # ..., seeds, where to write results
+GradeJob = tuple[Assignment, Mutant, Path, Backend, tuple[int, ...], Path | None]  # ..., seeds, where to write results
 Graded = tuple[SeedVerdict, tuple[CaseVerdict, ...], float, float]
 
 
@@ -166,7 +167,7 @@ def grade_one(args: GradeJob) -> list[Graded]:
     return rows
 
 
-def expected_performance(mutant: Mutant, backend: str) -> tuple[str, ...]:
+def expected_performance(mutant: Mutant, backend: Backend) -> tuple[str, ...]:
     """The performance traps a submission must get on `backend`: its own where the backend predicts them."""
     return mutant.performance_traps if backend in PREDICTING_BACKENDS else ()
 
@@ -178,7 +179,7 @@ def selftest_seeds(seed: int, seeds: int) -> tuple[int, ...]:
     return tuple(seed + i for i in range(seeds))
 
 
-def run_selftest(assignment: Assignment, backend: str, seed: int, jobs: int = 1, out: Path | None = None,
+def run_selftest(assignment: Assignment, backend: Backend, seed: int, jobs: int = 1, out: Path | None = None,
                  seeds: int = 1, only: Collection[str] | None = None) -> list[SelftestRow]:
     """Grade the corpus (or the submissions named in `only`) at `seeds` seeds from `seed`, each submission in one
     run at all of them; a row whose score or traps change with the seed is a MISS. With `out`, also write each

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grader import trap_ids
 from grader.authoring.spec import Assignment, KernelSpec
+from grader.backends import Backend
 from grader.judging.errors import error_message
 from grader.results import CaseResult
 from grader.running import protocol
@@ -43,7 +44,7 @@ def kernel_signature(spec: KernelSpec) -> dict[str, str]:
 
 def gpu_meta(assignment: Assignment, kernel: str) -> dict[str, int] | None:
     """Block sizes of the first case the GPU battery launches this kernel with."""
-    for case in assignment.cases_for("cuda"):
+    for case in assignment.cases_for(Backend.CUDA):
         if case.target == kernel:
             return dict(case.meta)
     return None

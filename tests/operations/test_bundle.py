@@ -50,7 +50,7 @@ def test_bundle_contents(bundle: Path, tmp_path: Path, assignment: Assignment, r
             assert hashlib.sha256(zf.read(name)).hexdigest() == digest, name
     assert {"setup.sh", "run_autograder", "requirements.txt", "bundle.json"} <= names
     assert modes["setup.sh"] == modes["run_autograder"] == 0o755
-    for needed in ("grader/__init__.py", "grader/cli.py", "grader/running/worker/__main__.py",
+    for needed in ("grader/__init__.py", "grader/cli/main.py", "grader/running/worker/__main__.py",
                    "grader/operations/bundle.py",
                    "grader/authoring/generic_traps.toml", "grader/publishing/templates/report.md.j2",
                    "assignments/fused_layers/assignment.toml", "assignments/fused_layers/oracles.py"):

@@ -15,6 +15,7 @@ from typing import IO, Any
 
 from grader.authoring.course_seed import COURSE, GIVEN, ensure_course_seed, fingerprint, read_course_seed
 from grader.authoring.spec import Assignment
+from grader.backends import Backend
 from grader.operations.batch.commits import commit
 from grader.operations.batch.event_log import EventLog, iso, now
 from grader.operations.batch.folder import BATCH_FORMAT_VERSION, EVENT_LOG, SCRATCH, BatchError, locked, read_json
@@ -45,7 +46,7 @@ class BatchOptions:
     assignment: Assignment
     assignments_root: Path
     out: Path
-    backend: str
+    backend: Backend
     seed: int | None = None
     workers: int | None = None
     force: bool = False
@@ -72,7 +73,7 @@ class BatchSummary:
     files: list[Path] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
 
-def default_grade_timeout(assignment: Assignment, backend: str) -> float:
+def default_grade_timeout(assignment: Assignment, backend: Backend) -> float:
     """A safety net far above what the grader's own limits allow (every case hanging, every restart)."""
     cases = len(assignment.cases_for(backend)) + len(assignment.kernels)
     return 2 * (assignment.import_timeout_s + cases * (assignment.call_timeout_s + 10)) + 600

@@ -15,6 +15,7 @@ from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import Problem
 from grader.authoring.spec import Assignment, Case, FunctionSpec, KernelSpec, Tolerance
+from grader.backends import Backend
 from grader.evidence.observation import Observation
 from grader.judging.judge import judge_case
 from grader.results import CaseResult
@@ -36,7 +37,7 @@ WARM_UP_TIMEOUT_S = 300.0  # compiling every kernel case's specialisation at onc
 class Battery:
     """Grades cases of one assignment for one submission, through its (restartable) workers."""
 
-    def __init__(self, assignment: Assignment, submission: Path, backend: str, seed: int,
+    def __init__(self, assignment: Assignment, submission: Path, backend: Backend, seed: int,
                  hidden: tuple[str, ...] = (),
                  sanitizer: tuple[str, ...] | None = None, sandbox: Sandbox | None = None, *,
                  fault_tool: tuple[str, ...] | None = None,
@@ -60,7 +61,7 @@ class Battery:
                                                                                     hidden))
         self.sandbox.start()
         self.clock = PhaseClock()
-        self.workers = SubmissionWorkers(assignment, self.submission, self.sandbox, self.clock,
+        self.workers = SubmissionWorkers(assignment, self.submission, backend, self.sandbox, self.clock,
                                          tool=sanitizer or fault_tool, prestart_replayer=replayer)
         self.faults = FaultNaming(self.workers, self._request_for, sanitize_all=bool(sanitizer), cpu_rerun=cpu_rerun)
 
@@ -82,7 +83,7 @@ class Battery:
         in the worker (a `Warmup` request), instead of one after the other as each case launches. The
         launches are built exactly as the cases will build them (same seeds, same guard layout), so each
         case then finds its kernel compiled. Informational: a failure here is reported by the case itself."""
-        if self.backend != "cuda" or self.workers.ensure() is not None:
+        if not self.backend.on_gpu or self.workers.ensure() is not None:
             return
         launches = []
         for case in cases:
@@ -165,7 +166,7 @@ class Battery:
     def _request_for(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
                      finite_guard: float | None = None) -> tuple[Placed, protocol.Launch | protocol.Call, str]:
         """The case's request: a kernel's launch or a wrapper's call, on freshly guarded buffers."""
-        count_traffic = self.backend == "interpreter"
+        count_traffic = self.backend.counts_traffic
         kernel = self.assignment.kernels.get(case.target)
         if kernel is not None:
             return launch_request(kernel, case, problem, inputs, count_traffic=count_traffic, finite_guard=finite_guard)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from grader.authoring.spec import Assignment, Case
+from grader.backends import Backend
 from grader.judging.false_hints import hint_calls
 from grader.results import CaseResult
 from grader.running.cases.battery import Battery
@@ -37,7 +38,7 @@ from grader.running.processes.client import WorkerFailure
 from grader.running.processes.sandbox import Sandbox, SandboxFailure, sandbox_options
 
 STOP_WAIT_S = 30.0  # closing: how long the hint thread may take to notice its worker is gone
-BACKEND = "interpreter"
+BACKEND = Backend.INTERPRETER
 
 
 def makes_promises(submission: Path) -> bool:

@@ -14,6 +14,7 @@ from grader import trap_ids
 from grader.authoring.catalog import trap_catalog
 from grader.authoring.problem import Problem
 from grader.authoring.spec import Case
+from grader.backends import Backend
 from grader.evidence.observation import Finding, Observation
 from grader.judging import faults
 from grader.results import CaseResult
@@ -54,13 +55,13 @@ class FaultNaming:
         run again alone under compute-sanitizer memcheck where it is installed, else from the same case graded in
         Triton's interpreter on the CPU; else `memory-fault`, which the grade names from the submission's other
         cases where they show out-of-bounds accesses (grader.operations.grade)."""
-        if self.workers.backend != "cuda" and self.workers.sanitizer is None and self.cpu_rerun is None:
+        if not self.workers.backend.on_gpu and self.workers.sanitizer is None and self.cpu_rerun is None:
             return observation  # the interpreter's fence names its stray accesses itself
         fault = faults.gpu_fault(observation.trap, observation.message, self.workers.hint_calls())
         if fault is None:
             return observation
         naming = faults.from_sanitizer(self.memcheck(case, problem, inputs)) if self.workers.sanitizer else None
-        if naming is None and self.cpu_rerun is not None and case.runs_on("interpreter"):
+        if naming is None and self.cpu_rerun is not None and case.runs_on(Backend.INTERPRETER):
             with self.workers.clock.phase("cpu-rerun"):
                 rerun = self.cpu_rerun(case, seed)
             naming = faults.from_cpu_rerun(rerun) if rerun is not None else None
@@ -68,8 +69,8 @@ class FaultNaming:
 
     def name_unexplained(self, case: Case, result: CaseResult, seed: int) -> CaseResult:
         """CUDA: a case whose wrong values nothing named, graded again on the CPU (faults.name_unexplained)."""
-        if (self.workers.backend != "cuda" or self.cpu_rerun is None or not faults.unexplained(result)
-                or not case.runs_on("interpreter")):
+        if (not self.workers.backend.on_gpu or self.cpu_rerun is None or not faults.unexplained(result)
+                or not case.runs_on(Backend.INTERPRETER)):
             return result
         with self.workers.clock.phase("cpu-rerun"):
             rerun = self.cpu_rerun(case, seed)

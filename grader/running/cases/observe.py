@@ -11,6 +11,7 @@ import torch
 
 from grader import trap_ids
 from grader.authoring.spec import Case, FunctionSpec
+from grader.backends import Backend
 from grader.evidence import guard_bits
 from grader.evidence.observation import Observation
 from grader.judging.compare import close_mask
@@ -55,7 +56,7 @@ def launched(placed: Placed, reply: protocol.Launched, case: Case, output_tail: 
     )
 
 
-def called(spec: FunctionSpec, placed: Placed, reply: protocol.Called, case: Case, backend: str,
+def called(spec: FunctionSpec, placed: Placed, reply: protocol.Called, case: Case, backend: Backend,
            output_tail: str) -> Observation:
     """A wrapper's call: what it returned, mapped onto the spec's outputs, and everything `launched` sees."""
     returned, problem_text = unpack_returns(reply.result or {}, spec.returns, backend)
@@ -109,7 +110,7 @@ def needs_fresh_worker(observation: Observation) -> bool:
 
 
 def unpack_returns(
-    encoded: Mapping[str, Any], names: tuple[str, ...], backend: str
+    encoded: Mapping[str, Any], names: tuple[str, ...], backend: Backend
 ) -> tuple[dict[str, torch.Tensor], str]:
     """Map a wrapper's encoded return value onto the spec's output names; say what is wrong if not."""
     if len(names) == 1:
@@ -120,7 +121,7 @@ def unpack_returns(
         got = f"a {encoded.get('type')} of {len(encoded['sequence'])}" if "sequence" in encoded else _what(encoded)
         return {}, f"{got}, but it must return {len(names)} tensors ({', '.join(names)})"
     out: dict[str, torch.Tensor] = {}
-    expected_device = "cuda" if backend == "cuda" else "cpu"
+    expected_device = backend.device
     for name, item in zip(names, items, strict=True):  # lengths checked above
         tensor = item.get("tensor") if isinstance(item, Mapping) else None
         if type(tensor) is not torch.Tensor:

@@ -17,6 +17,7 @@ import torch
 
 from grader import trap_ids
 from grader.authoring.spec import Assignment
+from grader.backends import Backend
 from grader.evidence.observation import Finding, Observation
 from grader.judging.errors import error_message
 from grader.judging.false_hints import HintCall, hint_calls
@@ -41,7 +42,8 @@ SANITIZER_REPORT_WAIT_S = 30.0
 class SubmissionWorkers:
     """One submission's workers in its sandbox, for one grade."""
 
-    def __init__(self, assignment: Assignment, submission: Path, sandbox: Sandbox, clock: PhaseClock, *,
+    def __init__(self, assignment: Assignment, submission: Path, backend: Backend, sandbox: Sandbox,
+                 clock: PhaseClock, *,
                  tool: tuple[str, ...] | None = None, prestart_replayer: bool = True) -> None:
         """`tool`: the compute-sanitizer command a third worker runs under (None: no such worker).
         `prestart_replayer`: start the replayer in the background once the submission imported (False for a
@@ -49,7 +51,7 @@ class SubmissionWorkers:
         self.assignment = assignment
         self.submission = submission
         self.sandbox = sandbox
-        self.backend = sandbox.options.backend
+        self.backend = backend
         self.clock = clock
         names = list(assignment.required_symbols)
         options = sandbox.options
@@ -71,7 +73,7 @@ class SubmissionWorkers:
 
     def shared_gpu(self) -> contextlib.AbstractContextManager[None]:
         """Correctness work on CUDA shares the GPU; a grade's timed phase waits for it (gpu_slot)."""
-        if self.backend != "cuda" or not torch.cuda.is_available():
+        if not self.backend.on_gpu or not torch.cuda.is_available():
             return contextlib.nullcontext()
         if self._gpu is None:
             self._gpu = GpuSlot(gpu_name())
@@ -81,7 +83,7 @@ class SubmissionWorkers:
         """A correctness request's deadline: the spec's call_timeout_s; on a GPU also CASE_RUN_S after the
         last kernel launch (the cases are small: a kernel still running then is spinning)."""
         cap = self.assignment.call_timeout_s
-        return Deadline(cap_s=cap, run_s=min(cap, CASE_RUN_S) if self.backend == "cuda" else None)
+        return Deadline(cap_s=cap, run_s=min(cap, CASE_RUN_S) if self.backend.on_gpu else None)
 
     def note_compile(self, role: str, reply: protocol.Reply) -> None:
         """Workers report their cumulative JIT compile seconds with every reply (informational)."""

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grader.authoring.spec import REFERENCE_DIR, Assignment
+from grader.backends import Backend
 from grader.running import protocol
 from grader.running.processes.confinement import (
     GRADER_PACKAGE,
@@ -75,7 +76,9 @@ class SandboxFailure(Exception):
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    backend: str  # "interpreter", "cuda" or "aot" (ahead-of-time compile, no interpreter)
+    # The worker's Triton: the grade's backend's ("interpreter", "cuda"), or "aot" (compiles ahead of time for a
+    # GPU without one: no interpreter). Triton picks it at import, so a zygote forks workers of one flavour only.
+    backend: str
     import_timeout_s: float
     # When the grader runs as root (as on Gradescope): run student code as this unprivileged user, in
     # its own network namespace. None keeps the grader's user.
@@ -388,10 +391,10 @@ class Sandbox:
 # --------------------------------------------------------------------------- a submission's sandbox
 
 
-def sandbox_options(assignment: Assignment, submission: Path, backend: str,
+def sandbox_options(assignment: Assignment, submission: Path, backend: Backend | str,
                     hidden: tuple[str, ...] = ()) -> WorkerOptions:
     """How a submission's sandbox confines its workers on `backend`."""
-    return WorkerOptions(backend=backend, import_timeout_s=assignment.import_timeout_s,
+    return WorkerOptions(backend=str(backend), import_timeout_s=assignment.import_timeout_s,
                          hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden))
 
 
@@ -403,7 +406,7 @@ def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, .
     return tuple(str(p) for p in paths)
 
 
-def start_sandbox(assignment: Assignment, submission: Path, backend: str, hidden: tuple[str, ...] = (),
+def start_sandbox(assignment: Assignment, submission: Path, backend: Backend, hidden: tuple[str, ...] = (),
                   concurrent_grades: int = 1) -> Sandbox:
     """A submission's sandbox for one grade, its zygote started (it imports torch and triton in the
     background). Call it from the thread that lives as long as the grade."""
@@ -413,11 +416,11 @@ def start_sandbox(assignment: Assignment, submission: Path, backend: str, hidden
     return sandbox
 
 
-def gpu_budget(backend: str, concurrent_grades: int) -> GpuBudget | None:
+def gpu_budget(backend: Backend, concurrent_grades: int) -> GpuBudget | None:
     """On CUDA with NVML: each worker's share of GPU memory (a grade runs two at a time: its worker and the
     replayer or timer), held by a watchdog thread in this process. None without NVML (then only torch's
     per-process fraction is not set either, and a worker may take what the GPU has)."""
-    if backend != "cuda":
+    if not backend.on_gpu:
         return None
     reader = nvml_reader()
     if reader is None:

@@ -34,6 +34,7 @@ from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import Baseline, Problem
 from grader.authoring.spec import Assignment, PerformanceCase
+from grader.backends import Backend
 from grader.environment import versions
 from grader.evidence.observation import Observation
 from grader.judging.judge import fusion_problems
@@ -97,7 +98,7 @@ class PerformanceRunner:
 
     def run(self, perf: PerformanceCase, battery: Battery, cases: Sequence[CaseResult]) -> PerformanceResult:
         """The case's result; all cases are measured at the first call (their gates use `cases`)."""
-        if battery.backend != "cuda":
+        if not battery.backend.on_gpu:
             return skipped(perf)
         if self._results is None:
             self._results = self.measure_all(battery, cases)
@@ -229,7 +230,7 @@ class PerformanceRunner:
             return _failed(perf, run)
         contestants.timer_kept.add(perf.id)
         expected = self._eager_outputs(baseline, prepared.inputs, perf)
-        tol = self.assignment.tolerances[perf.tolerance].lookup("cuda", perf.dtype)
+        tol = self.assignment.tolerances[perf.tolerance].lookup(Backend.CUDA, perf.dtype)
         named = dict(zip(prepared.call.output_names, run[0], strict=False))
         wrong = compare_outputs(named, expected, tol.atol, tol.rtol)
         if wrong:

@@ -1,4 +1,5 @@
-"""The CLI end to end: submissions written into tmp_path, graded by `grader.cli.main`, results.json read.
+"""grader/cli/grading.py, the CLI end to end: submissions written into tmp_path, graded by `grader.cli.main`,
+results.json read.
 
 Each grading run costs seconds (the timeout one about a minute), so each planted failure is graded
 once and asserted on in one test.
@@ -232,36 +233,3 @@ def test_check_runs_the_public_cases(tmp_path: Path, repo_root: Path, reference_
     # same seed, same per-case inputs: the public cases read exactly as in the full grading run
     for case in public:
         assert checked[case.id] == reference_graded.test(case.id)["output"]
-
-
-def test_grade_and_check_start_the_sandbox_before_importing_torch(tmp_path: Path, repo_root: Path) -> None:
-    """`grader grade` starts the submission's sandbox (its zygote imports torch meanwhile) before the CLI
-    imports torch itself; the early sandbox hides what the grade would hide, and one made for the other
-    backend flavour is closed, not used."""
-    import subprocess
-    import sys
-
-    probe = ("import sys, grader.cli; print('torch' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
-    assert done.stdout.strip() == "False"
-
-    from grader.cli import _adopt, _early_sandbox
-
-    submission = tmp_path / "student" / "fused_layers.py"
-    submission.parent.mkdir()
-    submission.write_text("", encoding="utf-8")
-    out = tmp_path / "out"
-    root = repo_root / "assignments"
-    sandbox = _early_sandbox("fused_layers", submission, root, "interpreter", (str(out),), None)
-    assert sandbox is not None
-    try:
-        hidden = set(sandbox.options.hidden_paths)
-        assert {str(out), str(root.resolve()), str((repo_root / "reference").resolve()),
-                str(submission.parent.resolve())} <= hidden
-        assert _adopt(sandbox, "interpreter") is sandbox
-    finally:
-        sandbox.close()
-    fitted = _early_sandbox(None, tmp_path / "student" / "Copy of fused_layers.py", root, "interpreter", (), None)
-    assert fitted is not None  # a renamed copy fits its assignment here too
-    assert _adopt(fitted, "cuda") is None and not fitted.root.exists()  # the wrong flavour: closed
-    assert _early_sandbox("no_such_assignment", submission, root, "interpreter", (), None) is None

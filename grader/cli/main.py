@@ -1,0 +1,53 @@
+"""`grader` as a function: `main(argv) -> int` parses the command line (grader.cli.parser), runs the subcommand
+(grader.cli.grading, grader.cli.course) and turns a user's mistake into one line and exit code 2."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from grader.authoring.discovery import AssignmentNotFound, assignments_root
+from grader.authoring.mutants import MutantError
+from grader.authoring.spec import SpecError
+from grader.cli import course, grading
+from grader.cli.parser import build_parser
+from grader.operations.notebook import NotebookError
+from grader.operations.requests import UsageError
+
+COMMANDS: dict[str, Callable[..., int]] = {
+    "list": grading.cmd_list,
+    "new-assignment": grading.cmd_new_assignment,
+    "grade": grading.cmd_grade,
+    "check": grading.cmd_check,
+    "selftest": grading.cmd_selftest,
+    "mutant": grading.cmd_mutant,
+    "margins": grading.cmd_margins,
+    "course-seed": grading.cmd_course_seed,
+    "batch": course.cmd_batch,
+    "similarity": course.cmd_similarity,
+    "gradescope-bundle": course.cmd_gradescope_bundle,
+    "classroom-workflow": course.cmd_classroom_workflow,
+    "student-bundle": course.cmd_student_bundle,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    root: Path = assignments_root(args.assignments)
+    try:
+        return COMMANDS[args.command](args, root)
+    except _user_errors() as exc:
+        print(f"grader: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    """The exceptions whose message is for the user (evaluated when one is raised: CheckError's module is heavy)."""
+    from grader.operations.interactive import CheckError
+
+    return (UsageError, SpecError, AssignmentNotFound, MutantError, NotebookError, CheckError)
+
+
+def entry_point() -> None:
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""`grader check`: a `CheckFile` request resolved once (the sandbox started ahead of torch, the public form of the
+assignment the file fits, the backend) and the file run on the public cases (grader.operations.interactive)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from grader.backends import detect_backend
+from grader.operations.early_start import adopt, start_early
+from grader.operations.grade_files import existing_file
+from grader.operations.requests import CheckFile
+
+if TYPE_CHECKING:
+    from grader.authoring.spec import Assignment
+    from grader.results import GradeResult
+
+
+@dataclass(frozen=True)
+class CheckedFile:
+    """The file's public grade, the public form of its assignment, and pytest-json-report's record."""
+
+    result: GradeResult
+    assignment: Assignment
+    pytest_report: str
+
+
+def check_file(request: CheckFile) -> CheckedFile:
+    """Run the file's public cases (only `targets`' when given); with `out`, also write its results and reports."""
+    path = existing_file(request.submission)
+    calibration = request.calibration.store()
+    early = start_early(request.assignments_root, request.assignment_id, path, request.backend, (),
+                        calibration.folder)
+    try:
+        from grader.operations.interactive import resolve_assignment, run_check  # torch, meanwhile
+
+        assignment = resolve_assignment(request.assignment_id, path, request.assignments_root)
+        backend = detect_backend(request.backend)
+    except BaseException:
+        if early is not None:
+            early.close()
+        raise
+    result, pytest_report = run_check(path, assignment, backend, request.seed, request.targets, calibration,
+                                      sandbox=adopt(early, backend))
+    if request.out is not None:
+        from grader.publishing.files import write_outputs
+
+        write_outputs(request.out, result, assignment, pytest_report)
+    return CheckedFile(result, assignment, pytest_report)
