@@ -10,7 +10,7 @@ undefined behaviour there (`CUDA error: misaligned address`, or silently right).
   one of each kernel into a zero-point check named `false-hint`: a warning, never points off, since the
   interpreter's outputs do not depend on hints.
 * On a GPU, a `misaligned address` fault in a submission whose source makes hints (`hint_calls`) is
-  named `false-hint` instead of `runtime-error` or `crash` (grader/running/observation.py).
+  named `false-hint` instead of `runtime-error` or `crash` (grader/judging/errors.py).
 * A GPU grade of a submission that makes hints runs its cases in the interpreter too, on the CPU
   (grader/running/cases/cpu_companion.py): `with_cpu_evidence` puts the counterexamples into the GPU cases and
   `as_cpu_grade` lays the cases out as the CPU grade has them, so the warnings have the same words on
