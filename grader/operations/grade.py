@@ -69,6 +69,9 @@ class GradeRequest:
     sandbox: Sandbox | None = None  # the submission's sandbox, started ahead (prepare_sandbox); None: at the grade
     more_seeds: tuple[int, ...] = ()  # also grade at these seeds, in the same run (grade_at_seeds)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "backend", Backend(self.backend))  # "cuda" from a caller that wrote the name
+
     @property
     def public_run(self) -> bool:
         """Public cases only: asked for, or the assignment is its public form (`grader check`)."""

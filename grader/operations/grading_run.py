@@ -50,7 +50,7 @@ class GradingRun:
         submission (the selftest's --seeds). Performance cases and the promise check run at `seed` only."""
         self.assignment = assignment
         self.submission = Path(submission).resolve()
-        self.backend = backend
+        self.backend = Backend(backend)  # a name is taken too
         self.seed = seed
         self.seeds = run_seeds(seed, more_seeds)
         self.public_only = public_only

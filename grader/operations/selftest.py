@@ -185,6 +185,7 @@ def run_selftest(assignment: Assignment, backend: Backend, seed: int, jobs: int 
     run at all of them; a row whose score or traps change with the seed is a MISS. With `out`, also write each
     submission's results under out/<id>/ (out/<id>-seed<S>/ for the seeds after the first)."""
     order = selftest_seeds(seed, seeds)
+    backend = Backend(backend)  # a name is taken too
     with tempfile.TemporaryDirectory(prefix=f"selftest-{assignment.id}-") as tmp:
         written = write_corpus(assignment, Path(tmp))
         if only is not None:

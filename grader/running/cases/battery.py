@@ -54,7 +54,7 @@ class Battery:
         self.assignment = assignment
         self.problems: Mapping[str, Problem] = load_problems(assignment)
         self.submission = Path(submission)
-        self.backend = backend
+        self.backend = Backend(backend)  # a name is taken too
         self.seed = seed
         self.own_sandbox = sandbox is None
         self.sandbox = sandbox if sandbox is not None else Sandbox(sandbox_options(assignment, submission, backend,

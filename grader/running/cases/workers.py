@@ -51,7 +51,7 @@ class SubmissionWorkers:
         self.assignment = assignment
         self.submission = submission
         self.sandbox = sandbox
-        self.backend = backend
+        self.backend = Backend(backend)
         self.clock = clock
         names = list(assignment.required_symbols)
         options = sandbox.options

@@ -410,6 +410,7 @@ def start_sandbox(assignment: Assignment, submission: Path, backend: Backend, hi
                   concurrent_grades: int = 1) -> Sandbox:
     """A submission's sandbox for one grade, its zygote started (it imports torch and triton in the
     background). Call it from the thread that lives as long as the grade."""
+    backend = Backend(backend)  # a name is taken too
     sandbox = Sandbox(sandbox_options(assignment, Path(submission).resolve(), backend, hidden),
                       gpu_budget=gpu_budget(backend, concurrent_grades))
     sandbox.start()
