@@ -6,20 +6,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from grader.authoring.spec import SpecError, load_assignment
+from grader.authoring.spec import Assignment, SpecError, load_assignment
 from grader.backends import Backend, likely_backend
 from grader.running.processes.sandbox import Sandbox, start_sandbox
 from grader.submission_file import fit
 
 
 def start_early(assignments_root: Path, assignment_id: str | None, submission: Path, requested_backend: str,
-                hidden: tuple[str, ...] = (), calibration_folder: Path | None = None) -> Sandbox | None:
+                hidden: tuple[str, ...] = (), calibration_folder: Path | None = None,
+                spec: Assignment | None = None) -> Sandbox | None:
     """The submission's sandbox, started now, or None when the assignment or the backend cannot be told cheaply yet
-    (the grade then starts its own). `hidden`: what the grade will hide from the worker (its output folder); on
-    CUDA the bars' cache folder is hidden too, as the grade hides it (grader.operations.grade.guard_calibration)."""
-    spec = _spec_path(assignments_root, assignment_id, submission)
+    (the grade then starts its own). `spec`: the assignment's spec where the caller loaded it already (else it is
+    found from the id or the file's name). `hidden`: what the grade will hide from the worker (its output folder);
+    on CUDA the bars' cache folder is hidden too, as the grade hides it (grader.operations.grade.guard_calibration)."""
     if spec is None:
-        return None
+        path = _spec_path(assignments_root, assignment_id, submission)
+        if path is None:
+            return None
+        try:
+            spec = load_assignment(path)
+        except SpecError:
+            return None
     try:
         backend = likely_backend(requested_backend)
     except ValueError:
@@ -27,8 +34,8 @@ def start_early(assignments_root: Path, assignment_id: str | None, submission: P
     if backend.on_gpu and calibration_folder is not None:
         hidden = (*hidden, str(calibration_folder.resolve()))
     try:
-        return start_sandbox(load_assignment(spec), submission, backend, hidden)
-    except (SpecError, OSError):
+        return start_sandbox(spec, submission, backend, hidden)
+    except OSError:
         return None
 
 

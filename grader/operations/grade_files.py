@@ -37,13 +37,14 @@ def grade_files(request: GradeFiles, note: Callable[[str], None]) -> Iterator[Gr
     if len(set(stems)) != len(stems):
         raise UsageError("two submissions share a file name; grade them separately")
     calibration = request.calibration.store()
-    for text in load_spec(request.assignment_id, request.assignments_root).load_notes:  # no output folder yet
+    spec = load_spec(request.assignment_id, request.assignments_root)  # a mistake here leaves no output folder
+    for text in spec.load_notes:
         note(f"note: {text}")
     early = None
     if len(submissions) == 1:
         request.out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
         early = start_early(request.assignments_root, request.assignment_id, submissions[0], request.backend,
-                            (str(request.out.resolve()),), calibration.folder)
+                            (str(request.out.resolve()),), calibration.folder, spec)
     try:
         from grader.operations.grade import GradeRequest, grade  # torch, while the early sandbox's zygote imports it
         from grader.publishing.files import write_outputs
