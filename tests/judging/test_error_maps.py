@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grader.judging.error_maps import MAX_CELLS, error_map, error_maps, launch_tile
-from tests.publishing.test_report import ATOL, RTOL, store_mask_output
+from tests.publishing.test_error_map_view import ATOL, RTOL, store_mask_output
 
 
 def test_store_mask_spill_shows_as_column_zero_outside_tile_starts() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from grader.authoring.spec import Assignment, PerformanceCase, Threshold, load_assignment
+from grader.backends import Backend
 from grader.judging.performance import (
     NEEDS_CUDA,
     correctness_gate,
@@ -362,7 +363,7 @@ def test_measure_path_on_a_fake_clock(
     submission = tmp_path / "fused_layers.py"
     submission.write_text(source, encoding="utf-8")
     battery = Battery(assignment, submission, "interpreter", 1)
-    battery.backend = "cuda"
+    battery.backend = Backend.CUDA
     perf = PerformanceCase(
         id="p-ln",
         target="layernorm",
@@ -430,7 +431,7 @@ def test_a_timer_that_fails_in_turn_is_timed_alone_against_the_bars(
     submission = tmp_path / "fused_layers.py"
     submission.write_text(reference_source, encoding="utf-8")
     battery = Battery(assignment, submission, "interpreter", 1)
-    battery.backend = "cuda"
+    battery.backend = Backend.CUDA
     perfs = [PerformanceCase(id=f"p-ln{i}", target="layernorm", dims={"M": 6, "N": 37}, tolerance="rowwise",
                              repeats=3) for i in (1, 2)]
     runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=perfs)

@@ -10,6 +10,7 @@ from grader import trap_ids
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import load_assignment
+from grader.backends import Backend
 from grader.evidence import guard_bits
 from grader.evidence.guard_bits import GuardFinding
 from grader.evidence.observation import Observation
@@ -24,10 +25,10 @@ SOFTMAX = load_assignment(ROOT / "assignments" / "softmax" / "assignment.toml")
 
 def test_unpack_returns() -> None:
     tensor = torch.zeros(2)
-    assert unpack_returns({"tensor": tensor, "device": "cpu"}, ("out",), "interpreter") == ({"out": tensor}, "")
-    _, problem = unpack_returns({"tensor": tensor, "device": "cpu"}, ("out",), "cuda")
+    assert unpack_returns({"tensor": tensor, "device": "cpu"}, ("out",), Backend.INTERPRETER) == ({"out": tensor}, "")
+    _, problem = unpack_returns({"tensor": tensor, "device": "cpu"}, ("out",), Backend.CUDA)
     assert "must stay on the input's device (cuda)" in problem
-    _, problem = unpack_returns({"type": "tuple", "sequence": [{}]}, ("mean", "rstd"), "interpreter")
+    _, problem = unpack_returns({"type": "tuple", "sequence": [{}]}, ("mean", "rstd"), Backend.INTERPRETER)
     assert problem.startswith("a tuple of 1, but it must return 2 tensors (mean, rstd)")
 
 

@@ -11,6 +11,7 @@ import torch
 
 from grader import trap_ids
 from grader.authoring.spec import load_assignment
+from grader.backends import Backend
 from grader.evidence.observation import Observation
 from grader.running import protocol
 from grader.running.cases.workers import SubmissionWorkers
@@ -27,7 +28,7 @@ def workers_for(text: str, tmp_path: Path) -> SubmissionWorkers:
     submission.write_text(text, encoding="utf-8")
     sandbox = Sandbox(sandbox_options(SOFTMAX, submission, "interpreter"))
     sandbox.start()
-    return SubmissionWorkers(SOFTMAX, submission, sandbox, PhaseClock(), prestart_replayer=False)
+    return SubmissionWorkers(SOFTMAX, submission, Backend.INTERPRETER, sandbox, PhaseClock(), prestart_replayer=False)
 
 
 @pytest.mark.slow
