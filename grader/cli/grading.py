@@ -140,7 +140,7 @@ def cmd_new_assignment(args: argparse.Namespace, root: Path) -> int:
     return 0
 
 
-def cmd_list(root: Path) -> int:
+def cmd_list(args: argparse.Namespace, root: Path) -> int:
     ids = list_assignment_ids(require_folder(root))
     if not ids:
         print(f"no assignments under {root}")
