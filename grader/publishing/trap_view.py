@@ -27,6 +27,8 @@ NOTHING_WRITTEN_FIX = ("Fill in the TODO in the kernel's body: load the inputs (
 # What the timeout card says when the file never finished importing: its module-level code, not a kernel's loop.
 IMPORT_HANG = ("Importing your file did not finish: everything at module level (outside any function) runs when "
                "the file is imported, before any case, and something there does not end.")
+IMPORT_HANG_EXPLANATION = ("The grader imports your file once, before any case, with a time limit of its own; the "
+                           "import ran past it, so the grader stopped it and no case could run.")
 IMPORT_HANG_EXPOSED_BY = "Importing the submission, before any case ran."
 IMPORT_HANG_FIX = ("Keep only imports, constants and definitions at module level: move loops, tests, benchmarks and "
                    "anything that waits (input(), a server, a `while True:`) into a function, or under "
@@ -122,6 +124,14 @@ class TrapView:
                 (c.result.evidence or {}).get("at_import") for c in self.cases):
             return IMPORT_HANG
         return ""
+
+    @property
+    def explanation(self) -> str:
+        """The trap's explanation; for a timeout while importing, what the import's time limit is (the trap's own
+        speaks of a call)."""
+        if self.text is None:
+            return ""
+        return IMPORT_HANG_EXPLANATION if self.advice == IMPORT_HANG else self.text.explanation
 
     @property
     def exposed_by(self) -> str:

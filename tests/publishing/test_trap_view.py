@@ -94,6 +94,7 @@ def test_a_timeout_while_importing_is_told_about_module_level_code(assignment: A
     assert told.id == "timeout"  # the trap id stays: a timeout is a timeout
     assert told.advice.startswith("Importing your file did not finish: everything at module level")
     assert told.exposed_by == "Importing the submission, before any case ran."
+    assert told.explanation.startswith("The grader imports your file once, before any case, with a time limit")
     assert told.fix.startswith("Keep only imports, constants and definitions at module level")
     assert "range(0, K, BLOCK_K)" not in told.fix
     for text in (report.terminal(grade_result(hung), assignment), report.markdown(grade_result(hung), assignment),
@@ -101,3 +102,4 @@ def test_a_timeout_while_importing_is_told_about_module_level_code(assignment: A
         assert "Keep only imports, constants and definitions at module level" in " ".join(text.split())
     (running,) = view(grade_result(ran), assignment).traps
     assert running.advice == "" and "range(0, K, BLOCK_K)" in running.fix
+    assert running.text is not None and running.explanation == running.text.explanation
