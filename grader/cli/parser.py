@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=Path, help="also write results and reports here")
     c.add_argument("--target", action="append", default=[],
                    help="only this kernel's or function's cases (repeatable); exit 0 iff they all pass")
+    c.add_argument("-v", "--verbose", action="store_true",
+                   help="print every failing case in full, with every error map (by default a case that failed "
+                        "the same way as one above is one line)")
     _common(c, seed_help=CHECK_SEED_HELP)
     _calibration(c)
 
