@@ -111,3 +111,10 @@ def test_a_misspelt_subcommand_gets_the_nearest_one(capsys: pytest.CaptureFixtur
     assert exited.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("usage: grader ") and "invalid choice: 'chekc'; did you mean 'check'?" in err
+
+
+def test_check_prints_everything_with_verbose() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["check", "x.py", "-v"]).verbose is True
+    assert parser.parse_args(["check", "x.py", "--verbose"]).verbose is True
+    assert parser.parse_args(["check", "x.py"]).verbose is False
