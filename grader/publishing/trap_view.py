@@ -26,7 +26,7 @@ NOTHING_WRITTEN_FIX = ("Fill in the TODO in the kernel's body: load the inputs (
                        "and tl.store the result into the output pointer with the same mask.")
 # What the timeout card says when the file never finished importing: its module-level code, not a kernel's loop.
 IMPORT_HANG = ("Importing your file did not finish: everything at module level (outside any function) runs when "
-               "the file is imported, before any case, and something there does not end.")
+               "the file is imported, and something there does not end.")
 IMPORT_HANG_EXPLANATION = ("The grader imports your file once, before any case, with a time limit of its own; the "
                            "import ran past it, so the grader stopped it and no case could run.")
 IMPORT_HANG_EXPOSED_BY = "Importing the submission, before any case ran."
