@@ -59,9 +59,9 @@ class GradingRun:
         self.targets = frozenset(targets)
         self.run_performance = performance
         self.calibration = calibration
-        self.sanitizer = sanitizer_command() if sanitize and backend.on_gpu else None
+        self.sanitizer = sanitizer_command() if sanitize and self.backend.on_gpu else None
         # A case that ends in a GPU memory fault runs again alone under memcheck, where it is installed.
-        self.fault_tool = sanitizer_command() if backend.on_gpu else None
+        self.fault_tool = sanitizer_command() if self.backend.on_gpu else None
         self.cases: list[CaseResult] = []  # correctness results at `seed`, in run order: they gate performance
         self.seed_cases: dict[int, list[CaseResult]] = {s: [] for s in self.seeds}
         self.performance: dict[str, PerformanceResult] = {}
@@ -75,7 +75,7 @@ class GradingRun:
         # CUDA, code that makes tl.multiple_of / tl.max_contiguous promises: the interpreter checks them on the CPU,
         # from now on, while the GPU cases run.
         self._cpu: CpuCompanion | None = None
-        self.hint_check = backend.on_gpu and makes_promises(self.submission)
+        self.hint_check = self.backend.on_gpu and makes_promises(self.submission)
         self.hint_cases = hint_check_cases(assignment, public_only, self.targets) if self.hint_check else ()
         if self.hint_check:
             self.cpu_companion().start_hint_check(self.hint_cases)
