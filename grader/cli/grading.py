@@ -46,7 +46,8 @@ def cmd_check(args: argparse.Namespace, root: Path) -> int:
                                    calibration=calibration_settings(args)))
     from grader.publishing import report
 
-    print(report.terminal(checked.result, checked.assignment))
+    print(report.terminal(checked.result, checked.assignment, verbose=args.verbose,
+                          written_to=str(args.out) if args.out else ""))
     if args.out:
         print(f"reports written to {args.out}")
     return 0 if checked.result.score == checked.result.max_score else 1

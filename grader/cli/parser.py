@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
+from grader.cli.typos import CommandParser
 from grader.environment import grader_version
 from grader.operations.executors import EXECUTORS
 from grader.operations.requests import CalibrationSettings
@@ -15,16 +17,24 @@ DEFAULT_MAX_AGE_H = DEFAULT_MAX_AGE_S / 3600
 ASSIGNMENTS_HELP = ("folder of assignments (default: $GRADER_ASSIGNMENTS, else the checkout's assignments/, "
                     "else the examples shipped with the package)")
 ASSIGNMENT_HELP = "the assignment's id: its folder under the assignments folder (`grader list` shows them)"
+# --seed, for whoever reads it: an instructor grading (the course's seed), a student checking (who never has the
+# course's), the selftest (a fresh one).
+GRADE_SEED_HELP = ("input seed (default: the course's seed, reference/course-seed.toml, created once); recorded in "
+                   "the results, so the same file always gets the same grade")
+CHECK_SEED_HELP = ("input seed (default: the assignment's public seed, the same for everyone); recorded in the "
+                   "results, so the same file always gets the same result")
+SELFTEST_SEED_HELP = "input seed (default: a new one each run, printed with the table)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grader", description="Autograder for Triton kernel assignments.")
+    parser = CommandParser(prog="grader", description="Autograder for Triton kernel assignments.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {grader_version()}",
                         help="print the grader's version and exit")
     parser.add_argument("--assignments", help=ASSIGNMENTS_HELP)
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
 
-    g = sub.add_parser("grade", help="grade submissions on the full (hidden) battery and write results")
+    g = _command(sub, "grade", "grade submissions on the full battery; write results",
+                 "Grade submissions on the full battery (hidden cases too) and write each one's results and reports.")
     g.add_argument("submissions", nargs="+", type=Path,
                    help="the files to grade (.py or .ipynb), each graded on its own")
     g.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
@@ -38,16 +48,22 @@ def build_parser() -> argparse.ArgumentParser:
     _common(g)
     _calibration(g)
 
-    c = sub.add_parser("check", help="run the public cases on your submission and explain every failure")
+    c = _command(sub, "check", "run the public cases on your file; explain failures",
+                 "Run the public cases on your file and explain every failure: what went wrong, where, and how to "
+                 "fix it.")
     c.add_argument("submission", type=Path, help="your file (.py or .ipynb)")
     c.add_argument("--assignment", help="default: the assignment whose submission file has this name")
     c.add_argument("--out", type=Path, help="also write results and reports here")
     c.add_argument("--target", action="append", default=[],
                    help="only this kernel's or function's cases (repeatable); exit 0 iff they all pass")
-    _common(c)
+    c.add_argument("-v", "--verbose", action="store_true",
+                   help="print every failing case in full, with every error map (by default a case that failed "
+                        "the same way as one above is one line)")
+    _common(c, seed_help=CHECK_SEED_HELP)
     _calibration(c)
 
-    s = sub.add_parser("selftest", help="grade the reference and mutant corpus; fail on any misdiagnosis")
+    s = _command(sub, "selftest", "check the grader on the reference and its mutants",
+                 "Grade the reference and the mutant corpus; fail on any misdiagnosis.")
     s.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     s.add_argument("--jobs", type=int, default=1, help="submissions graded at a time (default 1)")
     s.add_argument("--out", type=Path, help="also write each submission's results and reports here")
@@ -56,17 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "changes with the seed is a MISS (default 1)")
     s.add_argument("--only", action="append", default=None, metavar="ID",
                    help="grade only this submission of the corpus (repeatable; see `grader mutant --list`)")
-    _common(s)
+    _common(s, seed_help=SELFTEST_SEED_HELP)
 
-    r = sub.add_parser("margins", help="does a case's verdict depend on the draw? every trap's predicted output "
-                                         "against each case's tolerance, at many seeds (no kernel runs)")
+    r = _command(sub, "margins", "which cases' verdicts depend on the drawn inputs",
+                 "Does a case's verdict depend on the draw? Every trap's predicted output against each case's "
+                 "tolerance, at many seeds (no kernel runs).")
     r.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     r.add_argument("--seeds", type=int, default=40, metavar="N", help="seeds 0..N-1 (default 40)")
     r.add_argument("--backend", choices=("interpreter", "cuda"), action="append",
                    help="the tolerances of this backend (repeatable; default both)")
     r.add_argument("--all", action="store_true", help="list every (case, trap), not only those that depend")
 
-    m = sub.add_parser("mutant", help="write out, diff or list an assignment's mutants (the selftest corpus)")
+    m = _command(sub, "mutant", "write out, diff or list an assignment's mutants",
+                 "Write out, diff or list an assignment's mutants (the selftest's corpus).")
     m.add_argument("ids", nargs="*", metavar="ID", help="mutant ids (see --list)")
     m.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     m.add_argument("--write", type=Path, metavar="DIR", help="write each mutant as the submission DIR/<id>.py")
@@ -74,11 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--all", action="store_true", help="every mutant and variant of the assignment")
     m.add_argument("--list", action="store_true", help="list the mutants with their traps and mistakes")
 
-    sub.add_parser("list", help="list the assignments with their kernels, functions and points")
-    n = sub.add_parser("new-assignment", help="write a new assignment folder to start from (validates, passes "
-                                              "its selftest)")
+    _command(sub, "list", "list the assignments with their targets and points",
+             "List the assignments with their kernels, functions and points.")
+    n = _command(sub, "new-assignment", "start a new assignment folder from a working example",
+                 "Write a new assignment folder to start from (it validates and passes its selftest).")
     n.add_argument("id", help="the new assignment's id: its folder and submission file name")
-    k = sub.add_parser("course-seed", help="show or rotate the course's grading seed (reference/course-seed.toml)")
+    k = _command(sub, "course-seed", "show or rotate the course's grading seed",
+                 "Show or rotate the course's grading seed (reference/course-seed.toml).")
     k.add_argument("--rotate", action="store_true",
                    help="replace it with a new one: later grades draw other inputs (a batch regrades its students)")
     k.add_argument("--show", action="store_true", help="print the seed itself (it is as secret as the reference)")
@@ -88,13 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _command(sub: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand: `summary` is its line in `grader --help` (one line at 80 columns), `description` heads its own
+    --help."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=summary, description=description)
+    return parser
+
+
+def _common(p: argparse.ArgumentParser, seed_help: str = GRADE_SEED_HELP) -> None:
     p.add_argument("--backend", choices=("auto", "interpreter", "cuda"), default="auto",
                    help="where kernels run: cuda (a GPU), interpreter (Triton's CPU interpreter), or auto "
                         "(cuda when a GPU is usable; the default)")
-    p.add_argument("--seed", type=int, help="input seed (default: the course's seed, reference/course-seed.toml, "
-                                            "created once; a public run's: the assignment's public seed); recorded "
-                                            "in the results, so the same file always gets the same grade")
+    p.add_argument("--seed", type=int, help=seed_help)
 
 
 def _calibration(p: argparse.ArgumentParser) -> None:
@@ -114,8 +139,10 @@ def calibration_settings(args: argparse.Namespace) -> CalibrationSettings:
                                recalibrate=args.recalibrate)
 
 
-def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    b = sub.add_parser("batch", help="grade a whole class: gradebook, class report; resumable")
+def _add_batch_parsers(sub: Any) -> None:
+    b = _command(sub, "batch", "grade a whole class: gradebook and class report",
+                 "Grade a whole class: each student's results, the gradebook, canvas.csv and the class report; "
+                 "resumable (a rerun grades only what changed).")
     b.add_argument("submissions", type=Path,
                    help="folder of .py files or of per-student folders, a .zip of either, "
                         "or a Gradescope export")
@@ -149,8 +176,9 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     _common(b)
     _calibration(b)
 
-    y = sub.add_parser("similarity", help="rank pairs of submissions by the code they share beyond the template "
-                                          "(similarity.csv, similarity.html); informational, grades nothing")
+    y = _command(sub, "similarity", "rank pairs of submissions by the code they share",
+                 "Rank pairs of submissions by the code they share beyond the template (similarity.csv, "
+                 "similarity.html); informational, grades nothing.")
     y.add_argument("submissions", type=Path,
                    help="folder of .py files or of per-student folders, a .zip of either, or a Gradescope export")
     y.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
@@ -158,7 +186,8 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
     y.add_argument("--allowed", type=Path, action="append", default=[], metavar="FILE",
                    help="code students may share beyond the template (a file or a folder; repeatable)")
 
-    z = sub.add_parser("gradescope-bundle", help="write a Gradescope autograder zip for an assignment")
+    z = _command(sub, "gradescope-bundle", "write a Gradescope autograder zip",
+                 "Write a Gradescope autograder zip for an assignment.")
     z.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     z.add_argument("--out", required=True, type=Path, help="the zip to write, e.g. autograder.zip")
     z.add_argument("--torch", choices=("cpu", "cuda"), default="cpu",
@@ -169,7 +198,8 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
                    help="grade every submission with this seed (default: the course's seed, reference/course-seed.toml;"
                         " kept in bundle.json, which only root reads on Gradescope)")
 
-    w = sub.add_parser("classroom-workflow", help="write a GitHub Classroom autograding workflow for an assignment")
+    w = _command(sub, "classroom-workflow", "write a GitHub Classroom autograding workflow",
+                 "Write a GitHub Classroom autograding workflow for an assignment.")
     w.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     w.add_argument("--out", type=Path, default=Path(".github/workflows/classroom.yml"),
                    help="the workflow file to write (default: .github/workflows/classroom.yml)")
@@ -179,7 +209,7 @@ def _add_batch_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore
                         "pip-installed from one")
     w.add_argument("--submission", help="the file students commit (default: the assignment's submission file)")
     w.add_argument("--timeout", type=int, default=10, help="minutes per target step (default 10)")
-    s = sub.add_parser("student-bundle",
-                       help="write the zip for students: template, assignment text and the public cases only")
+    s = _command(sub, "student-bundle", "write the students' zip: template, text, public cases",
+                 "Write the zip for students: the template, the assignment's text and the public cases only.")
     s.add_argument("--assignment", required=True, help=ASSIGNMENT_HELP)
     s.add_argument("--out", required=True, type=Path, help="the zip to write, e.g. softmax-student.zip")

@@ -23,6 +23,7 @@ class Finding:
 class Observation:
     trap: str | None = None  # the trap that ended the case early (crash, timeout, missing-symbol...)
     message: str = ""
+    at_import: bool = False  # `trap` happened while the file was imported: the case itself never ran
     outputs: Mapping[str, torch.Tensor] = field(default_factory=dict)
     guard_findings: tuple[GuardFinding, ...] = ()
     unwritten: Mapping[str, torch.Tensor] = field(default_factory=dict)

@@ -72,6 +72,8 @@ def judge_case(
 
     if observation.fault is not None:  # how a GPU memory fault was named (grader/judging/faults.py)
         evidence["gpu_fault"] = dict(observation.fault)
+    if observation.at_import:  # the case never ran: the file's import failed (the reports word its fix so)
+        evidence["at_import"] = True
     if observation.trap:
         return result(False, observation.message, [observation.trap, *(f.trap for f in observation.fault_findings)])
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from grader import trap_ids
 from grader.authoring.spec import Assignment, Case, PerformanceCase
 from grader.backends import Backend
 from grader.results import CaseResult, PerformanceResult
@@ -158,9 +159,14 @@ class GradingRun:
 
     def compile_check(self) -> tuple[list[CaseResult], list[str]]:
         """The interpreter's companion check: every kernel compiled for sm_90 (grader.running.aot), in a
-        sandbox of its own (Triton must be imported without the interpreter for it)."""
-        from grader.running.aot import aot_check
+        sandbox of its own (Triton must be imported without the interpreter for it). Where importing the file
+        already timed out for the cases, it is not imported again: every kernel's check says it could not be compiled
+        (one import timeout per grade)."""
+        from grader.running.aot import aot_check, import_never_finishes
 
+        problem = self._battery.import_problem if self._battery is not None else None
+        if problem is not None and problem.trap == trap_ids.TIMEOUT:
+            return import_never_finishes(self.assignment, self.submission.name), []
         return aot_check(self.assignment, self.submission, self.hidden)
 
     def close(self) -> None:

@@ -2,7 +2,8 @@
 and the terminal summary of `grader check`, all from one jinja2 template set and one view model.
 
 The view model (grader.publishing.report_view.ReportView) decides what is shown: the cases, the input that
-exposed each trap, the error maps. Templates only lay it out. The instructor view (show_hidden_details)
+exposed each trap, the error maps; the terminal's own (grader.publishing.terminal_view) puts the first failure
+first and folds repeats. Templates only lay it out. The instructor view (show_hidden_details)
 shows every case. The student view is built from the public part of the result
 (grader.publishing.hidden_cases): hidden cases are not in it at all, only counted with their points ("18
 hidden cases worth 27 points: results after the due date"), so no hidden case's name, input, trap or score
@@ -27,6 +28,7 @@ from grader.publishing.jinja_environment import template_environment
 from grader.publishing.performance_view import performance_line
 from grader.publishing.report_view import ReportView, view
 from grader.publishing.size_budget import render_capped
+from grader.publishing.terminal_view import TerminalView
 from grader.results import GradeResult
 
 __all__ = ["html", "markdown", "performance_line", "render", "template_environment", "terminal"]
@@ -56,5 +58,9 @@ def html(
     return render_capped(lambda d: render("report.html", view(result, assignment, show_hidden_details, d)), max_chars)
 
 
-def terminal(result: GradeResult, assignment: Assignment) -> str:
-    return render("summary.txt.j2", view(result, assignment, True))
+def terminal(result: GradeResult, assignment: Assignment, verbose: bool = False, written_to: str = "") -> str:
+    """`grader check`'s summary, the point first; repeats folded unless `verbose` (grader.publishing.terminal_view).
+    `written_to`: the folder the full report was written to, if it was."""
+    report = view(result, assignment, True)
+    return template_environment().get_template("summary.txt.j2").render(
+        v=report, r=report.result, term=TerminalView(report, verbose, written_to))

@@ -24,6 +24,15 @@ NOTHING_WRITTEN = ("Your kernel has not written any output yet: the template's T
 NOTHING_WRITTEN_EXPOSED_BY = "Every case: the kernel stores nothing yet."
 NOTHING_WRITTEN_FIX = ("Fill in the TODO in the kernel's body: load the inputs (masked to their bounds), compute, "
                        "and tl.store the result into the output pointer with the same mask.")
+# What the timeout card says when the file never finished importing: its module-level code, not a kernel's loop.
+IMPORT_HANG = ("Importing your file did not finish: everything at module level (outside any function) runs when "
+               "the file is imported, and something there does not end.")
+IMPORT_HANG_EXPLANATION = ("The grader imports your file once, before any case, with a time limit of its own; the "
+                           "import ran past it, so the grader stopped it and no case could run.")
+IMPORT_HANG_EXPOSED_BY = "Importing the submission, before any case ran."
+IMPORT_HANG_FIX = ("Keep only imports, constants and definitions at module level: move loops, tests, benchmarks and "
+                   "anything that waits (input(), a server, a `while True:`) into a function, or under "
+                   "`if __name__ == \"__main__\":`, which importing the file does not run.")
 
 
 def _illustrations(case: CaseResult, trap: str) -> Mapping[str, Mapping[str, Any]]:
@@ -105,17 +114,31 @@ class TrapView:
 
     @property
     def advice(self) -> str:
-        """A line that says more than the trap's text where this submission shows something plainer."""
+        """A line that says more than the trap's text where this submission shows something plainer: an untouched
+        template's kernel stores nothing; a timeout that happened while the file was imported is its module-level
+        code, not a kernel's loop."""
         if self.id == trap_ids.UNWRITTEN_OUTPUT and self.cases and all(
                 (c.result.evidence or {}).get("nothing_written") for c in self.cases):
             return NOTHING_WRITTEN
+        if self.id == trap_ids.TIMEOUT and self.cases and all(
+                (c.result.evidence or {}).get("at_import") for c in self.cases):
+            return IMPORT_HANG
         return ""
+
+    @property
+    def explanation(self) -> str:
+        """The trap's explanation; for a timeout while importing, what the import's time limit is (the trap's own
+        speaks of a call)."""
+        if self.text is None:
+            return ""
+        return IMPORT_HANG_EXPLANATION if self.advice == IMPORT_HANG else self.text.explanation
 
     @property
     def exposed_by(self) -> str:
         if self.text is None:
             return ""
-        return NOTHING_WRITTEN_EXPOSED_BY if self.advice == NOTHING_WRITTEN else self.text.exposed_by
+        return {NOTHING_WRITTEN: NOTHING_WRITTEN_EXPOSED_BY, IMPORT_HANG: IMPORT_HANG_EXPOSED_BY}.get(
+            self.advice, self.text.exposed_by)
 
     @property
     def fix(self) -> str:
@@ -126,6 +149,8 @@ class TrapView:
             return ""
         if self.advice == NOTHING_WRITTEN:
             return NOTHING_WRITTEN_FIX
+        if self.advice == IMPORT_HANG:
+            return IMPORT_HANG_FIX
         if self.checking and self.text.fix_when_checking:
             return self.text.fix_when_checking
         return self.text.fix

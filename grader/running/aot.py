@@ -78,6 +78,13 @@ def not_compiled(assignment: Assignment, why: str, traps: tuple[str, ...] = ()) 
             for spec, _ in compiled_kernels(assignment)]
 
 
+def import_never_finishes(assignment: Assignment, filename: str) -> list[CaseResult]:
+    """Every kernel's check, failed without importing the file again: importing it already ran past the import
+    limit for the cases (the file's module-level code does not end; one timeout is enough)."""
+    return not_compiled(assignment, f"Not compiled: importing {filename} does not finish (its cases say why), so "
+                                    "no kernel of it could be compiled.")
+
+
 def aot_check(assignment: Assignment, submission: Path, hidden: tuple[str, ...] = (),
               sandbox: Sandbox | None = None) -> tuple[list[CaseResult], list[str]]:
     """Compile each kernel for sm_90 in a worker without the interpreter (forked from `sandbox`'s zygote,

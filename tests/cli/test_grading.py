@@ -223,7 +223,7 @@ def test_check_runs_the_public_cases(tmp_path: Path, repo_root: Path, reference_
     public = [c for c in spec.cases if c.is_public]
     points = sum(c.points for c in public)
     assert code == 0
-    assert printed.startswith(f"fused_layers: {points:g} / {points:g}  (interpreter, seed 3, ")
+    assert printed.startswith(f"fused_layers.py (fused_layers): {points:g} / {points:g}  (interpreter, seed 3, ")
     assert "FAIL" not in printed
     assert f"reports written to {out}" in printed
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))

@@ -57,3 +57,64 @@ def test_the_calibration_options_are_one_settings_value(tmp_path: Path) -> None:
     negative = build_parser().parse_args(["check", "s.py", "--calibration-max-age", "-1"])
     with pytest.raises(UsageError, match="must not be negative"):
         calibration_settings(negative)
+
+
+def test_every_subcommand_has_a_one_line_summary_in_grader_help(capsys: pytest.CaptureFixture[str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")  # a default terminal
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    lines = capsys.readouterr().out.splitlines()
+    commands = _subcommands(build_parser())
+    for name in commands:
+        (line,) = [i for i, text in enumerate(lines) if text.split()[:1] == [name]]
+        summary = lines[line].split(maxsplit=1)[1]
+        assert summary.strip(), name
+        # one line: the next line is another subcommand (or the end), never a continuation of this summary
+        following = lines[line + 1].split()[:1] if line + 1 < len(lines) else []
+        assert not following or following[0] in commands, (name, lines[line + 1])
+        assert len(lines[line]) <= 80
+    # each subcommand's own --help opens with a sentence of what it does
+    for name, command in commands.items():
+        assert command.description and command.description.endswith("."), name
+
+
+def test_seed_help_speaks_to_its_reader() -> None:
+    commands = _subcommands(build_parser())
+
+    def seed_help(name: str) -> str:
+        return {a.dest: a.help for a in commands[name]._actions}["seed"] or ""
+
+    # a student checking never has the course's seed: check's help does not send them to it
+    assert "course-seed.toml" not in seed_help("check") and "course's seed" not in seed_help("check")
+    assert "the assignment's public seed" in seed_help("check")
+    for name in ("grade", "batch"):
+        assert "reference/course-seed.toml" in seed_help(name), name
+    assert "course" not in seed_help("selftest") and "new one each run" in seed_help("selftest")
+
+
+def test_a_misspelt_option_of_check_gets_checks_usage_and_the_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["check", "--assignement", "softmax", "x.py"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: grader check [-h] [--assignment ASSIGNMENT]")
+    assert "selftest" not in err  # not the top-level list of subcommands
+    assert err.rstrip().endswith("grader check: error: unrecognized arguments: --assignement x.py; "
+                                 "did you mean --assignment?")
+
+
+def test_a_misspelt_subcommand_gets_the_nearest_one(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["chekc", "x.py"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: grader ") and "invalid choice: 'chekc'; did you mean 'check'?" in err
+
+
+def test_check_prints_everything_with_verbose() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["check", "x.py", "-v"]).verbose is True
+    assert parser.parse_args(["check", "x.py", "--verbose"]).verbose is True
+    assert parser.parse_args(["check", "x.py"]).verbose is False

@@ -201,7 +201,7 @@ def test_installed_grader_lists_checks_and_grades_outside_the_checkout(installed
     checked = _run([grader, "check", "softmax.py", "--assignments", "assignments", "--backend", "interpreter",
                     "--seed", "1"], cwd=folder)
     assert checked.returncode == 1, checked.stderr  # the template passes nothing; the report says why
-    assert checked.stdout.startswith("softmax: 0 / 5  (interpreter, seed 1, ")
+    assert checked.stdout.startswith("softmax.py (softmax): 0 / 5  (interpreter, seed 1, ")
     assert "FAIL  softmax_kernel: 4 rows of 10, N(0, 2) logits  [unwritten-output]" in checked.stdout
 
     graded = _run([grader, "grade", str(folder / "softmax.py"), "--assignment", "softmax", "--out", "out",

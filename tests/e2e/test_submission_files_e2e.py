@@ -61,7 +61,7 @@ def test_check_prints_it_plainly(repo_root: Path, tmp_path: Path, capsys: pytest
     assert main(["--assignments", str(repo_root / "assignments"), "check", str(submission), "--seed", "1"]) == 1
     printed = capsys.readouterr().out
     lines = printed.splitlines()
-    assert lines[0].startswith("fused_layers: 0 / 6  (")
+    assert lines[0].startswith("fused_layers.py (fused_layers): 0 / 6  (")
     line = "fused_layers.py is not a Python source file: it starts with the bytes of a PNG image."
     assert printed.count(line) == 1 and "FAIL" not in printed and "Nothing in it ran" in printed
 
@@ -131,7 +131,7 @@ def test_a_renamed_copy_is_graded_and_noted(repo_root: Path, tmp_path: Path,
     code = main(["--assignments", str(repo_root / "assignments"), "check", str(submission), "--seed", "1",
                  "--backend", "interpreter", "--out", str(tmp_path / "out")])
     printed = capsys.readouterr().out
-    assert code == 1 and printed.startswith("softmax: 0 / 5  (")
+    assert code == 1 and printed.startswith("softmax (1).py (softmax): 0 / 5  (")  # the file as submitted
     assert "note: softmax (1).py was graded as softmax.py: its name looks like a renamed copy" in printed
     # the worker imported the student's own file: its frames carry the student's file name
     assert "(softmax (1).py, line " in printed and "TODO: softmax" in printed

@@ -89,3 +89,33 @@ def test_grading_at_several_seeds_in_one_run_is_grading_at_each_alone(tmp_path: 
         assert [(c.case_id, c.score, c.traps, c.message) for c in result.cases] == \
             [(c.case_id, c.score, c.traps, c.message) for c in alone.cases]
         assert result.seed_source == alone.seed_source == "given"
+
+
+@pytest.mark.slow
+def test_an_import_that_never_returns_costs_one_timeout(tmp_path: Path) -> None:
+    """A `while True:` at module level: the cases' import times out once; the GPU compile check does not import it
+    again (it says the import does not finish); every case names module-level code, the file once, and the
+    timeout's fix is about module-level code, not a kernel's loop."""
+    import dataclasses
+
+    from grader.publishing import report
+
+    limit = 4.0
+    spec = dataclasses.replace(load_assignment(SPEC), import_timeout_s=limit)
+    submission = tmp_path / "softmax.py"
+    submission.write_text("while True:\n    pass\n", encoding="utf-8")
+    result, _ = grade(GradeRequest(spec, submission, "interpreter", seed=1, performance=False))
+    compile_checks = [c for c in result.cases if c.case_id.startswith("gpu-compile-")]
+    cases = [c for c in result.cases if c not in compile_checks]
+    assert compile_checks and cases
+    for case in cases:
+        assert case.traps == (trap_ids.TIMEOUT,) and (case.evidence or {}).get("at_import") is True
+        assert case.message.startswith("Importing softmax.py did not finish within 4 s: code at module level")
+        assert case.message.count("softmax.py") == 1
+    for check in compile_checks:
+        assert not check.passed and "importing softmax.py does not finish" in check.message
+    assert result.phases["compile"] < limit / 2  # the check waited for no second import
+    assert not any("GPU compile check skipped" in n for n in result.notes)
+    words = " ".join(report.terminal(result, spec).split())  # unwrapped
+    assert "range(0, K, BLOCK_K)" not in words and "Importing your file did not finish" in words
+    assert "Fix: Keep only imports, constants and definitions at module level" in words

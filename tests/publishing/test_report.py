@@ -232,9 +232,14 @@ def test_markdown_and_terminal_views(assignment: Assignment) -> None:
     assert "\n.333333333333333|3333\n" in md and "\n----------------+----\n" in md
     assert "\nNNNNNNNNNNNNNNNN|NNNN\n```" in md
     terminal = report.terminal(result, assignment)
-    assert terminal.startswith("fused_layers: 1 / 6  (interpreter, seed 7, 1.5 s)\n")
-    assert "FAIL  fused_linear_gelu_kernel: linear-kernel-exact  [bias-wrong-axis, oob-read]" in terminal
-    assert "== Bias broadcast along the wrong axis (bias-wrong-axis), §20.1" in terminal
+    # the file as submitted, then the first failure and its trap, then every case
+    assert terminal.startswith("fused_layers.py (fused_layers): 1 / 6  (interpreter, seed 7, 1.5 s)\n")
+    first = terminal.index("First to fix: fused_linear_gelu_kernel: linear-kernel-exact  [bias-wrong-axis, oob-read]")
+    card = terminal.index("== Bias broadcast along the wrong axis (bias-wrong-axis), §20.1")
+    listed = terminal.index("FAIL  fused_linear_gelu_kernel: linear-kernel-exact  [bias-wrong-axis, oob-read]  "
+                            "(first to fix, above)")
+    assert first < card < listed
+    assert terminal.index("== Out-of-bounds read (oob-read)") > listed  # the other traps after the cases
 
 
 def test_reference_like_result_is_all_green(assignment: Assignment) -> None:

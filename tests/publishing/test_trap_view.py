@@ -83,3 +83,23 @@ def test_an_untouched_template_is_told_its_kernel_writes_nothing(assignment: Ass
                  report.html(grade_result(nothing), assignment)):
         assert "Fill in the TODO" in text and "grid covers" not in text
     assert "grid covers every output element" in partly.fix
+
+
+def test_a_timeout_while_importing_is_told_about_module_level_code(assignment: Assignment) -> None:
+    """A timeout of the file's import gets a fix about module-level code; a case that timed out running keeps the
+    trap's own (kernel loops)."""
+    hung = ln_case("ln-kernel-basic", ("timeout",), assignment, at_import=True)
+    ran = ln_case("ln-kernel-tail", ("timeout",), assignment)
+    (told,) = view(grade_result(hung), assignment).traps
+    assert told.id == "timeout"  # the trap id stays: a timeout is a timeout
+    assert told.advice.startswith("Importing your file did not finish: everything at module level")
+    assert told.exposed_by == "Importing the submission, before any case ran."
+    assert told.explanation.startswith("The grader imports your file once, before any case, with a time limit")
+    assert told.fix.startswith("Keep only imports, constants and definitions at module level")
+    assert "range(0, K, BLOCK_K)" not in told.fix
+    for text in (report.terminal(grade_result(hung), assignment), report.markdown(grade_result(hung), assignment),
+                 report.html(grade_result(hung), assignment)):
+        assert "Keep only imports, constants and definitions at module level" in " ".join(text.split())
+    (running,) = view(grade_result(ran), assignment).traps
+    assert running.advice == "" and "range(0, K, BLOCK_K)" in running.fix
+    assert running.text is not None and running.explanation == running.text.explanation

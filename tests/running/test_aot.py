@@ -35,3 +35,16 @@ def test_a_check_that_cannot_compile_is_there_all_the_same() -> None:
     for check in checks:
         assert (check.max_score, check.score, check.passed, check.visibility) == (0.0, 0.0, False, "public")
         assert check.evidence == {"compile": NOT_RUN} and check.message.endswith("does not import.")
+
+
+def test_an_import_that_never_finished_is_not_imported_again() -> None:
+    """The cases' import of the file timed out: every kernel's check fails at once, saying so, with no worker."""
+    from grader.running.aot import NOT_RUN, compiled_kernels, import_never_finishes
+
+    assignment = load_assignment(ROOT / "assignments" / "softmax" / "assignment.toml")
+    checks = import_never_finishes(assignment, "loop.py")
+    assert [c.target for c in checks] == [spec.name for spec, _ in compiled_kernels(assignment)]
+    for check in checks:
+        assert not check.passed and check.evidence == {"compile": NOT_RUN} and check.traps == ()
+        assert check.message == ("Not compiled: importing loop.py does not finish (its cases say why), so no kernel "
+                                 "of it could be compiled.")

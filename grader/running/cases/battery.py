@@ -71,6 +71,11 @@ class Battery:
     def symbol_problem(self, target: str) -> SymbolProblem | None:
         return self.workers.symbol_problem(target)
 
+    @property
+    def import_problem(self) -> SymbolProblem | None:
+        """Why the submission could not be imported, if a case tried and it could not (importing is not retried)."""
+        return self.workers.load_problem
+
     def close(self) -> None:
         self.workers.close()
         if self.own_sandbox:
@@ -118,7 +123,7 @@ class Battery:
         tolerance = self._tolerance(case)
         blocked = self.symbol_problem(case.target)
         if blocked is not None:
-            observation = Observation(trap=blocked.trap, message=blocked.message)
+            observation = Observation(trap=blocked.trap, message=blocked.message, at_import=blocked.at_import)
         else:
             def run_again(finite_guard: float | None) -> Observation:
                 return self._run(case, problem, inputs, finite_guard)
@@ -150,7 +155,7 @@ class Battery:
         inputs = problem.make_inputs(case, InputMaker(case_seed(self.seed, case.id)))
         blocked = self.symbol_problem(case.target)
         if blocked is not None:
-            return Observation(trap=blocked.trap, message=blocked.message)
+            return Observation(trap=blocked.trap, message=blocked.message, at_import=blocked.at_import)
         observation = self._run(case, problem, inputs)
         if observe.needs_fresh_worker(observation):
             self.workers.replace()

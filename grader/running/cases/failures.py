@@ -10,7 +10,12 @@ from grader.judging import faults
 from grader.judging.errors import classify_error, error_message, failure_message
 from grader.judging.false_hints import HintCall, gpu_fault_note, names_false_hint
 from grader.running import protocol
-from grader.running.processes.client import WorkerFailure
+from grader.running.processes.client import ImportFailure, WorkerFailure
+
+# Why an import never returns, for a student who may not know that importing a file runs it.
+MODULE_LEVEL_CODE = ("code at module level (outside any function) runs when the file is imported, and something "
+                     "there does not end: a loop like `while True:`, a long computation, a wait for input. The grader "
+                     "stopped it; no case could run")
 
 
 def failure_sentence(what: str, failure: WorkerFailure) -> str:
@@ -20,6 +25,16 @@ def failure_sentence(what: str, failure: WorkerFailure) -> str:
         detail = failure.detail if failure.detail.endswith(")") else f"{failure.detail} ({what})"
         return f"{detail[:1].upper()}{detail[1:]}: the grader stopped it."
     return f"{what} crashed the worker: {failure.detail}."
+
+
+def import_failure_sentence(filename: str, failure: WorkerFailure) -> str:
+    """Importing the submission timed out or crashed its worker, in one sentence that names the file once: a
+    timeout says what runs at import ("Importing loop.py did not finish within 60 s: code at module level ...")."""
+    if failure.trap == trap_ids.TIMEOUT and isinstance(failure, ImportFailure):
+        return f"Importing {filename} did not finish within {failure.limit_s:g} s: {MODULE_LEVEL_CODE}."
+    detail = failure.detail.replace(f" while importing {filename}", "").replace(f" (importing {filename})", "")
+    verb = "timed out" if failure.trap == trap_ids.TIMEOUT else "crashed"
+    return f"Importing {filename} {verb}: {detail}."
 
 
 def tail(text: str) -> str:

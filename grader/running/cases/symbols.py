@@ -17,6 +17,7 @@ class SymbolProblem:
 
     trap: str
     message: str
+    at_import: bool = False  # importing the file failed (raised, timed out, crashed): nothing of it can run
 
 
 def check_symbol(target: str, info: Mapping[str, Any], assignment: Assignment, filename: str) -> SymbolProblem | None:

@@ -22,7 +22,7 @@ from grader.evidence.observation import Finding, Observation
 from grader.judging.errors import error_message
 from grader.judging.false_hints import HintCall, hint_calls
 from grader.running import protocol
-from grader.running.cases.failures import failed_request, replay_failure, tail
+from grader.running.cases.failures import failed_request, import_failure_sentence, replay_failure, tail
 from grader.running.cases.sanitizer import SANITIZER_ENV
 from grader.running.cases.symbols import SymbolProblem, check_symbol
 from grader.running.phases import PhaseClock
@@ -114,14 +114,13 @@ class SubmissionWorkers:
             with self.clock.phase("start-up"):
                 reply = self.worker.start()
         except WorkerFailure as failure:
-            verb = "timed out" if failure.trap == trap_ids.TIMEOUT else "crashed"
-            self.load_problem = SymbolProblem(failure.trap, f"Importing {self.submission.name} {verb}: "
-                                                            f"{failure.detail}." + tail(failure.output_tail))
+            self.load_problem = SymbolProblem(failure.trap, import_failure_sentence(self.submission.name, failure)
+                                              + tail(failure.output_tail), at_import=True)
             return self.load_problem
         if not reply.ok:
             self.worker.stop()
             self.load_problem = SymbolProblem(trap_ids.IMPORT_FAILS, f"{self.submission.name} could not be imported: "
-                                              + error_message(reply.error, self.submission.name))
+                                              + error_message(reply.error, self.submission.name), at_import=True)
             return self.load_problem
         self.loaded = reply
         self._prestart_replayer()

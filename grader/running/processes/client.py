@@ -36,7 +36,7 @@ SEND_TIMEOUT_S = 120.0  # a worker that stops reading its requests (a streamed s
 OOM_RETRY_PAUSES_S = (0.3, 1.0, 2.0)
 WORKER_START_TIMEOUT_S = 120.0
 
-__all__ = ["Deadline", "Worker", "WorkerFailure", "WorkerOptions", "describe_exit"]
+__all__ = ["Deadline", "ImportFailure", "Worker", "WorkerFailure", "WorkerOptions", "describe_exit"]
 
 
 class _Overdue(Exception):
@@ -58,6 +58,15 @@ class WorkerFailure(Exception):
 
     def __str__(self) -> str:
         return self.detail
+
+
+class ImportFailure(WorkerFailure):
+    """The worker did not answer while it imported the submission (module-level code ran past `limit_s`, crashed
+    the worker or outgrew its memory): the submission's own doing, unlike a worker that never came up."""
+
+    def __init__(self, trap: str, detail: str, output_tail: str = "", limit_s: float = 0.0) -> None:
+        super().__init__(trap, detail, output_tail)
+        self.limit_s = limit_s
 
 
 @dataclass(frozen=True)
@@ -159,8 +168,12 @@ class Worker:
         what = "starting the worker (importing torch and triton)"
         ready = self._decoded(protocol.Ready, self._receive(WORKER_START_TIMEOUT_S, what), what)
         self.warm = ready.warm
-        return self.request(protocol.Load(path=str(self.sandboxed_path), names=tuple(self.names)),
-                            self.options.import_timeout_s, what=f"importing {self.submission.name}")
+        limit = self.options.import_timeout_s
+        try:
+            return self.request(protocol.Load(path=str(self.sandboxed_path), names=tuple(self.names)), limit,
+                                what=f"importing {self.submission.name}")
+        except WorkerFailure as failure:
+            raise ImportFailure(failure.trap, failure.detail, failure.output_tail, limit) from None
 
     def stop(self) -> None:
         """Kill the worker's process group (and what escaped it); nothing it started outlives it."""

@@ -10,8 +10,14 @@ from grader import trap_ids
 from grader.evidence.worker_error import WorkerError
 from grader.judging.false_hints import HintCall
 from grader.running import protocol
-from grader.running.cases.failures import failed_request, failure_sentence, replay_failure, tail
-from grader.running.processes.client import WorkerFailure
+from grader.running.cases.failures import (
+    failed_request,
+    failure_sentence,
+    import_failure_sentence,
+    replay_failure,
+    tail,
+)
+from grader.running.processes.client import ImportFailure, WorkerFailure
 
 TORCH_FAULT = ("CUDA error: an illegal memory access was encountered\n"
                "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n")
@@ -32,6 +38,22 @@ def test_failure_sentence_says_plainly_what_did_not_finish() -> None:
     crash = WorkerFailure(trap_ids.CRASH, "the worker died while softmax(...) (killed by SIGSEGV)")
     assert failure_sentence("softmax(...)", crash) == ("softmax(...) crashed the worker: the worker died while "
                                                        "softmax(...) (killed by SIGSEGV).")
+
+
+def test_an_import_that_timed_out_names_module_level_code_and_the_file_once() -> None:
+    hung = ImportFailure(trap_ids.TIMEOUT, "did not finish within 60 s (importing loop.py)", limit_s=60.0)
+    sentence = import_failure_sentence("loop.py", hung)
+    assert sentence.startswith("Importing loop.py did not finish within 60 s: code at module level (outside any "
+                               "function) runs when the file is imported")
+    assert "`while True:`" in sentence and sentence.endswith("no case could run.")
+    assert sentence.count("loop.py") == 1 and "timed out" not in sentence
+    crashed = ImportFailure(trap_ids.CRASH, "the worker died while importing loop.py (exit code 3)")
+    assert import_failure_sentence("loop.py", crashed) == "Importing loop.py crashed: the worker died (exit code 3)."
+    # a worker that never came up (not the file's import) keeps its own words
+    never_up = WorkerFailure(trap_ids.TIMEOUT, "did not finish within 120 s (starting the worker (importing torch "
+                                               "and triton))")
+    assert import_failure_sentence("loop.py", never_up) == ("Importing loop.py timed out: did not finish within 120 s "
+                                                            "(starting the worker (importing torch and triton)).")
 
 
 def test_a_failed_request_keeps_the_submissions_last_output() -> None:

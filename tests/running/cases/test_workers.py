@@ -4,13 +4,15 @@ what the case observed, and the next request starts a fresh worker; every worker
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from grader import trap_ids
-from grader.authoring.spec import load_assignment
+from grader.authoring.spec import Assignment, load_assignment
 from grader.backends import Backend
 from grader.evidence.observation import Observation
 from grader.running import protocol
@@ -22,13 +24,14 @@ from tests.conftest import ROOT
 SOFTMAX = load_assignment(ROOT / "assignments" / "softmax" / "assignment.toml")
 
 
-def workers_for(text: str, tmp_path: Path) -> SubmissionWorkers:
+def workers_for(text: str, tmp_path: Path, assignment: Assignment = SOFTMAX) -> SubmissionWorkers:
     submission = tmp_path / "student" / "softmax.py"
     submission.parent.mkdir()
     submission.write_text(text, encoding="utf-8")
-    sandbox = Sandbox(sandbox_options(SOFTMAX, submission, "interpreter"))
+    sandbox = Sandbox(sandbox_options(assignment, submission, "interpreter"))
     sandbox.start()
-    return SubmissionWorkers(SOFTMAX, submission, Backend.INTERPRETER, sandbox, PhaseClock(), prestart_replayer=False)
+    return SubmissionWorkers(assignment, submission, Backend.INTERPRETER, sandbox, PhaseClock(),
+                             prestart_replayer=False)
 
 
 @pytest.mark.slow
@@ -36,10 +39,27 @@ def test_an_import_that_fails_is_said_once(tmp_path: Path) -> None:
     workers = workers_for("import torch\nraise ValueError('not today')\n", tmp_path)
     try:
         problem = workers.ensure()
-        assert problem is not None and problem.trap == trap_ids.IMPORT_FAILS
+        assert problem is not None and problem.trap == trap_ids.IMPORT_FAILS and problem.at_import
         assert "could not be imported: ValueError (softmax.py, line 2" in problem.message
         assert workers.symbol_problem("softmax") is problem  # deterministic: not imported again
         assert "start-up" in workers.clock.seconds
+    finally:
+        workers.close()
+        workers.sandbox.close()
+
+
+@pytest.mark.slow
+def test_an_import_that_never_returns_costs_one_timeout(tmp_path: Path) -> None:
+    quick = dataclasses.replace(SOFTMAX, import_timeout_s=2.0)
+    workers = workers_for("import time\nwhile True:\n    time.sleep(0.01)\n", tmp_path, quick)
+    try:
+        problem = workers.ensure()
+        assert problem is not None and problem.trap == trap_ids.TIMEOUT and problem.at_import
+        assert problem.message.startswith("Importing softmax.py did not finish within 2 s: code at module level")
+        assert problem.message.count("softmax.py") == 1
+        started = time.monotonic()
+        assert workers.symbol_problem("softmax") is problem and workers.ensure() is problem  # not imported again
+        assert time.monotonic() - started < 0.5
     finally:
         workers.close()
         workers.sandbox.close()
