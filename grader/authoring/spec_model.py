@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-BACKENDS = ("interpreter", "cuda")
+from grader.backends import BACKENDS
+
 PERF_DTYPES = ("float32", "float16", "bfloat16")
 PERF_RELATIVE_TO = ("reference", "torch")
 VISIBILITIES = ("public", "hidden")
