@@ -59,6 +59,9 @@ class Measurement:
     gb_per_s: float | None = None  # bytes moved / time (problems that declare bytes_moved)
     pct_of_copy_bandwidth: float | None = None
     tflops: float | None = None  # problems that declare flops
+    # the fewest milliseconds the GPU's measured roofs allow for the case's bytes and flops (copy bandwidth, matmul
+    # throughput), as a % of this median: 100 is the roof (judging.roofline.speed_of_light)
+    pct_of_speed_of_light: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -70,7 +73,7 @@ class Measurement:
         if data is None:
             return None
         optional = {k: (None if data.get(k) is None else float(data[k]))
-                    for k in ("gb_per_s", "pct_of_copy_bandwidth", "tflops")}
+                    for k in ("gb_per_s", "pct_of_copy_bandwidth", "tflops", "pct_of_speed_of_light")}
         return cls(label=str(data["label"]), medians_ms=tuple(float(m) for m in data["medians_ms"]),
                    median_ms=float(data["median_ms"]), spread_pct=float(data["spread_pct"]), **optional)
 
@@ -83,6 +86,7 @@ class DeviceInfo:
     copy_gb_per_s: float  # a 1 GiB device-to-device copy, bytes read + written per second
     torch: str
     triton: str
+    matmul_tflops: float | None = None  # torch's 8192^3 matmul in the case's dtype: the compute roof (matmul cases)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -91,7 +95,9 @@ class DeviceInfo:
     def from_dict(cls, data: Mapping[str, Any] | None) -> DeviceInfo | None:
         if data is None:
             return None
-        return cls(str(data["gpu"]), float(data["copy_gb_per_s"]), str(data["torch"]), str(data["triton"]))
+        roof = data.get("matmul_tflops")
+        return cls(str(data["gpu"]), float(data["copy_gb_per_s"]), str(data["torch"]), str(data["triton"]),
+                   None if roof is None else float(roof))
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,9 @@ class PerformanceResult:
     device: DeviceInfo | None = None
     trap: str = ""  # what went wrong at the timed size, when it has a name (timeout, out-of-memory, not-fused)
     calibration: str = ""  # the batch calibration the reference and torch times come from
+    # what Nsight Compute counted in one profiled replay (CUDA): "student" and "reference" -> counter -> value
+    # (dram_bytes, sectors_per_load, occupancy_pct, tensor_pipe_pct, programs, threads, registers, spills)
+    counters: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     @property
     def timed(self) -> bool:
@@ -140,6 +149,7 @@ class PerformanceResult:
             "score": self.score, "max_score": self.max_score,
             "device": self.device.to_dict() if self.device else None,
             "trap": self.trap, "calibration": self.calibration,
+            "counters": {side: dict(values) for side, values in self.counters.items()},
         }
 
     @classmethod
@@ -160,6 +170,8 @@ class PerformanceResult:
             score=float(data.get("score", 0.0)), max_score=float(data.get("max_score", 0.0)),
             device=DeviceInfo.from_dict(data.get("device")),
             trap=str(data.get("trap", "")), calibration=str(data.get("calibration", "")),
+            counters={str(side): {str(k): float(v) for k, v in dict(values).items()}
+                      for side, values in dict(data.get("counters") or {}).items()},
         )
 
 

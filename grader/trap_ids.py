@@ -40,7 +40,7 @@ RE_READING = "re-reading"
 UNCOALESCED_ACCESS = "uncoalesced-access"
 NO_TENSOR_CORES = "no-tensor-cores"
 LAUNCH_BOUND = "launch-bound"
-# ... measured on a GPU only (grader/judging/gpu_performance_traps.py, not wired into the grade path yet)
+# ... measured on a GPU only (grader/judging/gpu_performance_traps.py, from a cuda grade's profiled replays)
 LOW_OCCUPANCY = "low-occupancy"
 SERIAL_GRID = "serial-grid"
 REGISTER_SPILLS = "register-spills"

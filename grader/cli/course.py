@@ -30,7 +30,7 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
         executor=args.executor, ray_address=args.ray_address, gpus_per_task=args.gpus_per_task,
         grade_timeout_s=args.grade_timeout, canvas_column=args.canvas_column,
         calibration=calibration_settings(args).store(),
-        roster=args.roster, missing_score=args.missing_score, allowed=tuple(args.allowed),
+        roster=args.roster, missing_score=args.missing_score, allowed=tuple(args.allowed), profile=args.profile,
     )
     try:
         summary = run_batch(options)

@@ -27,7 +27,7 @@ def cmd_grade(args: argparse.Namespace, root: Path) -> int:
 
     request = GradeFiles(assignments_root=root, assignment_id=args.assignment, submissions=tuple(args.submissions),
                          out=args.out, backend=args.backend, seed=args.seed, sanitize=args.sanitize,
-                         prairielearn=args.prairielearn, calibration=calibration_settings(args))
+                         profile=args.profile, prairielearn=args.prairielearn, calibration=calibration_settings(args))
     for graded in grade_files(request, note=lambda text: print(f"grader: {text}", file=sys.stderr)):
         result = graded.result
         traps = ", ".join(result.traps) or "none"

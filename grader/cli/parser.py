@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="output folder; with several submissions, one subfolder per submission (file stem)")
     g.add_argument("--sanitize", action="store_true",
                    help="CUDA: run every kernel case once more under compute-sanitizer memcheck (slow)")
+    g.add_argument("--no-profile", dest="profile", action="store_false",
+                   help="CUDA: do not replay the timed cases under Nsight Compute (no measured 'why slow')")
     g.add_argument("--prairielearn", action="store_true",
                    help="also write prairielearn.json, PrairieLearn's external-grader results "
                         "(copy it to /grade/results/results.json)")
@@ -157,6 +159,8 @@ def _add_batch_parsers(sub: Any) -> None:
     b.add_argument("--ray-address", help="Ray cluster to use (default: start a local Ray instance)")
     b.add_argument("--gpus-per-task", type=float,
                    help="Ray on CUDA: share of a GPU per grade (default 0.25)")
+    b.add_argument("--no-profile", dest="profile", action="store_false",
+                   help="CUDA: no replay of the timed cases under Nsight Compute (no measured 'why slow')")
     b.add_argument("--grade-timeout", type=float,
                    help="wall-clock limit per submission in seconds (default: far above the grader's own)")
     b.add_argument("--canvas-column",

@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 # The counters asked for, one name each (Nsight Compute's metric names; `ncu --query-metrics` lists them).
 # All of them were read by ncu 2025.3.1 on the H200 for Triton kernels (TRITON_FACTS.md, "Added 2026-12-02").
@@ -79,3 +81,73 @@ class StaticFacts:
     vector_loads: bool
     registers: int
     spills: int
+
+
+# Static facts of a compiled Triton kernel, read in the worker that compiled it (pure): `kernel.asm["ptx"]` /
+# `["sass"]`, `kernel.n_regs`, `kernel.n_spills`.
+_TENSOR_CORE = re.compile(r"\bwgmma\.|\bmma\.sync\b|\bmma\.|\bH(?:G)?MMA\b")  # PTX wgmma/mma; SASS HMMA/HGMMA
+_VECTOR_LOAD = re.compile(r"\bld\.global(?:\.[\w:]+)*?\.v4\.|\bLDG\.E(?:\.\w+)*?\.128\b")  # PTX / SASS 128-bit
+
+
+def uses_tensor_cores(assembly: str) -> bool:
+    """Whether PTX or SASS text holds a tensor-core instruction (wgmma / mma; HGMMA / HMMA)."""
+    return bool(_TENSOR_CORE.search(assembly))
+
+
+def vectorised_loads(assembly: str) -> bool:
+    """Whether PTX or SASS text holds a 128-bit global load (ld.global.v4 / LDG.E.128): four float32 per lane."""
+    return bool(_VECTOR_LOAD.search(assembly))
+
+
+def static_facts(assembly: str, n_regs: int, n_spills: int) -> StaticFacts:
+    return StaticFacts(uses_tensor_cores(assembly), vectorised_loads(assembly), int(n_regs), int(n_spills))
+
+
+@dataclass(frozen=True)
+class SideProfile:
+    """One side's (the student's or the reference's) profiled run of one timed case: its kernel launches in launch
+    order (empty where the counters could not be read) and what the compiler says of each kernel it launched."""
+
+    launches: tuple[KernelProfile, ...] = ()
+    kernels: Mapping[str, StaticFacts] = field(default_factory=dict)
+
+    @property
+    def static(self) -> StaticFacts | None:
+        """The kernels' facts together: the most registers and spills, any tensor-core or 128-bit load."""
+        if not self.kernels:
+            return None
+        facts = list(self.kernels.values())
+        return StaticFacts(any(f.tensor_cores for f in facts), any(f.vector_loads for f in facts),
+                           max(f.registers for f in facts), max(f.spills for f in facts))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"launches": [{"launch_id": p.launch_id, "kernel": p.kernel, "grid": list(p.grid),
+                              "block": list(p.block), "metrics": dict(p.metrics)} for p in self.launches],
+                "kernels": {name: asdict(f) for name, f in self.kernels.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SideProfile:
+        """Raises KeyError, TypeError or ValueError on anything but the shape `to_dict` writes."""
+        launches = tuple(KernelProfile(int(p["launch_id"]), str(p["kernel"]), tuple(int(v) for v in p["grid"]),
+                                       tuple(int(v) for v in p["block"]),
+                                       {str(k): float(v) for k, v in dict(p["metrics"]).items()})
+                         for p in data.get("launches", ()))
+        kernels = {str(name): StaticFacts(bool(f["tensor_cores"]), bool(f["vector_loads"]), int(f["registers"]),
+                                          int(f["spills"])) for name, f in dict(data.get("kernels", {})).items()}
+        return cls(launches, kernels)
+
+
+@dataclass(frozen=True)
+class CaseProfile:
+    """What profiling found for one timed case: both sides' profiles (None where a side could not be profiled) and,
+    where the counters could not be read (ncu missing or refused), why, in one line."""
+
+    perf_id: str
+    target: str
+    student: SideProfile | None = None
+    reference: SideProfile | None = None
+    unmeasured: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return bool(self.student and self.student.launches and self.reference and self.reference.launches)

@@ -1,10 +1,11 @@
 """Why a kernel is slow, measured: performance traps named from Nsight Compute counters (pure).
 
-Groundwork for issue 28, not wired into the grade path (docs/performance.md, "GPU performance traps"). The
-evidence is a student's profiled launches of one case (grader/evidence/kernel_profiles.py `KernelProfile`s, ncu run
-with `--clock-control none`) next to the reference's launches of the same case, plus the static facts of the
-compiled kernels where known. Every trap is named only when the student is measurably slower than the
-reference (`Thresholds.slower`): a kernel within ~10% of the reference gets none, whatever its counters.
+A cuda grade judges them from its profiled replays (grader/running/timing/profiled_replay.py; `judge_profiles` here;
+docs/performance.md, "Why slow, on the GPU"). The evidence is a student's profiled launches of one case
+(grader/evidence/kernel_profiles.py `KernelProfile`s, ncu run with `--clock-control none`) next to the reference's
+launches of the same case, plus the static facts of the compiled kernels where known. Every trap is named only when
+the student is measurably slower than the reference (`Thresholds.slower`): a kernel within ~10% of the reference gets
+none, whatever its counters.
 
 - `serial-grid`: fewer programs than the GPU has SMs where the reference launches at least that many.
 - `uncoalesced-access`: global sectors per request well above the reference's and above twice the 4 sectors
@@ -24,12 +25,12 @@ prediction it contradicts becomes a note saying what was measured instead.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from grader import trap_ids
 from grader.evidence import kernel_profiles as ncu
-from grader.evidence.kernel_profiles import KernelProfile, StaticFacts
-from grader.results import PerformanceTrap
+from grader.evidence.kernel_profiles import CaseProfile, KernelProfile, StaticFacts
+from grader.results import PerformanceResult, PerformanceTrap
 
 MEASURED = "measured"
 COALESCED_SECTORS = 4.0  # sectors of one request of 32 lanes reading consecutive float32 (128 bytes)
@@ -361,3 +362,77 @@ def _contradiction(trap: str, c: Comparison, thresholds: Thresholds) -> str:
         occupancy = f", achieved occupancy {s.occupancy:.0f}%" if s.occupancy is not None else ""
         return f"its longest launch ran {s.programs:,} programs of {s.threads} threads{occupancy}"
     return "no counter supports it"
+
+
+# Judging a grade's profiled replays.
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a cuda grade's profiles say: the traps (one per target and trap, from its slowest case), the comparison
+    each target was judged on (for `reconcile`), and one line per reason a profile could not be read."""
+
+    traps: tuple[PerformanceTrap, ...] = ()
+    comparisons: Mapping[str, Comparison] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    counters: Mapping[str, Mapping[str, Mapping[str, float]]] = field(default_factory=dict)  # perf id -> side -> ...
+
+    def attach(self, performance: Iterable[PerformanceResult]) -> tuple[PerformanceResult, ...]:
+        """The performance results with their cases' counters (results.json, the report's roofline)."""
+        return tuple(replace(p, counters=self.counters[p.perf_id]) if p.perf_id in self.counters else p
+                     for p in performance)
+
+
+def summarise(totals: Totals) -> dict[str, float]:
+    """A side's counters for one case in a student's units (only those it has)."""
+    out: dict[str, float] = {}
+    if totals.launches:
+        out.update(dram_bytes=totals.dram_bytes, programs=float(totals.programs), threads=float(totals.threads),
+                   registers=float(totals.registers), launches=float(totals.launches))
+        if totals.load_requests:
+            out["sectors_per_load"] = round(totals.load_sectors / totals.load_requests, 2)
+        if totals.occupancy is not None:
+            out["occupancy_pct"] = round(totals.occupancy, 1)
+        if totals.tensor_pipe is not None:
+            out["tensor_pipe_pct"] = round(totals.tensor_pipe, 1)
+    if totals.spills is not None:
+        out["spills"] = float(totals.spills)
+    return out
+
+
+def judge_profiles(performance: Iterable[PerformanceResult], profiles: Mapping[str, CaseProfile],
+                   matmul_targets: Iterable[str] = (),
+                   thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Measured:
+    """Every timed case with a profile, student against reference at the times the timing slot measured (not ncu's
+    durations): its traps, where the student is measurably slower. Where the counters could not be read, the
+    static facts of the compiled kernels still name what they can (register spills, no tensor-core
+    instruction), and the reason is a note."""
+    matmul = frozenset(matmul_targets)
+    traps: dict[tuple[str, str], tuple[float, PerformanceTrap]] = {}
+    comparisons: dict[str, Comparison] = {}
+    notes: dict[str, None] = {}
+    counters: dict[str, dict[str, dict[str, float]]] = {}
+    for result in performance:
+        profile = profiles.get(result.perf_id)
+        if profile is None or not result.timed or result.student is None:
+            continue
+        if profile.unmeasured:
+            notes[f"GPU counters: {profile.unmeasured}"] = None
+        if profile.student is None or profile.reference is None or result.reference is None:
+            continue
+        flops = (result.student.tflops or 0.0) * 1e12 * result.student.median_ms * 1e-3
+        comparison = compare(result.target,
+                             Side(profile.student.launches, profile.student.static, result.student.median_ms * 1e-3),
+                             Side(profile.reference.launches, profile.reference.static,
+                                  result.reference.median_ms * 1e-3),
+                             case_id=result.perf_id, matmul=result.target in matmul, flops=flops)
+        counters[result.perf_id] = {"student": summarise(comparison.student),
+                                    "reference": summarise(comparison.reference)}
+        known = comparisons.get(result.target)
+        if known is None or comparison.time_ratio > known.time_ratio:
+            comparisons[result.target] = comparison
+        for trap in diagnose(comparison, thresholds):
+            held = traps.get((trap.target, trap.trap))
+            if held is None or comparison.time_ratio > held[0]:
+                traps[(trap.target, trap.trap)] = (comparison.time_ratio, trap)
+    return Measured(tuple(t for _, t in traps.values()), comparisons, tuple(notes), counters)

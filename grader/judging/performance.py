@@ -46,8 +46,10 @@ def measurement(
     nbytes: int | None,
     flops: int | None,
     copy_gb_per_s: float | None,
+    matmul_tflops: float | None = None,
 ) -> Measurement:
-    """A Measurement from repeated medians, with bandwidth (given bytes) and TFLOP/s (given flops)."""
+    """A Measurement from repeated medians, with bandwidth (given bytes), TFLOP/s (given flops) and the % of the
+    speed of light the GPU's measured roofs allow (copy bandwidth for the bytes, matmul throughput for the flops)."""
     ordered = sorted(float(m) for m in medians_ms)
     if not ordered or ordered[0] <= 0:
         raise ValueError(f"{label}: timings must be positive, got {list(medians_ms)}")
@@ -63,7 +65,20 @@ def measurement(
         gb_per_s=bandwidth,
         pct_of_copy_bandwidth=percent(bandwidth, copy_gb_per_s) if bandwidth and copy_gb_per_s else None,
         tflops=tflops(flops, mid) if flops else None,
+        pct_of_speed_of_light=_speed_of_light(nbytes, flops, mid, copy_gb_per_s, matmul_tflops),
     )
+
+
+def _speed_of_light(nbytes: int | None, flops: int | None, median_ms: float, copy_gb_per_s: float | None,
+                    matmul_tflops: float | None) -> float | None:
+    """max(bytes at the copy bandwidth, flops at the matmul roof) / the median, in %; None without a roof that the
+    case's bytes or flops can be set against (flops count only with a measured matmul roof)."""
+    bound_s = 0.0
+    if nbytes and copy_gb_per_s:
+        bound_s = nbytes / (copy_gb_per_s * 1e9)
+    if flops and matmul_tflops:
+        bound_s = max(bound_s, flops / (matmul_tflops * 1e12))
+    return round(100.0 * bound_s / (median_ms * 1e-3), 2) if bound_s > 0 else None
 
 
 def title(perf: PerformanceCase) -> str:

@@ -35,6 +35,7 @@ from grader.environment import backend_label, versions
 from grader.judging.diagnosis import INTERPRETER_LIMIT, explain_away, inherit_kernel_traps, refute_interpreter_limits
 from grader.judging.false_hints import as_cpu_grade, false_hint_checks, with_cpu_evidence
 from grader.judging.faults import name_from_other_cases
+from grader.judging.gpu_performance_traps import judge_profiles, reconcile
 from grader.judging.judge import renamed_head
 from grader.judging.performance import by_id, errored, not_run, skipped
 from grader.judging.performance_traps import diagnose as diagnose_performance
@@ -62,6 +63,7 @@ class GradeRequest:
     gpu_compile_check: bool = True
     hidden: tuple[str, ...] = ()  # extra folders the worker must not see (the output folder, say)
     performance: bool = True  # run the spec's [[performance]] cases (timed on CUDA, skipped elsewhere)
+    profile: bool = True  # CUDA: each timed case replayed once under Nsight Compute, to name why it is slow
     sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
     targets: tuple[str, ...] = ()  # only these targets' cases (and compile checks); empty: every target
     calibration: CalibrationStore | None = None  # where performance bars are cached; None: measured for this grade
@@ -181,7 +183,7 @@ def _grade_file(request: GradeRequest) -> list[tuple[GradeResult, str]]:
     run = GradingRun(request.assignment, request.submission, request.backend, seed, more_seeds=request.more_seeds,
                      public_only=request.public_run, hidden=request.hidden, targets=request.targets,
                      performance=request.performance, sanitize=request.sanitize, calibration=request.calibration,
-                     concurrent_grades=request.concurrent_grades, sandbox=request.sandbox)
+                     concurrent_grades=request.concurrent_grades, sandbox=request.sandbox, profile=request.profile)
     notes: list[str] = list(sanitizer_notes(request))
     aot_cases: list[CaseResult] = []
     checked = False
@@ -200,8 +202,15 @@ def _grade_file(request: GradeRequest) -> list[tuple[GradeResult, str]]:
     finally:
         run.close()
     graded = []
+    measured = judge_profiles(every_performance(run), run.profiles, matmul_targets(request.assignment))
+    performance = measured.attach(every_performance(run))
     for at in run.seeds:
         cases, seed_notes = _judge_submission(request, run, at, promises, aot_cases if checked else None)
+        # why it may be slow: the interpreter's predictions (its traffic counts), and on CUDA what the profiled
+        # replays measured, which wins where the two disagree (informational: no points)
+        predicted = diagnose_performance(cases, matmul_targets(request.assignment),
+                                         wrapper_targets=tuple(request.assignment.functions))
+        why_slow = reconcile(predicted, measured.traps, measured.comparisons)
         graded.append((GradeResult(
             assignment=request.assignment.id,
             submission=request.submission.name,
@@ -211,13 +220,11 @@ def _grade_file(request: GradeRequest) -> list[tuple[GradeResult, str]]:
             versions=versions(),
             cases=tuple(cases),
             execution_time_s=round(time.monotonic() - started, 3),
-            notes=tuple(notes + seed_notes),
+            notes=tuple(notes + seed_notes + list(measured.notes) + list(why_slow.notes)),
             public_only=request.public_run,
-            performance=every_performance(run),
+            performance=performance,
             phases=phases,
-            # why it may be slow, from the traffic the interpreter counted (informational: no points)
-            performance_traps=diagnose_performance(cases, matmul_targets(request.assignment),
-                                                   wrapper_targets=tuple(request.assignment.functions)),
+            performance_traps=why_slow.traps,
         ), report))
     return graded
 

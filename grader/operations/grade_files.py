@@ -64,7 +64,7 @@ def grade_files(request: GradeFiles, note: Callable[[str], None]) -> Iterator[Gr
         out.mkdir(parents=True, exist_ok=True)  # exists before any student code runs; hidden from it
         result, pytest_report = grade(GradeRequest(
             assignment, path, backend, seed=seed.seed, seed_source=seed.source, hidden=(str(out.resolve()),),
-            sanitize=request.sanitize, calibration=calibration, sandbox=early))
+            sanitize=request.sanitize, profile=request.profile, calibration=calibration, sandbox=early))
         early = None  # the first grade owns it (and closed it)
         write_outputs(out, result, assignment, pytest_report, prairielearn=request.prairielearn)
         yield GradedFile(path, out, result)

@@ -25,6 +25,7 @@ import pytest
 from grader import trap_ids
 from grader.authoring.spec import Assignment, Case, PerformanceCase
 from grader.backends import Backend
+from grader.evidence.kernel_profiles import CaseProfile
 from grader.results import CaseResult, PerformanceResult
 from grader.running.cases.battery import Battery
 from grader.running.cases.cpu_companion import CpuCompanion, hint_check_cases, makes_promises
@@ -42,8 +43,9 @@ class GradingRun:
                  targets: tuple[str, ...] = (),
                  performance: bool = True, sanitize: bool = False,
                  calibration: CalibrationStore | None = None, concurrent_grades: int = 1,
-                 sandbox: Sandbox | None = None) -> None:
+                 sandbox: Sandbox | None = None, profile: bool = True) -> None:
         """`calibration`: where performance bars are cached (None: measured for this grade alone).
+        `profile`: on CUDA, each timed case replayed once under Nsight Compute (`profiles`, for the judge).
         `concurrent_grades`: how many grades share this GPU (a batch's), for each worker's memory budget.
         `sandbox`: the submission's sandbox, started ahead (start_sandbox); the run closes it.
         `more_seeds`: grade the correctness cases at these seeds too, in the same workers (one import, one compile):
@@ -65,6 +67,8 @@ class GradingRun:
         self.cases: list[CaseResult] = []  # correctness results at `seed`, in run order: they gate performance
         self.seed_cases: dict[int, list[CaseResult]] = {s: [] for s in self.seeds}
         self.performance: dict[str, PerformanceResult] = {}
+        self.profile = profile
+        self.profiles: dict[str, CaseProfile] = {}  # perf id -> its profiled replay (CUDA), for the judge
         self._battery: Battery | None = None
         self._performance_runner: Any = None  # a grader.running.timing.performance.PerformanceRunner, made at the first
         # timed case
@@ -148,9 +152,10 @@ class GradingRun:
             self.cpu_hint_evidence()  # the CPU check of the promises ends first: nothing else runs while timing
             if self._performance_runner is None:
                 self._performance_runner = PerformanceRunner(self.assignment, self.seed, perfs=self.performance_cases(),
-                                               calibration=self.calibration)
+                                                             calibration=self.calibration, profile=self.profile)
             with self.battery.clock.phase("timing"):
                 result = self._performance_runner.run(perf, self.battery, self.cases)
+            self.profiles.update(self._performance_runner.profiles)
         self.performance[perf.id] = result
         return result
 

@@ -49,6 +49,7 @@ class GradeFiles:
     backend: str = AUTO  # as asked: "auto", "interpreter" or "cuda"
     seed: int | None = None  # None: the course's seed
     sanitize: bool = False
+    profile: bool = True  # CUDA: the timed cases replayed once under Nsight Compute
     prairielearn: bool = False
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
 

@@ -366,6 +366,52 @@ class SlowSubmission:
 
 
 @dataclass(frozen=True)
+class SpeedCell:
+    """One student's timed case in the class's speed table."""
+
+    time_ms: float
+    vs_reference: float | None
+    speed_of_light: float | None  # % (results.Measurement.pct_of_speed_of_light)
+
+    @property
+    def text(self) -> str:
+        parts = [f"{self.time_ms:.3f} ms"]
+        if self.vs_reference is not None:
+            parts.append(f"{self.vs_reference:.2f}x ref")
+        if self.speed_of_light is not None:
+            parts.append(f"{self.speed_of_light:.0f}% SOL")
+        return " · ".join(parts)
+
+
+@dataclass(frozen=True)
+class SpeedRow:
+    """A student's timed cases (perf id -> cell; absent: not timed) and why they may be slow (trap ids)."""
+
+    student: str
+    cells: Mapping[str, SpeedCell]
+    slow: tuple[str, ...]
+
+
+def speed_rows(scored: Sequence[str],
+               results: Mapping[str, GradeResult]) -> tuple[tuple[str, ...], tuple[SpeedRow, ...]]:
+    """The performance cases timed for anyone (in result order) and each student with a timed case, fastest first
+    on the first case."""
+    cases: dict[str, None] = {}
+    rows = []
+    for student in scored:
+        result = results[student]
+        cells = {p.perf_id: SpeedCell(p.student.median_ms, p.speedup_vs_reference, p.student.pct_of_speed_of_light)
+                 for p in result.performance if p.timed and p.student is not None}
+        if cells:
+            cases.update(dict.fromkeys(cells))
+            rows.append(SpeedRow(student, cells, tuple(result.performance_trap_ids)))
+    order = tuple(cases)
+    rows.sort(key=lambda r: tuple((r.cells[c].time_ms if c in r.cells else float("inf")) for c in order[:1])
+              + (r.student,))
+    return order, tuple(rows)
+
+
+@dataclass(frozen=True)
 class ClassStats:
     book: Gradebook
     histogram: tuple[HistogramBin, ...]
@@ -375,6 +421,8 @@ class ClassStats:
     hanging: tuple[SlowSubmission, ...]
     unscored: tuple[GradebookRow, ...] = field(default_factory=tuple)
     similarity: SimilaritySummary | None = None  # the class's similarity.html, when the batch wrote one
+    speed_cases: tuple[str, ...] = ()  # performance cases timed for someone (CUDA batches)
+    speed: tuple[SpeedRow, ...] = ()
 
     @property
     def scored(self) -> list[float]:
@@ -470,8 +518,9 @@ def class_stats(book: Gradebook, results: Mapping[str, GradeResult], assignment:
     slowest = sorted(timings, key=lambda s: (-s.seconds, s.student))[:SLOWEST_SHOWN]
     hanging = sorted((s for s in timings if s.timed_out_cases), key=lambda s: (-s.timed_out_cases, s.student))
     unscored = tuple(r for r in book.rows if r.score is None and r.status != "missing")  # missing: the roster's
+    speed_cases, speed = speed_rows(scored_ids, results)
     return ClassStats(book, histogram(book.rows), tuple(cases), tuple(traps), tuple(slowest), tuple(hanging),
-                      unscored, similarity)
+                      unscored, similarity, speed_cases, speed)
 
 
 # ------------------------------------------------------------------------------------------- HTML

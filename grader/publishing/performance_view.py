@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grader.judging.roofline import Ceilings, Point, roofline_svg
 from grader.publishing.safe_text import clean
 from grader.results import GradeResult, Measurement, PerformanceResult
 
@@ -40,6 +41,9 @@ class PerformanceRow:
     torch_label: str
     torch_time: str
     reference_time: str
+    speed_of_light: str = ""  # "72% of speed of light": the GPU's roofs over the measured time
+    counters: str = ""  # what Nsight Compute counted, yours against the reference's, in one line
+    roofline: str = ""  # an SVG (built here from numbers only: safe to inline) where the case declares flops
 
     @property
     def timed(self) -> bool:
@@ -65,6 +69,52 @@ def throughput(m: Measurement | None) -> str:
     return ", ".join(parts)
 
 
+def speed_of_light(m: Measurement | None) -> str:
+    return f"{m.pct_of_speed_of_light:.0f}% of speed of light" if m and m.pct_of_speed_of_light is not None else ""
+
+
+_COUNTERS = (  # counter -> how it reads
+    ("dram_bytes", "DRAM traffic", lambda v: f"{v / 1e6:,.0f} MB"),
+    ("sectors_per_load", "sectors per load request", lambda v: f"{v:.0f}"),
+    ("occupancy_pct", "achieved occupancy", lambda v: f"{v:.0f}%"),
+    ("tensor_pipe_pct", "tensor pipe", lambda v: f"{v:.0f}%"),
+    ("programs", "programs", lambda v: f"{v:,.0f}"),
+    ("threads", "threads per program", lambda v: f"{v:.0f}"),
+    ("spills", "register spills", lambda v: f"{v:.0f}"),
+)
+
+
+def counters_line(p: PerformanceResult) -> str:
+    """"DRAM traffic 805 MB (reference 268 MB); ..." for the counters both sides have."""
+    mine, theirs = p.counters.get("student", {}), p.counters.get("reference", {})
+    parts = []
+    for key, name, fmt in _COUNTERS:
+        if key in mine:
+            other = f" (reference {fmt(theirs[key])})" if key in theirs else ""
+            parts.append(f"{name} {fmt(mine[key])}{other}")
+    return "; ".join(parts)
+
+
+def roofline(p: PerformanceResult) -> str:
+    """The case on the GPU's roofline (yours, the reference, torch), where it declares flops and the device's
+    roofs were measured; the bytes are what Nsight Compute counted where it did, else the case's own."""
+    d = p.device
+    if not p.timed or d is None or not d.matmul_tflops or not d.copy_gb_per_s:
+        return ""
+    points = []
+    for label, m, side in (("yours", p.student, "student"), ("reference", p.reference, "reference"),
+                           ("torch", p.torch, "")):
+        if m is None or not m.tflops or not m.gb_per_s:
+            continue
+        time_s = m.median_ms * 1e-3
+        counted = p.counters.get(side, {}).get("dram_bytes") if side else None
+        points.append(Point(label, counted or m.gb_per_s * 1e9 * time_s, m.tflops * 1e12 * time_s, time_s))
+    if not points:
+        return ""
+    return roofline_svg(points, Ceilings(d.copy_gb_per_s, d.matmul_tflops), title=f"{p.title} on {d.gpu}",
+                        width=480, height=300)
+
+
 def performance_row(p: PerformanceResult) -> PerformanceRow:
     return PerformanceRow(
         id=p.perf_id, title=p.title, shape=f"{p.shape} {p.dtype}", status=p.status,
@@ -73,7 +123,8 @@ def performance_row(p: PerformanceResult) -> PerformanceRow:
         throughput=throughput(p.student),
         points=f"{p.score:g} / {p.max_score:g}" if p.max_score else "–",
         reason=clean(p.reason, 600), torch_label=p.torch.label if p.torch else "",
-        torch_time=_ms(p.torch), reference_time=_ms(p.reference),
+        torch_time=_ms(p.torch), reference_time=_ms(p.reference), speed_of_light=speed_of_light(p.student),
+        counters=counters_line(p), roofline=roofline(p),
     )
 
 
@@ -87,6 +138,8 @@ def performance_line(p: PerformanceResult) -> str:
         parts.append(f"{r.vs_reference} the reference ({r.reference_time})")
     if r.throughput:
         parts.append(r.throughput)
+    if r.speed_of_light:
+        parts.append(r.speed_of_light)
     if p.max_score:
         parts.append(f"{r.points} points")
     if r.reason:

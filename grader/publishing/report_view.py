@@ -159,6 +159,14 @@ class ReportView:
         return tuple(out)
 
     @property
+    def slow_measured(self) -> bool:
+        return any(t.basis == "measured" for t in self.result.performance_traps)
+
+    @property
+    def slow_predicted(self) -> bool:
+        return any(t.basis != "measured" for t in self.result.performance_traps)
+
+    @property
     def legend(self) -> list[tuple[str, str, str]]:
         return [(c, MAP_COLOURS[c], LEGEND[c]) for c in CODES]
 

@@ -157,6 +157,16 @@ class Timed(Reply):
     medians_ms: tuple[float, ...] = ()
 
 
+@dataclass(frozen=True)
+class Profiled(Reply):
+    """Kept launches run once between cudaProfilerStart and cudaProfilerStop (the worker runs under Nsight Compute,
+    which profiles only that range), and what the compiler says of each kernel they launched: kernel name ->
+    {"registers", "spills", "tensor_cores", "vector_loads"} (grader.evidence.kernel_profiles.StaticFacts)."""
+
+    kernels: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    launches: int = 0  # kernel launches inside the range (what ncu's report holds for this request)
+
+
 # -------------------------------------------------------------------------------------------------- requests
 
 R = TypeVar("R", bound=Reply)
@@ -303,6 +313,16 @@ class TimeKept(Request[Timed]):
     hold: bool = False
 
 
+@dataclass(frozen=True)
+class ProfileKept(Request[Profiled]):
+    """Run the launches kept under `key` once, on one input set, inside the profiler's range (nothing else the
+    worker does is profiled), and describe the compiled kernels."""
+
+    OP: ClassVar[str] = "profile_kept"
+    REPLY: ClassVar[type[Reply]] = Profiled
+    key: str
+
+
 # ---------------------------------------------------------------------------------- the zygote's control socket
 
 
@@ -364,7 +384,7 @@ class KillStrays(Request[StraysKilled]):
 
 
 WORKER_REQUESTS: tuple[type[Request[Any]], ...] = (Load, Launch, Call, Compile, Warmup, Replay, Run, TimeLaunches,
-                                                   TimeKept)
+                                                   TimeKept, ProfileKept)
 ZYGOTE_REQUESTS: tuple[type[Request[Any]], ...] = (Fork, Status, KillStrays)
 
 

@@ -59,6 +59,7 @@ class BatchOptions:
     roster: Path | None = None  # the course's roster, Canvas's export or a map (batch/roster.py); None: DIR's
     allowed: tuple[Path, ...] = ()  # sources students may share beyond the template (similarity discounts them)
     missing_score: float | None = None  # canvas.csv's score for a student without a gradable file; None: DIR's
+    profile: bool = True  # CUDA: each grade replays its timed cases once under Nsight Compute
 
 @dataclass
 class BatchSummary:
@@ -187,7 +188,8 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
     source = COURSE if course is not None and course.seed == manifest.seed else GIVEN
     jobs = [GradeJob(s.id, s.path, options.assignment.id, Path(options.assignments_root), options.backend,
                      manifest.seed, timeout, hidden_from_students(options.submissions, out),
-                     calibration=options.calibration, concurrent_grades=executor.grades_per_gpu(), seed_source=source)
+                     calibration=options.calibration, concurrent_grades=executor.grades_per_gpu(), seed_source=source,
+                     profile=options.profile)
             for s in todo if s.path is not None]
     log.write("run-start", executor=executor.describe(), to_grade=len(todo), seed=manifest.seed,
               backend=manifest.backend, generation=manifest.generation)

@@ -175,6 +175,17 @@ class Worker:
         except WorkerFailure as failure:
             raise ImportFailure(failure.trap, failure.detail, failure.output_tail, limit) from None
 
+    def end(self, wait_s: float) -> bool:
+        """Close the channel, so the worker's loop ends and a tool it runs under (ncu) writes its report as the
+        process exits; wait at most `wait_s` for that. Whether it exited; `stop` or `close` kill what is left."""
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+        deadline = time.monotonic() + wait_s
+        while self.process is not None and self.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.process is None or self.process.poll() is not None
+
     def stop(self) -> None:
         """Kill the worker's process group (and what escaped it); nothing it started outlives it."""
         self.sandbox_ref.unwatch(self.watch)

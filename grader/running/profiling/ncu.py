@@ -19,7 +19,14 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from grader.evidence.kernel_profiles import METRICS, KernelProfile, StaticFacts
+from grader.evidence.kernel_profiles import (  # noqa: F401 - the static readers live beside the values
+    METRICS,
+    KernelProfile,
+    StaticFacts,
+    static_facts,
+    uses_tensor_cores,
+    vectorised_loads,
+)
 
 _CANDIDATES = ("/usr/local/cuda/bin/ncu",)
 _GLOBS = ("/opt/nvidia/nsight-compute/*/ncu",)
@@ -57,6 +64,22 @@ def profiler_command(kernel_name: str, launch_count: int = 1, metrics: Sequence[
         raise ValueError(f"launch_count must be at least 1, not {launch_count}")
     return (found, *PROFILER_ARGS, "--metrics", ",".join(metrics),
             "--kernel-name", f"regex:^{re.escape(kernel_name)}$", "--launch-count", str(launch_count))
+
+
+# At most this many launches of one run are profiled: each costs several replays of the kernel under the counters.
+MAX_PROFILED_LAUNCHES = 32
+
+
+def range_profiler_command(ncu: str | None = None, metrics: Sequence[str] = METRICS,
+                           max_launches: int = MAX_PROFILED_LAUNCHES) -> tuple[str, ...] | None:
+    """The ncu command prefix that profiles the launches a program makes between cudaProfilerStart and
+    cudaProfilerStop (torch.cuda.profiler.start / stop), at most `max_launches` of them; None where ncu is not
+    installed."""
+    found = ncu or find_ncu()
+    if found is None:
+        return None
+    return (found, "--profile-from-start", "off", *PROFILER_ARGS, "--metrics", ",".join(metrics),
+            "--launch-count", str(max_launches))
 
 
 def parse_number(text: str) -> float | None:
@@ -113,6 +136,9 @@ _FAILURES = (
     (re.compile(r"LibraryNotLoaded", re.I),
      "Nsight Compute could not load its injection library into the process (LibraryNotLoaded): the ncu "
      "release may not match the driver or the CUDA runtime the process loaded"),
+    (re.compile(r"lock ?file|nsight-compute-lock", re.I),
+     "Nsight Compute could not take its lock file (in /tmp, shared by every user's ncu): another user's ncu made "
+     "it; the counters were not read"),
     (re.compile(r"No kernels were profiled", re.I),
      "Nsight Compute profiled no kernel: no launch matched the kernel name (or the process launched none)"),
 )
@@ -134,22 +160,3 @@ def classify_failure(returncode: int | None, output: str, profiles_found: int = 
     if errors:
         return f"Nsight Compute failed: {errors[0].removeprefix('==ERROR==').strip()}"
     return f"Nsight Compute gave no counters (exit code {returncode})"
-
-
-# Static facts of a compiled Triton kernel: `kernel.asm["ptx"]` / `["sass"]`, `kernel.n_regs`, `kernel.n_spills`.
-_TENSOR_CORE = re.compile(r"\bwgmma\.|\bmma\.sync\b|\bmma\.|\bH(?:G)?MMA\b")  # PTX wgmma/mma; SASS HMMA/HGMMA
-_VECTOR_LOAD = re.compile(r"\bld\.global(?:\.[\w:]+)*?\.v4\.|\bLDG\.E(?:\.\w+)*?\.128\b")  # PTX / SASS 128-bit
-
-
-def uses_tensor_cores(assembly: str) -> bool:
-    """Whether PTX or SASS text holds a tensor-core instruction (wgmma / mma; HGMMA / HMMA)."""
-    return bool(_TENSOR_CORE.search(assembly))
-
-
-def vectorised_loads(assembly: str) -> bool:
-    """Whether PTX or SASS text holds a 128-bit global load (ld.global.v4 / LDG.E.128): four float32 per lane."""
-    return bool(_VECTOR_LOAD.search(assembly))
-
-
-def static_facts(assembly: str, n_regs: int, n_spills: int) -> StaticFacts:
-    return StaticFacts(uses_tensor_cores(assembly), vectorised_loads(assembly), int(n_regs), int(n_spills))

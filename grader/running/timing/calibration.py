@@ -56,17 +56,20 @@ class Calibration:
     reference_note: str
     copy_gb_per_s: float
     measured_at: float
+    matmul_tflops: float | None = None  # the compute roof for the case's dtype (cases that declare flops)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "reference": list(self.reference) if self.reference else None,
                 "torch": list(self.torch) if self.torch else None, "reference_note": self.reference_note,
-                "copy_gb_per_s": self.copy_gb_per_s, "measured_at": self.measured_at}
+                "copy_gb_per_s": self.copy_gb_per_s, "measured_at": self.measured_at,
+                "matmul_tflops": self.matmul_tflops}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Calibration:
         """Raises ValueError, KeyError or TypeError on anything but numbers where numbers belong."""
         return cls(str(data["id"]), _medians(data.get("reference")), _medians(data.get("torch")),
-                   str(data.get("reference_note", "")), _finite(data["copy_gb_per_s"]), _finite(data["measured_at"]))
+                   str(data.get("reference_note", "")), _finite(data["copy_gb_per_s"]), _finite(data["measured_at"]),
+                   None if data.get("matmul_tflops") is None else _finite(data["matmul_tflops"]))
 
 
 def _finite(value: Any) -> float:

@@ -50,6 +50,7 @@ class Contestants:
         self.reference: Worker | None = None
         self.reference_problem = "" if assignment.reference_solution else "the assignment has no reference solution"
         self.reference_kept: set[str] = set()  # cases whose reference launches wait in its worker (in turn)
+        self.reference_plans: dict[str, PerformancePlan] = {}  # each case's reference launches, as planned
         self.timer: Worker | None = None
         self.timer_problem = "the timer was not started"
         self.timer_kept: set[str] = set()  # cases whose launches wait in the current timer worker
@@ -194,6 +195,7 @@ class Contestants:
             return
         if isinstance(plan, str):
             return
+        self.reference_plans[perf.id] = plan
         kept = self.run_plan(self.reference, dataclasses.replace(prepared, timed=plan), what, keep=perf.id)
         if not isinstance(kept, str):
             self.reference_kept.add(perf.id)

@@ -36,6 +36,7 @@ from grader.authoring.problem import Baseline, Problem
 from grader.authoring.spec import Assignment, PerformanceCase
 from grader.backends import Backend
 from grader.environment import versions
+from grader.evidence.kernel_profiles import CaseProfile
 from grader.evidence.observation import Observation
 from grader.judging.judge import fusion_problems
 from grader.judging.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
@@ -54,6 +55,7 @@ from grader.running.timing.calibration import (
 from grader.running.timing.calls import Prepared, baseline_outputs, compare_outputs, encode_call
 from grader.running.timing.contestants import Contestants, finish_start, timed_deadline
 from grader.running.timing.performance_plan import plan_performance_run
+from grader.running.timing.profiled_replay import Profiler
 from grader.running.worker import performance_timing
 from grader.seeds import case_seed
 from grader.trap_ids import CRASH, NOT_FUSED, OUT_OF_MEMORY, RUNTIME_ERROR, TIMEOUT
@@ -67,9 +69,11 @@ class PerformanceRunner:
     clock). The reference solution gets a worker of its own, started at its first use."""
 
     def __init__(self, assignment: Assignment, seed: int, device: str = "cuda",
-                 perfs: Sequence[PerformanceCase] | None = None, calibration: CalibrationStore | None = None) -> None:
+                 perfs: Sequence[PerformanceCase] | None = None, calibration: CalibrationStore | None = None,
+                 profile: bool = True) -> None:
         """`perfs`: the cases this session measures (default: the assignment's); `calibration`: where bars
-        are cached (None: measured for this session alone)."""
+        are cached (None: measured for this session alone); `profile`: each timed case replayed once under
+        Nsight Compute (grader.running.timing.profiled_replay), its profile in `profiles`."""
         self.assignment = assignment
         self.calibration = calibration
         self._machine: Machine | None = None
@@ -78,23 +82,38 @@ class PerformanceRunner:
         self.problems: Mapping[str, Problem] = load_problems(assignment)
         self.device = device
         self._copy_gb_per_s: float | None = None
+        self._roofs: dict[tuple[str, bool], float] = {}  # (dtype, tf32) -> torch's matmul TFLOP/s on this GPU
         self._results: dict[str, PerformanceResult] | None = None
         self._in_turn_failed = ""  # why timing in turn failed in this grade (then cases are timed alone)
         self._folder = Path(tempfile.mkdtemp(prefix="grader-timer-"))
         self.contestants = Contestants(assignment, device, self._folder, self._deadline)
+        self.profile = profile
+        self.profiles: dict[str, CaseProfile] = {}  # perf id -> what profiling its timed replay found
 
     def close(self) -> None:
         self.contestants.close()
         shutil.rmtree(self._folder, ignore_errors=True)
 
-    def device_info(self, copy_gb_per_s: float | None = None) -> DeviceInfo:
+    def device_info(self, copy_gb_per_s: float | None = None, matmul_tflops: float | None = None) -> DeviceInfo:
         found = versions()
         if copy_gb_per_s is None:
             if self._copy_gb_per_s is None:
                 self._copy_gb_per_s = performance_timing.copy_bandwidth_gbs()
             copy_gb_per_s = self._copy_gb_per_s
         return DeviceInfo(gpu=torch.cuda.get_device_name(0) if self.device == "cuda" else self.device,
-                          copy_gb_per_s=copy_gb_per_s, torch=found.get("torch", "?"), triton=found.get("triton", "?"))
+                          copy_gb_per_s=copy_gb_per_s, torch=found.get("torch", "?"), triton=found.get("triton", "?"),
+                          matmul_tflops=matmul_tflops)
+
+    def _matmul_roof(self, prepared: Prepared) -> float | None:
+        """The compute roof for a case that declares flops: torch's matmul in its dtype (tf32 as its baseline
+        allows), measured once per grade and kept with the bars; None for the rest, or off CUDA."""
+        baseline = prepared.problem.baseline
+        if self.device != "cuda" or baseline is None or not baseline.flops:
+            return None
+        key = (prepared.perf.dtype, bool(baseline.tf32))
+        if key not in self._roofs:
+            self._roofs[key] = performance_timing.matmul_tflops(getattr(torch, key[0]), key[1])
+        return self._roofs[key]
 
     def run(self, perf: PerformanceCase, battery: Battery, cases: Sequence[CaseResult]) -> PerformanceResult:
         """The case's result; all cases are measured at the first call (their gates use `cases`)."""
@@ -155,11 +174,33 @@ class PerformanceRunner:
                 results[prepared.perf.id] = wrong
             else:
                 checked.append(prepared)
-        slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
-        with slot.exclusive() if slot else contextlib.nullcontext():  # only the timed replays in here
-            for prepared in checked:
-                results[prepared.perf.id] = self._measure(prepared, battery)
+        profiler = self._profiler(battery) if checked else None
+        try:
+            if profiler is not None:
+                with clock.phase("profile/start"):
+                    profiler.prepare(checked)
+            slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
+            with slot.exclusive() if slot else contextlib.nullcontext():  # only the timed and profiled replays here
+                for prepared in checked:
+                    results[prepared.perf.id] = self._measure(prepared, battery)
+                if profiler is not None:
+                    with clock.phase("profile/replay"):
+                        profiler.measure()
+            if profiler is not None:
+                with clock.phase("profile/read"):
+                    timed = [p for p in checked if results[p.perf.id].timed]
+                    self.profiles.update(profiler.finish(timed))
+        finally:
+            if profiler is not None:
+                profiler.close()
         return results
+
+    def _profiler(self, battery: Battery) -> Profiler | None:
+        """The grade's profiler (one replay of each timed case under Nsight Compute), where asked for and on CUDA."""
+        if not self.profile or self.device != "cuda":
+            return None
+        keys = {perf.id: self._calibration_key(perf) for perf in self.perfs} if self.calibration is not None else {}
+        return Profiler(self.contestants, battery, self.calibration, keys)
 
     def _calibrated(self, perf: PerformanceCase) -> Calibration | None:
         return self.calibration.load(self._calibration_key(perf)) if self.calibration is not None else None
@@ -245,7 +286,8 @@ class PerformanceRunner:
             bars = self._bars(prepared, battery)
         if isinstance(bars, str):
             return errored(perf, bars)
-        device = self.device_info(bars.copy_gb_per_s)
+        roof = bars.matmul_tflops if bars.matmul_tflops is not None else self._matmul_roof(prepared)
+        device = self.device_info(bars.copy_gb_per_s, roof)
         what = f"timing {perf.target} at {perf.shape}"
         contestants = self.contestants
         timer = contestants.kept_timer(prepared, battery)
@@ -283,7 +325,8 @@ class PerformanceRunner:
         flops = baseline.flops(dict(perf.dims)) if baseline.flops else None
 
         def measured(label: str, medians: Sequence[float] | None) -> Measurement | None:
-            return measurement(label, medians, nbytes, flops, device.copy_gb_per_s) if medians else None
+            return (measurement(label, medians, nbytes, flops, device.copy_gb_per_s, device.matmul_tflops)
+                    if medians else None)
 
         mine = measured(f"your {perf.target}", student_medians)
         assert mine is not None
@@ -324,7 +367,8 @@ class PerformanceRunner:
         self._copy_gb_per_s = copy
         now = time.time()
         return Calibration(id=f"{key.digest}@{int(now)}", reference=tuple(reference) if reference else None,
-                           torch=tuple(eager), reference_note=note, copy_gb_per_s=copy, measured_at=now)
+                           torch=tuple(eager), reference_note=note, copy_gb_per_s=copy, measured_at=now,
+                           matmul_tflops=self._matmul_roof(prepared))
 
     def _eager_outputs(self, baseline: Baseline, inputs: Mapping[str, Any],
                        perf: PerformanceCase) -> dict[str, torch.Tensor]:

@@ -221,6 +221,9 @@ class Harness:
     def time_kept(self, request: protocol.TimeKept) -> protocol.Timed:
         return timed.time_kept(request, self.device, self.path)
 
+    def profile_kept(self, request: protocol.ProfileKept) -> protocol.Profiled:
+        return timed.profile_kept(request, self.device, self.path)
+
     # ------------------------------------------------------------------ helpers
 
     def _tensors(self, storages: Sequence[torch.Tensor], views: Sequence[Any]) -> list[torch.Tensor]:

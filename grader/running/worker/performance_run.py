@@ -152,6 +152,7 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
     medians: tuple[float, ...] = ()
     if request.keep:  # timed later, by `time_kept`, when the GPU is this grade's alone
         _KEPT[request.keep] = (run_all, sets)
+        _ONE_SET[request.keep] = (lambda: run(0), [kernel for kernel, *_ in bound[0]])
     elif request.time and device.type == "cuda":
         run_all()  # every set compiled and warm before the capture
         spin_up_ms = request.spin_up_ms if request.spin_up_ms is not None else performance_timing.DEFAULT_SPIN_UP_MS
@@ -161,6 +162,7 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
 
 
 _KEPT: dict[str, tuple[Callable[[], None], int]] = {}  # key -> (run every set once, number of sets)
+_ONE_SET: dict[str, tuple[Callable[[], None], list[Any]]] = {}  # key -> (run the first set once, its kernels)
 _HELD: dict[str, performance_timing.GraphSampler] = {}  # key -> its captured graph, sampled request by request
 
 
@@ -178,6 +180,7 @@ def time_kept(request: protocol.TimeKept, device: torch.device) -> protocol.Time
     sampler = _HELD.pop(key, None)
     if sampler is None:
         run_all, sets = _KEPT.pop(key)
+        _ONE_SET.pop(key, None)  # the timer never profiles: its one-set run lets its buffers go
         if device.type != "cuda":  # nothing to time (the interpreter): a held run stays for the next request
             if request.hold:
                 _KEPT[key] = (run_all, sets)
@@ -188,3 +191,56 @@ def time_kept(request: protocol.TimeKept, device: torch.device) -> protocol.Time
     if request.hold:
         _HELD[key] = sampler
     return protocol.Timed(ok=True, sets=sampler.calls, medians_ms=timing.medians_ms)
+
+
+def profile_kept(request: protocol.ProfileKept, device: torch.device) -> protocol.Profiled:
+    """Run the first input set of the launches kept under the key once, alone inside the CUDA profiler's range
+    (the worker runs under `ncu --profile-from-start off`: only this range is profiled), after one run outside
+    it so nothing in the range compiles or warms up; then what the compiler says of each kernel it launched."""
+    run_one, kernels = _ONE_SET[request.key]
+    if device.type == "cuda":
+        run_one()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        try:
+            run_one()
+            torch.cuda.synchronize()
+        finally:
+            torch.cuda.profiler.stop()
+    progress.mark(progress.STEP)
+    return protocol.Profiled(ok=True, kernels=compiled_facts(kernels), launches=len(kernels))
+
+
+def compiled_facts(kernels: list[Any]) -> dict[str, dict[str, Any]]:
+    """Registers, spills, tensor-core and 128-bit load instructions of every compiled specialisation of these
+    Triton kernels (the largest register count and spills where a kernel has several); {} for none compiled
+    (the interpreter compiles nothing)."""
+    from grader.evidence.kernel_profiles import uses_tensor_cores, vectorised_loads
+
+    facts: dict[str, dict[str, Any]] = {}
+    for kernel in kernels:
+        function = kernel
+        while function is not None and not hasattr(function, "device_caches"):
+            function = getattr(function, "fn", None)  # an autotuner or heuristics wraps the JITFunction
+        if function is None:
+            continue
+        name = str(getattr(function, "__name__", None) or getattr(getattr(function, "fn", None), "__name__", "?"))
+        for cache in list(getattr(function, "device_caches", {}).values()):
+            compiled = cache[0] if isinstance(cache, tuple) else cache
+            for binary in list(dict(compiled).values()):
+                try:
+                    binary._init_handles()
+                    assembly = str(binary.asm.get("ptx", ""))
+                    found = {"registers": int(binary.n_regs), "spills": int(binary.n_spills),
+                             "tensor_cores": uses_tensor_cores(assembly), "vector_loads": vectorised_loads(assembly)}
+                except Exception:  # a specialisation whose facts cannot be read says nothing
+                    continue
+                known = facts.get(name)
+                if known is None:
+                    facts[name] = found
+                else:
+                    known.update(registers=max(known["registers"], found["registers"]),
+                                 spills=max(known["spills"], found["spills"]),
+                                 tensor_cores=known["tensor_cores"] or found["tensor_cores"],
+                                 vector_loads=known["vector_loads"] or found["vector_loads"])
+    return facts

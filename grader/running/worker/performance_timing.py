@@ -145,6 +145,21 @@ def _time_copy(nbytes: int, repeats: int) -> float:
     return bench(lambda i: dst.copy_(src), sets=1, repeats=repeats).median_ms
 
 
+MATMUL_ROOF_SIZE = 8192  # a square matmul this large runs at the tensor cores' sustained rate
+
+
+def matmul_tflops(dtype: torch.dtype = torch.float32, tf32: bool = True, size: int = MATMUL_ROOF_SIZE,
+                  repeats: int = 5) -> float:
+    """The compute roof as torch measures it on this GPU: a `size`^3 matmul in `dtype` (float32 with tf32 allowed
+    or not), 2 size^3 flops per call, in TFLOP/s."""
+    operands = [torch.empty((size, size), device="cuda", dtype=dtype).normal_() for _ in range(2)]
+    with tf32_matmul(tf32):
+        ms = bench(lambda i: torch.matmul(operands[0], operands[1]), sets=1, repeats=repeats).median_ms
+    operands.clear()
+    torch.cuda.empty_cache()
+    return 2 * size**3 / (ms * 1e-3) / 1e12
+
+
 @contextlib.contextmanager
 def tf32_matmul(enabled: bool) -> Iterator[None]:
     """`torch.backends.cuda.matmul.allow_tf32 = enabled` for the block only (restored after)."""

@@ -33,6 +33,7 @@ def handlers(harness: Any) -> dict[type[protocol.Request[Any]], Callable[[Any], 
         protocol.Replay: harness.replay,
         protocol.TimeLaunches: harness.time_launches,
         protocol.TimeKept: harness.time_kept,
+        protocol.ProfileKept: harness.profile_kept,
     }
 
 

@@ -97,6 +97,14 @@ def time_kept(request: protocol.TimeKept, device: torch.device, path: str) -> pr
     return _timer_reply(lambda: performance_run.time_kept(request, device), device, path)
 
 
+def profile_kept(request: protocol.ProfileKept, device: torch.device, path: str) -> protocol.Profiled:
+    """The launches kept under the request's key, run once inside the profiler's range."""
+    try:
+        return performance_run.profile_kept(request, device)
+    except BaseException as exc:
+        return protocol.failed(protocol.Profiled, describe_exception(exc, path), fatal=is_fatal_device_error(exc))
+
+
 def _timer_reply(run: Callable[[], protocol.Timed], device: torch.device, path: str) -> protocol.Timed:
     try:
         return run()

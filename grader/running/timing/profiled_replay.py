@@ -1,0 +1,247 @@
+"""One profiled replay per timed case on CUDA: the launches the timer already ran and checked, run once more under
+Nsight Compute (grader.running.profiling.ncu) in a worker of the submission's sandbox that loaded only its kernels
+(no line of its Python runs). The reference's launches of the same cases are profiled the same way in a worker of
+its own, and kept per GPU and versions where a calibration store is given. Nothing here changes the GPU's clocks or
+settings (`--clock-control none`).
+
+In three steps, so that only the profiled launches themselves hold the GPU's exclusive slot:
+1. `prepare` (outside the slot): start one worker per side under ncu, load the kernels, run every case's launches
+   once and keep them there (`--profile-from-start off`: nothing of this is profiled);
+2. `measure` (inside the slot, after the timed samples): each case's launches once more inside the profiler's
+   range (`ProfileKept`), one case after another, so the device-wide counters see no other grade's kernels;
+3. `finish`: the workers exit, ncu writes its counters to their logs, and each case gets its launches back.
+
+Where ncu is missing or refused (ERR_NVGPUCTRPERM), every case's profile says so in one line and still carries what
+the compiler says of each kernel (registers, spills, tensor-core and 128-bit load instructions): the workers report
+those whether or not the counters could be read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from grader.atomic import write_json
+from grader.evidence.kernel_profiles import CaseProfile, KernelProfile, SideProfile, StaticFacts
+from grader.running import protocol
+from grader.running.cases.battery import Battery
+from grader.running.processes.client import Worker, WorkerFailure
+from grader.running.profiling.ncu import NOT_INSTALLED, classify_failure, parse_ncu_csv, range_profiler_command
+from grader.running.timing.calibration import CalibrationKey, CalibrationStore
+from grader.running.timing.calls import Prepared
+from grader.running.timing.contestants import Contestants, finish_start
+from grader.running.timing.kernel_source import kernels_only
+
+REPORT_WAIT_S = 60.0  # ncu writes its counters as the profiled worker exits: how long to wait for them
+PROFILE_FORMAT = 1
+STATIC_ONLY = "; the static facts of the compiled kernels are used instead"
+
+
+@dataclasses.dataclass
+class _Side:
+    """One side's profiling worker and what it answered, case by case (`problem`: why the side has no profile)."""
+
+    label: str
+    worker: Worker | None = None
+    ready: list[Prepared] = dataclasses.field(default_factory=list)  # cases whose launches wait in the worker
+    replies: dict[str, protocol.Profiled] = dataclasses.field(default_factory=dict)
+    problems: dict[str, str] = dataclasses.field(default_factory=dict)
+    problem: str = ""
+
+
+class Profiler:
+    """Profiles the timed cases of one grade. `command`: the ncu prefix (default: found on this machine; None
+    where ncu is not installed: then the workers run bare and only the static facts come back)."""
+
+    def __init__(self, contestants: Contestants, battery: Battery, calibration: CalibrationStore | None,
+                 keys: dict[str, CalibrationKey] | None = None, command: Sequence[str] | None = None,
+                 find: bool = True) -> None:
+        self.contestants = contestants
+        self.battery = battery
+        self.calibration = calibration
+        self.keys = keys or {}  # perf id -> its calibration key (where the reference's profile is kept)
+        self.command = tuple(command) if command is not None else (range_profiler_command() if find else None)
+        self.student = _Side("your kernels")
+        self.reference = _Side("the reference")
+        self.cached: dict[str, SideProfile] = {}
+
+    # ------------------------------------------------------------------ 1. outside the slot
+
+    def prepare(self, cases: Sequence[Prepared]) -> None:
+        if not cases:
+            return
+        battery, contestants = self.battery, self.contestants
+        reduced = kernels_only(battery.submission.read_text(encoding="utf-8", errors="replace"))
+        path = contestants.folder / battery.submission.name  # the kernels-only file the timer loaded
+        if not path.is_file():
+            path.write_text(reduced.text, encoding="utf-8")
+        options = dataclasses.replace(battery.sandbox.options, tool=self._tool(), tool_environment=())
+        self._start(self.student, Worker(path, list(reduced.kernels), options, sandbox=battery.sandbox), cases,
+                    lambda p: p)
+        wanted = []
+        for prepared in cases:
+            cached = self._cached(self.keys.get(prepared.perf.id))
+            if cached is not None:
+                self.cached[prepared.perf.id] = cached
+            elif prepared.perf.id in contestants.reference_plans:
+                wanted.append(prepared)
+            else:
+                self.reference.problems[prepared.perf.id] = "the reference's launches were not recorded for this case"
+        if wanted and contestants.assignment.reference_solution is not None:
+            base = contestants.new_reference()
+            worker = Worker(base.submission, base.names, dataclasses.replace(base.options, tool=self._tool()))
+            self._start(self.reference, worker, wanted,
+                        lambda p: dataclasses.replace(p, timed=contestants.reference_plans[p.perf.id]))
+
+    def _start(self, side: _Side, worker: Worker, cases: Sequence[Prepared],
+               plan_of: Callable[[Prepared], Prepared]) -> None:
+        side.worker = worker
+        try:
+            worker.spawn()
+            loaded = finish_start(worker)
+            if not loaded.ok:
+                side.problem = f"{side.label} could not be loaded under the profiler: {loaded.failure.message[:200]}"
+                return
+            for prepared in cases:
+                what = f"running {side.label}' launches for {prepared.perf.target} under the profiler"
+                ran = self.contestants.run_plan(worker, plan_of(prepared), what, keep=prepared.perf.id)
+                if isinstance(ran, str):
+                    side.problems[prepared.perf.id] = ran[:300]
+                    if not worker.alive:
+                        break
+                else:
+                    side.ready.append(prepared)
+        except WorkerFailure as failure:
+            side.problem = f"{side.label} under the profiler: {failure.trap}: {failure.detail}"[:300]
+
+    # ------------------------------------------------------------------ 2. inside the slot
+
+    def measure(self) -> None:
+        for side in (self.student, self.reference):
+            worker = side.worker
+            for prepared in side.ready:
+                if worker is None or not worker.alive:
+                    side.problems.setdefault(prepared.perf.id, f"{side.label}' profiling worker ended early")
+                    continue
+                what = f"profiling {side.label}' launches for {prepared.perf.target}"
+                try:
+                    reply = worker.request(protocol.ProfileKept(key=prepared.perf.id),
+                                           self.contestants.deadline(prepared.perf), what)
+                except WorkerFailure as failure:
+                    side.problems[prepared.perf.id] = f"{what}: {failure.trap}: {failure.detail}"[:300]
+                    continue
+                if reply.ok:
+                    side.replies[prepared.perf.id] = reply
+                else:
+                    side.problems[prepared.perf.id] = f"{what}: {reply.failure.message[:300]}"
+
+    # ------------------------------------------------------------------ 3. the counters
+
+    def finish(self, cases: Sequence[Prepared]) -> dict[str, CaseProfile]:
+        """Every case's profile (the workers are ended here, whatever happened)."""
+        student = self._collect(self.student)
+        reference = self._collect(self.reference)
+        out: dict[str, CaseProfile] = {}
+        for prepared in cases:
+            perf = prepared.perf
+            mine, why_mine = student.get(perf.id, (None, self.student.problems.get(perf.id) or self.student.problem))
+            theirs: SideProfile | None = self.cached.get(perf.id)
+            why_theirs = ""
+            if theirs is None:
+                theirs, why_theirs = reference.get(
+                    perf.id, (None, self.reference.problems.get(perf.id) or self.reference.problem))
+                key = self.keys.get(perf.id)
+                if theirs is not None and theirs.launches and key is not None:
+                    self._store(key, theirs)
+            unmeasured = why_mine or why_theirs
+            if self.command is None:
+                unmeasured = NOT_INSTALLED + STATIC_ONLY
+            out[perf.id] = CaseProfile(perf.id, perf.target, mine, theirs, unmeasured)
+        return out
+
+    def close(self) -> None:
+        for side in (self.student, self.reference):
+            if side.worker is not None:
+                side.worker.close()
+                side.worker = None
+
+    def _collect(self, side: _Side) -> dict[str, tuple[SideProfile | None, str]]:
+        """Each answered case's profile: its launches from ncu's report (split by the launch counts the replies
+        gave, in request order) and its kernels' static facts; with the reason where the counters are missing."""
+        worker = side.worker
+        if worker is None or not side.replies:
+            self.close_side(side)
+            return {}
+        profiled = bool(worker.options.tool)
+        ended = worker.end(REPORT_WAIT_S) if profiled else True
+        output = worker.output_since(0) if profiled else ""
+        self.close_side(side)
+        launches = parse_ncu_csv(output) if profiled else ()
+        why = ""  # without ncu, `finish` says so once per case
+        if profiled and not ended:
+            why = f"Nsight Compute did not finish writing its counters within {REPORT_WAIT_S:g} s" + STATIC_ONLY
+        elif profiled and not launches:
+            why = (classify_failure(0, output, 0) or "Nsight Compute gave no counters") + STATIC_ONLY
+        out: dict[str, tuple[SideProfile | None, str]] = {}
+        at = 0
+        for perf_id, reply in side.replies.items():
+            mine: tuple[KernelProfile, ...] = tuple(launches[at:at + reply.launches]) if launches else ()
+            at += reply.launches
+            try:
+                kernels = kernels_of(reply)
+            except (TypeError, ValueError, AttributeError):
+                kernels = {}
+            out[perf_id] = (SideProfile(mine, kernels), why)
+        return out
+
+    @staticmethod
+    def close_side(side: _Side) -> None:
+        if side.worker is not None:
+            side.worker.close()
+            side.worker = None
+
+    def _tool(self) -> tuple[str, ...]:
+        return tuple(self.command) if self.command is not None else ()
+
+    # ------------------------------------------------------------------ the reference's profiles, kept per GPU
+
+    def _cache_path(self, key: CalibrationKey | None) -> Path | None:
+        if key is None or self.calibration is None:
+            return None
+        return self.calibration.folder / (key.file_name.removesuffix(".json") + ".profile.json")
+
+    def _cached(self, key: CalibrationKey | None) -> SideProfile | None:
+        path = self._cache_path(key)
+        if path is None or self.calibration is None:
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("format") != PROFILE_FORMAT or data.get("command") != list(self.command or ()):
+                return None
+            if not self.calibration.not_before <= float(data["measured_at"]) <= self.calibration.clock() + 60:
+                return None
+            if self.calibration.clock() - float(data["measured_at"]) > self.calibration.max_age_s:
+                return None
+            return SideProfile.from_dict(data["profile"])
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+    def _store(self, key: CalibrationKey, profile: SideProfile) -> None:
+        path = self._cache_path(key)
+        if path is None:
+            return
+        try:
+            write_json(path, {"format": PROFILE_FORMAT, "command": list(self.command or ()), "measured_at": time.time(),
+                              "profile": profile.to_dict()})
+        except OSError:
+            pass  # an unwritable cache costs the next grade one more profile, nothing else
+
+
+def kernels_of(reply: protocol.Profiled) -> dict[str, StaticFacts]:
+    """The reply's per-kernel facts as values (ValueError / TypeError where they are not numbers)."""
+    return {str(name): StaticFacts(bool(f.get("tensor_cores")), bool(f.get("vector_loads")),
+                                   int(f.get("registers", 0)), int(f.get("spills", 0)))
+            for name, f in reply.kernels.items()}
