@@ -23,7 +23,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -178,22 +178,34 @@ class PerformanceRunner:
         try:
             if profiler is not None:
                 with clock.phase("profile/start"):
-                    profiler.prepare(checked)
+                    profiler = self._guarded(profiler, profiler.prepare, checked)
             slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
             with slot.exclusive() if slot else contextlib.nullcontext():  # only the timed and profiled replays here
                 for prepared in checked:
                     results[prepared.perf.id] = self._measure(prepared, battery)
                 if profiler is not None:
                     with clock.phase("profile/replay"):
-                        profiler.measure()
+                        profiler = self._guarded(profiler, profiler.measure)
             if profiler is not None:
                 with clock.phase("profile/read"):
                     timed = [p for p in checked if results[p.perf.id].timed]
-                    self.profiles.update(profiler.finish(timed))
+                    self._guarded(profiler, lambda: self.profiles.update(profiler.finish(timed)))
         finally:
             if profiler is not None:
                 profiler.close()
         return results
+
+    def _guarded(self, profiler: Profiler, step: Callable[..., None], *args: Any) -> Profiler | None:
+        """Run one profiling step; profiling is informational, so a step that fails in a way nobody foresaw ends
+        profiling for this grade (every timed case's profile says why) and never the grade."""
+        try:
+            step(*args)
+            return profiler
+        except Exception as exc:  # noqa: BLE001 - said in each case's profile, never lost
+            profiler.close()
+            why = f"profiling failed in the grader ({type(exc).__name__}: {exc})"[:300]
+            self.profiles.update({perf.id: CaseProfile(perf.id, perf.target, unmeasured=why) for perf in self.perfs})
+            return None
 
     def _profiler(self, battery: Battery) -> Profiler | None:
         """The grade's profiler (one replay of each timed case under Nsight Compute), where asked for and on CUDA."""
