@@ -40,6 +40,20 @@ def test_round_trips_through_json() -> None:
     assert perf.shape == "4096x4096" and perf.timed and grade.performance_device == perf.device
 
 
+def test_speed_of_light_counters_and_the_matmul_roof_round_trip() -> None:
+    measured = Measurement("your matmul", (0.5,), 0.5, 0.0, gb_per_s=400.0, tflops=275.0, pct_of_speed_of_light=72.4)
+    perf = PerformanceResult("perf-mm", "fused_linear_gelu", "mm", {"M": 4096}, "float32", "timed", student=measured,
+                             device=DeviceInfo("NVIDIA H200", 4243.0, "2.11", "3.6", matmul_tflops=380.0),
+                             counters={"student": {"dram_bytes": 9.0e9, "tensor_pipe_pct": 9.0},
+                                       "reference": {"dram_bytes": 3.5e8, "tensor_pipe_pct": 81.0}})
+    data = json.loads(json.dumps(perf.to_dict(), allow_nan=False))
+    assert PerformanceResult.from_dict(data) == perf
+    older = {k: v for k, v in data.items() if k != "counters"}  # results written before profiling
+    older["device"] = {k: v for k, v in data["device"].items() if k != "matmul_tflops"}
+    back = PerformanceResult.from_dict(older)
+    assert back.counters == {} and back.device is not None and back.device.matmul_tflops is None
+
+
 def test_score_traps_and_per_target() -> None:
     grade = GradeResult("a", "s.py", "interpreter", 1, {}, (
         case("a", "k", 1.0, 1.0), case("b", "k", 0.0, 2.0, ("oob-read", "eps-missing")),

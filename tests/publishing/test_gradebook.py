@@ -193,3 +193,26 @@ def test_the_gradebook_table_names_each_student_and_folds_long_trap_lists(assign
     assert gradebook_json(book)["rows"][0]["section"] == "Sec =1"
     odd = replace(book, rows=(replace(rows[0], section="=SUM(A1)"),))
     assert list(csv.DictReader(io.StringIO(gradebook_csv(odd))))[0]["section"] == "'=SUM(A1)"  # not a formula
+
+
+def test_the_class_report_has_a_speed_table_on_a_gpu_batch(assignment: Assignment) -> None:
+    from dataclasses import replace
+
+    from grader.results import Measurement, PerformanceResult, PerformanceTrap
+
+    book, results = sample_book(assignment)
+
+    def timed(ms: float, sol: float) -> PerformanceResult:
+        mine = Measurement("yours", (ms,), ms, 0.0, pct_of_speed_of_light=sol)
+        return PerformanceResult("perf-ln", "layernorm", "ln", {"M": 8192}, "float32", "timed", student=mine,
+                                 speedup_vs_reference=0.1354 / ms)
+
+    slow = PerformanceTrap("re-reading", "layernorm", "3x the bytes", basis="measured")
+    results = {**results, "ann": replace(results["ann"], performance=(timed(0.4, 30.0),), performance_traps=(slow,)),
+               "ben": replace(results["ben"], performance=(timed(0.14, 90.0),))}
+    stats = class_stats(book, results, assignment)
+    assert stats.speed_cases == ("perf-ln",) and [r.student for r in stats.speed] == ["ben", "ann"]  # fastest first
+    assert stats.speed[0].cells["perf-ln"].text == "0.140 ms · 0.97x ref · 90% SOL"
+    page = class_report_html(stats)
+    assert '<table id="speed">' in page and "<code>re-reading</code>" in page
+    assert '<table id="speed">' not in class_report_html(class_stats(*sample_book(assignment), assignment))

@@ -58,3 +58,32 @@ def test_the_device_line() -> None:
     assert device_line(result) == "NVIDIA H200 (copy bandwidth 4000 GB/s), torch 2.11.0, triton 3.6.0"
     assert device_line(GradeResult(assignment="a", submission="a.py", backend="cuda", seed=1, versions={}, cases=(),
                                    execution_time_s=1.0)) == ""
+
+
+def test_speed_of_light_and_the_counters_read_in_the_row() -> None:
+    mine = Measurement("your layernorm", (0.2,), 0.2, 0.0, gb_per_s=1500.0, pct_of_copy_bandwidth=37.5,
+                       pct_of_speed_of_light=37.5)
+    counted = timed(student=mine, counters={"student": {"dram_bytes": 805e6, "sectors_per_load": 32.0},
+                                            "reference": {"dram_bytes": 268e6, "sectors_per_load": 16.0}})
+    row = performance_row(counted)
+    assert row.speed_of_light == "38% of speed of light"
+    assert row.counters == "DRAM traffic 805 MB (reference 268 MB); sectors per load request 32 (reference 16)"
+    assert row.roofline == ""  # no flops declared: the % alone says it
+    assert performance_line(counted).endswith("37.5% of copy bandwidth (1500 GB/s) · 38% of speed of light · "
+                                              "1 / 2 points")
+
+
+def test_a_matmul_case_gets_its_roofline() -> None:
+    device = DeviceInfo("NVIDIA H200", 4243.0, "2.11", "3.6", matmul_tflops=380.0)
+    flops = 2 * 4096**3
+
+    def m(label: str, ms: float) -> Measurement:
+        return Measurement(label, (ms,), ms, 0.0, gb_per_s=200e6 / (ms * 1e-3) / 1e9, tflops=flops / (ms * 1e-3) / 1e12)
+
+    case = timed(perf_id="perf-mm", title="linear 4096^3", student=m("yours", 4.6), reference=m("reference", 0.4),
+                 torch=m("torch", 0.45), device=device,
+                 counters={"student": {"dram_bytes": 9.0e9}, "reference": {"dram_bytes": 3.5e8}})
+    svg = performance_row(case).roofline
+    assert svg.startswith("<svg") and svg.count('class="point"') == 3
+    assert 'data-label="yours"' in svg and "380 TFLOP/s" in svg and "4243 GB/s" in svg
+    assert performance_row(timed(device=DeviceInfo("NVIDIA H200", 4243.0, "2.11", "3.6"))).roofline == ""

@@ -84,3 +84,19 @@ def test_notes_submission_and_legend(assignment: Assignment) -> None:
     assert shown.notes == ["red note"] and shown.submission == "x" * 200 + " ... [100 more characters cut]"
     assert [code for code, _, _ in shown.legend] == list(CODES)
     assert all(colour == MAP_COLOURS[code] and words for code, colour, words in shown.legend)
+
+
+def test_the_report_says_which_reasons_were_measured(assignment: Assignment) -> None:
+    from grader.publishing.report import html
+
+    measured = PerformanceTrap("re-reading", "layernorm", "reads 803 MB from DRAM where the reference reads 268 MB",
+                               {"time_ratio": 3.07}, basis="measured")
+    result = dataclasses.replace(sample_result(), performance_traps=(measured,))
+    shown = view(result, assignment)
+    assert shown.slow_measured and not shown.slow_predicted
+    page = html(result, assignment)
+    assert 'data-trap="re-reading" data-basis="measured"' in page
+    assert "Measured on the GPU: one replay of your timed launches under Nsight Compute" in page
+    assert "Predicted from the loads and stores" not in page
+    both = dataclasses.replace(result, performance_traps=(measured, PerformanceTrap("launch-bound", "softmax", "x")))
+    assert "the rest predicted from the loads and stores" in html(both, assignment)

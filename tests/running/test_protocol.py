@@ -30,6 +30,7 @@ REQUESTS = (
     protocol.TimeLaunches(inputs=(torch.ones(3),), buffers={5: {"input": 0, "nbytes": 12}}, launches=(), outputs=(),
                           keep="perf-1"),
     protocol.TimeKept(key="perf-1", repeats=1, spin_up_ms=30.0, hold=True),
+    protocol.ProfileKept(key="perf-softmax"),
     protocol.Fork(backend="cuda", env={"HOME": "/w"}, cwd="/w", log="/w/output.log", address_limit=None),
     protocol.Status(pid=12),
     protocol.KillStrays(),
@@ -44,6 +45,8 @@ REPLIES = (
     protocol.Timed(ok=True, outputs=(torch.ones(1),), sets=4, medians_ms=(0.5, 0.25)),
     protocol.Ran(ok=True, record={"launches": [], "outputs": []}, medians_ms=(1.0,)),
     protocol.ExitStatus(ok=True, exited=True, status=-9),
+    protocol.Profiled(ok=True, launches=2, kernels={"softmax_kernel": {"registers": 40, "spills": 0,
+                                                                       "tensor_cores": False, "vector_loads": True}}),
 )
 
 

@@ -404,3 +404,12 @@ def test_the_grade_hands_the_store_to_its_grading_run(tmp_path: Path, assignment
         patch.setattr(grade_module, "run_pytest", probe)
         grade_module.grade(GradeRequest(assignment, submission, "cuda", calibration=store, performance=False))
     assert seen == [store]
+
+
+def test_the_matmul_roof_is_kept_with_the_bars_and_older_files_still_read() -> None:
+    bars = Calibration("k@1", (0.5,), (0.6,), "", 4243.0, 1_000_000.0, matmul_tflops=380.5)
+    assert Calibration.from_dict(json.loads(json.dumps(bars.to_dict()))) == bars
+    older = {k: v for k, v in bars.to_dict().items() if k != "matmul_tflops"}
+    assert Calibration.from_dict(older).matmul_tflops is None
+    with pytest.raises(ValueError):
+        Calibration.from_dict({**bars.to_dict(), "matmul_tflops": float("nan")})

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from grader.authoring.spec import Assignment, load_assignment
+from grader.running import protocol
 from grader.running.timing.kernel_source import kernels_only
 from grader.running.timing.performance_plan import PerformancePlan, plan_performance_run
 
@@ -58,9 +59,45 @@ def test_recorded_launches_replay_in_a_worker_that_loaded_only_the_kernels(
         assert timer.start().ok
         timed = timer.request(plan.request(list(call.inputs), sets=2, repeats=1, time=False), 120, "replay")
         assert timed.ok and timed.outputs is not None, timed
+        # The profiled replay's half: the same launches kept, then run once inside the profiler's range. The
+        # interpreter compiles nothing, so no kernel has static facts; the launch count splits ncu's report.
+        kept = timer.request(plan.request(list(call.inputs), sets=1, repeats=0, time=False, keep="k"), 120, "keep")
+        assert kept.ok, kept
+        profiled = timer.request(protocol.ProfileKept(key="k"), 120, "profile")
+        assert profiled.ok and profiled.launches == len(plan.launches) and profiled.kernels == {}, profiled
     finally:
         student.close()
         timer.close()
     expected = problem.expected(inputs)
     for name, got in zip(call.output_names, timed.outputs, strict=True):
         assert bool(close_mask(got, expected[name], 1e-5, 1e-5).all()), name
+
+
+class _Binary:
+    def __init__(self, ptx: str, regs: int, spills: int) -> None:
+        self.asm, self.n_regs, self.n_spills = {"ptx": ptx}, regs, spills
+
+    def _init_handles(self) -> None:
+        pass
+
+
+class _Jit:
+    """What compiled_facts reads of a JITFunction: its name and device_caches (kernel cache first)."""
+
+    def __init__(self, name: str, *binaries: _Binary) -> None:
+        self.__name__ = name
+        self.device_caches = {0: ({i: b for i, b in enumerate(binaries)}, {}, None, None, None)}
+
+
+def test_compiled_facts_read_every_specialisation_through_an_autotuner() -> None:
+    from types import SimpleNamespace
+
+    from grader.running.worker.performance_run import compiled_facts
+
+    matmul = _Jit("mm_kernel", _Binary("ld.global.v4.f32 {%r1}; wgmma.mma_async.sync", 168, 0),
+                  _Binary("mma.sync.aligned", 255, 24))
+    rows = _Jit("row_kernel", _Binary("ld.global.f32 %f1;", 40, 0))
+    autotuned = SimpleNamespace(fn=matmul)  # an Autotuner holds the JITFunction as .fn
+    facts = compiled_facts([autotuned, rows, object()])
+    assert facts == {"mm_kernel": {"registers": 255, "spills": 24, "tensor_cores": True, "vector_loads": True},
+                     "row_kernel": {"registers": 40, "spills": 0, "tensor_cores": False, "vector_loads": False}}

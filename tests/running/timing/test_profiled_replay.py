@@ -1,0 +1,107 @@
+"""The profiled replay's bookkeeping on the CPU (the replay itself needs a GPU: tests/e2e/test_gpu_why_slow.py): ncu's
+one report split back into cases by the launch counts the replies gave, the reason when the report is missing or
+refused, the reference's profile kept per GPU and versions beside the calibration, and the note without ncu."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from grader.evidence.kernel_profiles import SideProfile, StaticFacts
+from grader.running import protocol
+from grader.running.profiling.ncu import NOT_INSTALLED, range_profiler_command
+from grader.running.timing.calibration import CalibrationKey, CalibrationStore
+from grader.running.timing.profiled_replay import PROFILE_FORMAT, Profiler, _Side
+from tests import ncu_profiles as runs
+from tests.ncu_profiles import csv_text
+
+FACTS = {"row_mean_var_kernel": {"registers": 40, "spills": 0, "tensor_cores": False, "vector_loads": True}}
+KEY = CalibrationKey("softmax", "perf-softmax", {"dims": {"M": 8192}}, "o" * 64, "r" * 64, "NVIDIA H200", "570",
+                     "2.11", "3.6", "0.4")
+
+
+class FakeWorker:
+    """What `_collect` uses of a Worker: its options' tool, `end`, the log and `close`."""
+
+    def __init__(self, output: str, tool: tuple[str, ...] = ("ncu",), ends: bool = True) -> None:
+        self.options = SimpleNamespace(tool=tool)
+        self.output, self.ends, self.closed = output, ends, False
+
+    def end(self, wait_s: float) -> bool:
+        return self.ends
+
+    def output_since(self, offset: int) -> str:
+        return self.output
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def profiler(tmp_path: Path, command: tuple[str, ...] | None = ("ncu",)) -> Profiler:
+    store = CalibrationStore(tmp_path)
+    return Profiler(SimpleNamespace(), SimpleNamespace(), store, {"perf-softmax": KEY}, command=command, find=False)
+
+
+def side_with(worker: Any, counts: dict[str, int]) -> _Side:
+    side = _Side("your kernels", worker=worker)
+    side.replies = {perf: protocol.Profiled(ok=True, kernels=FACTS, launches=n) for perf, n in counts.items()}
+    return side
+
+
+def test_one_report_is_split_into_cases_by_launch_counts(tmp_path) -> None:
+    report = csv_text(runs.ROW_REFERENCE, runs.ROW_THREE_PASSES, runs.ROW_ONE_WARP)
+    worker = FakeWorker(report)
+    found = profiler(tmp_path)._collect(side_with(worker, {"perf-a": 1, "perf-b": 2}))
+    a, why_a = found["perf-a"]
+    b, why_b = found["perf-b"]
+    assert a is not None and b is not None and why_a == why_b == ""
+    assert len(a.launches) == 1 and len(b.launches) == 2
+    assert a.launches[0].get("dram__bytes_read.sum") == runs.ROW_BYTES
+    assert b.kernels["row_mean_var_kernel"] == StaticFacts(False, True, 40, 0)
+    assert worker.closed
+
+
+def test_a_refused_profiler_leaves_the_static_facts_and_says_why(tmp_path) -> None:
+    refused = "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"
+    found = profiler(tmp_path)._collect(side_with(FakeWorker(refused), {"perf-a": 1}))
+    profile, why = found["perf-a"]
+    assert profile is not None and profile.launches == () and profile.static == StaticFacts(False, True, 40, 0)
+    assert "ERR_NVGPUCTRPERM" in why and "static facts" in why
+    late = profiler(tmp_path)._collect(side_with(FakeWorker("", ends=False), {"perf-a": 1}))
+    assert "did not finish writing its counters" in late["perf-a"][1]
+
+
+def test_without_ncu_every_case_says_so_once(tmp_path) -> None:
+    bare = profiler(tmp_path, command=None)
+    bare.student = side_with(FakeWorker("", tool=()), {"perf-softmax": 1})
+    prepared = SimpleNamespace(perf=SimpleNamespace(id="perf-softmax", target="softmax"))
+    (case,) = bare.finish([prepared]).values()  # type: ignore[list-item]
+    assert case.unmeasured.startswith(NOT_INSTALLED) and case.student is not None and not case.measured
+    assert case.student.kernels and case.student.launches == ()
+
+
+def test_the_reference_profile_is_kept_beside_the_calibration(tmp_path) -> None:
+    first = profiler(tmp_path)
+    collected = first._collect(side_with(FakeWorker(csv_text(runs.ROW_REFERENCE)), {"p": 1}))["p"][0]
+    assert collected is not None
+    profile = SideProfile(collected.launches, {"k": StaticFacts(False, True, 40, 0)})
+    first._store(KEY, profile)
+    stored = tmp_path / (KEY.file_name.removesuffix(".json") + ".profile.json")
+    assert stored.is_file() and f'"format": {PROFILE_FORMAT}' in stored.read_text()
+    assert profiler(tmp_path)._cached(KEY) == profile
+    assert profiler(tmp_path, command=("ncu", "--other"))._cached(KEY) is None  # another command: measured again
+    recalibrated = profiler(tmp_path)
+    recalibrated.calibration = dataclasses.replace(CalibrationStore(tmp_path), not_before=9e18)
+    assert recalibrated._cached(KEY) is None
+    stored.write_text("{not json")
+    assert profiler(tmp_path)._cached(KEY) is None
+
+
+def test_the_range_command_profiles_only_the_marked_range() -> None:
+    command = range_profiler_command(ncu="/usr/local/cuda/bin/ncu", max_launches=8)
+    assert command is not None
+    assert command[:3] == ("/usr/local/cuda/bin/ncu", "--profile-from-start", "off")
+    assert ("--clock-control", "none") == command[3:5] and command[-2:] == ("--launch-count", "8")
+    assert not any(flag in command for flag in ("--reset", "--clock-control base", "--lock-clocks"))
