@@ -58,7 +58,8 @@ _EXPECT = re.compile(r"^#\s*expect(?:-(\w+))?:\s*(.+)$")
 _DESCRIBE = re.compile(r"^#\s*(mistake|variant):\s*(.*)$")
 _PERFORMANCE = re.compile(r"^#\s*performance:\s*(.+)$")
 _KEYED_COMMENT = re.compile(r"^#\s*[\w-]+:")
-_MUTANT_KEYS = {"id", "traps", "mistake", "edits", "performance_traps"} | {f"traps_{b}" for b in BACKENDS}
+_MUTANT_KEYS = ({"id", "traps", "mistake", "edits", "performance_traps"} | {f"traps_{b}" for b in BACKENDS}
+                | {f"performance_traps_{b}" for b in BACKENDS})
 _EDIT_KEYS = {"find", "replace", "count"}
 
 
@@ -105,6 +106,13 @@ class Mutant:
     # performance traps the grader must name where it predicts them (grader/judging/performance_traps.py):
     # informational, so a correct variant may have them too
     performance_traps: tuple[str, ...] = ()
+    # (backend, traps) measured where the backend times and profiles (cuda: grader/judging/gpu_performance_traps.py);
+    # a backend not listed must name none there
+    performance_measured: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def measured(self, backend: str) -> tuple[str, ...]:
+        """The performance traps a timed, profiled grade on `backend` must name."""
+        return dict(self.performance_measured).get(backend, ())
 
     def expected(self, backend: str) -> tuple[str, ...]:
         """The traps the grader must name on `backend`."""
@@ -281,9 +289,12 @@ def _patch(path: Path, number: int, table: Mapping[str, Any]) -> Mutant:
         raise fail("'edits' must be a non-empty list of { find = ..., replace = ..., count = N }")
     performance = _traps(table, "performance_traps", fail) or ()
     _check_performance(performance, fail)
+    measured = tuple((b, t) for b in BACKENDS if (t := _traps(table, f"performance_traps_{b}", fail)) is not None)
+    for _, found in measured:
+        _check_performance(found, fail)
     return Mutant(mutant_id, "patch", traps, mistake.strip(), path,
                   edits=tuple(_edit(e, i, fail) for i, e in enumerate(edits, 1)), overrides=overrides,
-                  performance_traps=performance)
+                  performance_traps=performance, performance_measured=measured)
 
 
 def _check_performance(traps: tuple[str, ...], fail: Any) -> None:

@@ -78,7 +78,10 @@ def cmd_selftest(args: argparse.Namespace, root: Path) -> int:
     seed = args.seed if args.seed is not None else fresh_seed()
     if args.seeds < 1:
         raise UsageError(f"--seeds must be >= 1, got {args.seeds}")
-    rows = run_selftest(assignment, backend, seed, jobs=args.jobs, out=args.out, seeds=args.seeds, only=args.only)
+    if args.timed and not backend.on_gpu:
+        raise UsageError("--timed needs a CUDA GPU (--backend cuda): the interpreter times nothing")
+    rows = run_selftest(assignment, backend, seed, jobs=args.jobs, out=args.out, seeds=args.seeds, only=args.only,
+                        timed=args.timed)
     seeds = f"seed {seed}" if args.seeds == 1 else f"seeds {seed}..{seed + args.seeds - 1}"
     print(f"selftest {assignment.id} on {backend}, {seeds}")
     print(format_table(rows))

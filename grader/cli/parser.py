@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seeds", type=int, default=1, metavar="N",
                    help="grade each submission at N seeds (--seed and the N-1 after it); a score or trap that "
                         "changes with the seed is a MISS (default 1)")
+    s.add_argument("--timed", action="store_true",
+                   help="CUDA: time and profile the performance cases too, and check the traps each submission "
+                        "must measure (mutants.toml's performance_traps_cuda)")
     s.add_argument("--only", action="append", default=None, metavar="ID",
                    help="grade only this submission of the corpus (repeatable; see `grader mutant --list`)")
     _common(s, seed_help=SELFTEST_SEED_HELP)

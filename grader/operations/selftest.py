@@ -142,7 +142,8 @@ def write_corpus(assignment: Assignment, folder: Path) -> list[tuple[Mutant, Pat
             for m in corpus(assignment)]
 
 
-GradeJob = tuple[Assignment, Mutant, Path, Backend, tuple[int, ...], Path | None]  # ..., seeds, where to write results
+# ..., seeds, where to write results, timed (the performance cases timed and profiled: a GPU's measured traps)
+GradeJob = tuple[Assignment, Mutant, Path, Backend, tuple[int, ...], Path | None, bool]
 Graded = tuple[SeedVerdict, tuple[CaseVerdict, ...], float, float]
 
 
@@ -150,11 +151,12 @@ def grade_one(args: GradeJob) -> list[Graded]:
     """Grade one submission of the corpus at each seed, in one run (grader.operations.grade.grade_at_seeds: one
     sandbox, import and compile; each seed's cases in turn): per seed its verdict, the cases behind it, max score,
     seconds. With `out`, each seed's results go to out/<id>/ (the first seed) or out/<id>-seed<S>/."""
-    assignment, mutant, path, backend, seeds, out = args
+    assignment, mutant, path, backend, seeds, out, timed = args
     first, *more = seeds
-    # Diagnosis only: the mutants' speed is beside the point (and would cost GPU time per submission).
+    # Diagnosis only, unless `timed`: the mutants' speed costs GPU time per submission, and only a timed, profiled
+    # grade measures why a correct kernel is slow.
     graded = grade_at_seeds(GradeRequest(assignment, path, backend, seed=first, more_seeds=tuple(more),
-                                         performance=False))
+                                         performance=timed and backend.on_gpu))
     rows = []
     for result, report in graded:
         if out is not None:
@@ -167,9 +169,12 @@ def grade_one(args: GradeJob) -> list[Graded]:
     return rows
 
 
-def expected_performance(mutant: Mutant, backend: Backend) -> tuple[str, ...]:
-    """The performance traps a submission must get on `backend`: its own where the backend predicts them."""
-    return mutant.performance_traps if backend in PREDICTING_BACKENDS else ()
+def expected_performance(mutant: Mutant, backend: Backend, timed: bool = False) -> tuple[str, ...]:
+    """The performance traps a submission must get on `backend`: its predictions where the backend predicts them;
+    where it times and profiles (`timed`, on a GPU), what it must measure."""
+    if backend in PREDICTING_BACKENDS:
+        return mutant.performance_traps
+    return mutant.measured(backend) if timed else ()
 
 
 def selftest_seeds(seed: int, seeds: int) -> tuple[int, ...]:
@@ -180,10 +185,12 @@ def selftest_seeds(seed: int, seeds: int) -> tuple[int, ...]:
 
 
 def run_selftest(assignment: Assignment, backend: Backend, seed: int, jobs: int = 1, out: Path | None = None,
-                 seeds: int = 1, only: Collection[str] | None = None) -> list[SelftestRow]:
+                 seeds: int = 1, only: Collection[str] | None = None, timed: bool = False) -> list[SelftestRow]:
     """Grade the corpus (or the submissions named in `only`) at `seeds` seeds from `seed`, each submission in one
     run at all of them; a row whose score or traps change with the seed is a MISS. With `out`, also write each
-    submission's results under out/<id>/ (out/<id>-seed<S>/ for the seeds after the first)."""
+    submission's results under out/<id>/ (out/<id>-seed<S>/ for the seeds after the first). `timed` (a GPU): the
+    performance cases are timed and profiled too, and each submission must get the traps it must measure
+    (mutants.toml's `performance_traps_cuda`; none for the rest)."""
     order = selftest_seeds(seed, seeds)
     backend = Backend(backend)  # a name is taken too
     with tempfile.TemporaryDirectory(prefix=f"selftest-{assignment.id}-") as tmp:
@@ -193,7 +200,7 @@ def run_selftest(assignment: Assignment, backend: Backend, seed: int, jobs: int 
             if unknown:
                 raise SpecError(assignment.spec_path, "", f"no submission {unknown[0]!r} in the selftest corpus")
             written = [(m, p) for m, p in written if m.id in only]
-        work: list[GradeJob] = [(assignment, m, path, backend, order, out) for m, path in written]
+        work: list[GradeJob] = [(assignment, m, path, backend, order, out, timed) for m, path in written]
         if jobs <= 1:
             graded = [grade_one(w) for w in work]
         else:
@@ -206,7 +213,7 @@ def run_selftest(assignment: Assignment, backend: Backend, seed: int, jobs: int 
         rows.append(SelftestRow(
             submission=mutant.id, expected=mutant.expected(backend), diagnosed=first.diagnosed, score=first.score,
             max_score=max_score, seconds=seconds, cases=cases, seeds=tuple(r[0] for r in runs),
-            expected_performance=expected_performance(mutant, backend), performance=first.performance,
+            expected_performance=expected_performance(mutant, backend, timed), performance=first.performance,
         ))
     return rows
 

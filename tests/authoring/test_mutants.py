@@ -331,3 +331,19 @@ def test_every_performance_trap_of_the_corpus_is_one_of_the_graders(assignment_i
     assert slow  # each corpus proves a performance trap
     for mutant in slow:
         assert set(mutant.performance_traps) <= trap_ids.PERFORMANCE, mutant.id
+
+
+def test_measured_performance_traps_are_per_backend_and_checked(tmp_path: Path) -> None:
+    from grader.backends import Backend
+    from grader.operations.selftest import expected_performance
+
+    write(tmp_path, "mutants.toml", GOOD.replace("edits = [", 'performance_traps = ["re-reading"]\n'
+                                                               'performance_traps_cuda = ["serial-grid"]\nedits = ['))
+    (patch,) = load_mutants(tmp_path)
+    assert patch.measured("cuda") == ("serial-grid",) and patch.measured("interpreter") == ()
+    assert expected_performance(patch, Backend.INTERPRETER) == ("re-reading",)  # the CPU predicts
+    assert expected_performance(patch, Backend.CUDA) == ()  # untimed on the GPU: nothing measured
+    assert expected_performance(patch, Backend.CUDA, timed=True) == ("serial-grid",)
+    write(tmp_path, "mutants.toml", GOOD.replace("edits = [", 'performance_traps_cuda = ["slow-ish"]\nedits = ['))
+    with pytest.raises(MutantError, match="performance trap 'slow-ish' is none of the grader's"):
+        load_mutants(tmp_path)

@@ -138,3 +138,9 @@ def test_a_performance_trap_is_compared_apart_from_the_correctness_traps() -> No
     assert not extra.ok and "performance trap named but not expected: uncoalesced-access" in extra.explain()
     table = format_table([row, extra])
     assert "none +slow: re-reading" in table and "1 of 2 as expected, 1 MISS" in table
+
+
+def test_timed_needs_a_gpu(repo_root: Path, capsys) -> None:
+    code = main(["--assignments", str(repo_root / "assignments"), "selftest", "--assignment", "softmax", "--backend",
+                 "interpreter", "--timed"])
+    assert code == 2 and "--timed needs a CUDA GPU" in capsys.readouterr().err
