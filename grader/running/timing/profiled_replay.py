@@ -28,7 +28,7 @@ from grader.atomic import write_json
 from grader.evidence.kernel_profiles import CaseProfile, KernelProfile, SideProfile, StaticFacts
 from grader.running import protocol
 from grader.running.cases.battery import Battery
-from grader.running.processes.client import Worker, WorkerFailure
+from grader.running.processes.client import Deadline, Worker, WorkerFailure
 from grader.running.profiling.ncu import NOT_INSTALLED, classify_failure, parse_ncu_csv, range_profiler_command
 from grader.running.timing.calibration import CalibrationKey, CalibrationStore
 from grader.running.timing.calls import Prepared
@@ -36,6 +36,9 @@ from grader.running.timing.contestants import Contestants, finish_start
 from grader.running.timing.kernel_source import kernels_only
 
 REPORT_WAIT_S = 60.0  # ncu writes its counters as the profiled worker exits: how long to wait for them
+# One case's launches under ncu: each kernel is replayed once per pass of the counters (several passes), with the
+# GPU's memory saved and restored between them; a case the timer already timed gets this long in all.
+PROFILE_LIMIT_S = 90.0
 PROFILE_FORMAT = 1
 STATIC_ONLY = "; the static facts of the compiled kernels are used instead"
 
@@ -79,8 +82,7 @@ class Profiler:
         if not path.is_file():
             path.write_text(reduced.text, encoding="utf-8")
         options = dataclasses.replace(battery.sandbox.options, tool=self._tool(), tool_environment=())
-        self._start(self.student, Worker(path, list(reduced.kernels), options, sandbox=battery.sandbox), cases,
-                    lambda p: p)
+        self._spawn(self.student, Worker(path, list(reduced.kernels), options, sandbox=battery.sandbox))
         wanted = []
         for prepared in cases:
             cached = self._cached(self.keys.get(prepared.perf.id))
@@ -91,16 +93,29 @@ class Profiler:
             else:
                 self.reference.problems[prepared.perf.id] = "the reference's launches were not recorded for this case"
         if wanted and contestants.assignment.reference_solution is not None:
-            base = contestants.new_reference()
-            worker = Worker(base.submission, base.names, dataclasses.replace(base.options, tool=self._tool()))
-            self._start(self.reference, worker, wanted,
-                        lambda p: dataclasses.replace(p, timed=contestants.reference_plans[p.perf.id]))
+            base = contestants.new_reference()  # both processes import torch at once
+            self._spawn(self.reference, Worker(base.submission, base.names,
+                                               dataclasses.replace(base.options, tool=self._tool())))
+        self._load_and_keep(self.student, cases, lambda p: p)
+        self._load_and_keep(self.reference, wanted,
+                            lambda p: dataclasses.replace(p, timed=contestants.reference_plans[p.perf.id]))
 
-    def _start(self, side: _Side, worker: Worker, cases: Sequence[Prepared],
-               plan_of: Callable[[Prepared], Prepared]) -> None:
+    @staticmethod
+    def _spawn(side: _Side, worker: Worker) -> None:
         side.worker = worker
         try:
             worker.spawn()
+        except WorkerFailure as failure:
+            side.problem = f"{side.label} under the profiler: {failure.trap}: {failure.detail}"[:300]
+            side.worker = None
+            worker.close()
+
+    def _load_and_keep(self, side: _Side, cases: Sequence[Prepared], plan_of: Callable[[Prepared], Prepared]) -> None:
+        """Load the side's worker and run each case's launches once there, kept for `measure`."""
+        worker = side.worker
+        if worker is None or not cases:
+            return
+        try:
             loaded = finish_start(worker)
             if not loaded.ok:
                 side.problem = f"{side.label} could not be loaded under the profiler: {loaded.failure.message[:200]}"
@@ -129,7 +144,7 @@ class Profiler:
                 what = f"profiling {side.label}' launches for {prepared.perf.target}"
                 try:
                     reply = worker.request(protocol.ProfileKept(key=prepared.perf.id),
-                                           self.contestants.deadline(prepared.perf), what)
+                                           Deadline(cap_s=min(prepared.perf.timeout_s, PROFILE_LIMIT_S)), what)
                 except WorkerFailure as failure:
                     side.problems[prepared.perf.id] = f"{what}: {failure.trap}: {failure.detail}"[:300]
                     continue
