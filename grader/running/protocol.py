@@ -285,7 +285,9 @@ class Run(Request[Ran]):
 @dataclass(frozen=True)
 class TimeLaunches(Request[Timed]):
     """A timer's run of planned launches (grader.running.timing.performance_plan) on fresh buffers: their outputs, and
-    with `time` the medians of CUDA-graph replays; with `keep` the run is kept under that key for `TimeKept`."""
+    with `time` the medians of CUDA-graph replays; with `keep` the run is kept under that key for `TimeKept` (or
+    `ProfileKept`). `rotate`: as many input sets as keep a pass over them out of L2 (timing); off, exactly `sets`
+    (a profiled replay runs one)."""
 
     OP: ClassVar[str] = "time_launches"
     REPLY: ClassVar[type[Reply]] = Timed
@@ -298,6 +300,7 @@ class TimeLaunches(Request[Timed]):
     time: bool = False
     keep: str = ""
     spin_up_ms: float | None = None
+    rotate: bool = True
 
 
 @dataclass(frozen=True)

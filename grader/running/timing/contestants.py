@@ -118,13 +118,14 @@ class Contestants:
         self.timer_kept.add(perf.id)
         return timer
 
-    def run_plan(self, worker: Worker, prepared: Prepared, what: str, keep: str = "") -> Outputs | str:
+    def run_plan(self, worker: Worker, prepared: Prepared, what: str, keep: str = "",
+                 profiled: bool = False) -> Outputs | str:
         """Run the planned launches in `worker`: their outputs (first run) and, unless kept there for
-        `time_kept` (`keep`), their medians."""
+        `time_kept` (`keep`), their medians. `profiled`: kept on one input set, for a profiled replay."""
         perf = prepared.perf
-        request = prepared.timed.request(prepared.call.inputs, sets=perf.input_sets, repeats=perf.repeats,
-                                         time=self.device == "cuda" and not keep, keep=keep,
-                                         spin_up_ms=None if keep else self.spin_up_ms())
+        request = prepared.timed.request(prepared.call.inputs, sets=1 if profiled else perf.input_sets,
+                                         repeats=perf.repeats, time=self.device == "cuda" and not keep, keep=keep,
+                                         spin_up_ms=None if keep else self.spin_up_ms(), rotate=not profiled)
         try:
             reply = worker.request(request, self.deadline(perf), what)
         except WorkerFailure as failure:

@@ -40,6 +40,7 @@ REPORT_WAIT_S = 60.0  # ncu writes its counters as the profiled worker exits: ho
 # GPU's memory saved and restored between them; a case the timer already timed gets this long in all.
 PROFILE_LIMIT_S = 90.0
 PROFILE_FORMAT = 1
+REPORT_LIMIT_BYTES = 8 << 20  # ncu's CSV: ~3.5 KB a launch (14 counters), 32 launches a case at most
 STATIC_ONLY = "; the static facts of the compiled kernels are used instead"
 
 
@@ -122,7 +123,7 @@ class Profiler:
                 return
             for prepared in cases:
                 what = f"running {side.label}' launches for {prepared.perf.target} under the profiler"
-                ran = self.contestants.run_plan(worker, plan_of(prepared), what, keep=prepared.perf.id)
+                ran = self.contestants.run_plan(worker, plan_of(prepared), what, keep=prepared.perf.id, profiled=True)
                 if isinstance(ran, str):
                     side.problems[prepared.perf.id] = ran[:300]
                     if not worker.alive:
@@ -192,7 +193,7 @@ class Profiler:
             return {}
         profiled = bool(worker.options.tool)
         ended = worker.end(REPORT_WAIT_S) if profiled else True
-        output = worker.output_since(0) if profiled else ""
+        output = worker.output_since(0, REPORT_LIMIT_BYTES) if profiled else ""
         self.close_side(side)
         launches = parse_ncu_csv(output) if profiled else ()
         why = ""  # without ncu, `finish` says so once per case

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from grader.evidence.kernel_profiles import uses_tensor_cores, vectorised_loads
 from grader.evidence.tensor_views import tensor_from
 from grader.running import protocol
 from grader.running.worker import performance_timing, progress
@@ -119,7 +120,7 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
     kernels = [find_kernel(launch["kernel"]) for launch in launches]
     set_bytes = sum(int(spec["nbytes"]) for spec in buffers.values())
     sets = max(request.sets, 1)
-    if request.time or request.keep:
+    if (request.time or request.keep) and request.rotate:
         sets = min(max(sets, -(-L2_FLUSH_BYTES // max(set_bytes, 1))), MAX_SETS)
     all_inputs = [first] + [[t.clone() for t in first] for _ in range(sets - 1)]
     built = [_build_set(buffers, inputs, device) for inputs in all_inputs]
@@ -132,11 +133,17 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
             for kernel, launch in zip(kernels, launches, strict=True)
         ])
 
-    def run(index: int) -> None:
+    def copy_in(index: int) -> None:
         for destination, source in built[index][1]:
             destination.copy_(source)
+
+    def launch(index: int) -> None:
         for kernel, grid, args, kwargs in bound[index]:
             kernel[grid](*args, **kwargs)
+
+    def run(index: int) -> None:
+        copy_in(index)
+        launch(index)
 
     run(0)
     if device.type == "cuda":
@@ -152,7 +159,7 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
     medians: tuple[float, ...] = ()
     if request.keep:  # timed later, by `time_kept`, when the GPU is this grade's alone
         _KEPT[request.keep] = (run_all, sets)
-        _ONE_SET[request.keep] = (lambda: run(0), [kernel for kernel, *_ in bound[0]])
+        _ONE_SET[request.keep] = (lambda: copy_in(0), lambda: launch(0), [kernel for kernel, *_ in bound[0]])
     elif request.time and device.type == "cuda":
         run_all()  # every set compiled and warm before the capture
         spin_up_ms = request.spin_up_ms if request.spin_up_ms is not None else performance_timing.DEFAULT_SPIN_UP_MS
@@ -162,7 +169,8 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
 
 
 _KEPT: dict[str, tuple[Callable[[], None], int]] = {}  # key -> (run every set once, number of sets)
-_ONE_SET: dict[str, tuple[Callable[[], None], list[Any]]] = {}  # key -> (run the first set once, its kernels)
+# key -> (copy the first set's inputs in, launch its kernels, those kernels)
+_ONE_SET: dict[str, tuple[Callable[[], None], Callable[[], None], list[Any]]] = {}
 _HELD: dict[str, performance_timing.GraphSampler] = {}  # key -> its captured graph, sampled request by request
 
 
@@ -197,13 +205,15 @@ def profile_kept(request: protocol.ProfileKept, device: torch.device) -> protoco
     """Run the first input set of the launches kept under the key once, alone inside the CUDA profiler's range
     (the worker runs under `ncu --profile-from-start off`: only this range is profiled), after one run outside
     it so nothing in the range compiles or warms up; then what the compiler says of each kernel it launched."""
-    run_one, kernels = _ONE_SET[request.key]
+    copy_in, launch, kernels = _ONE_SET[request.key]
     if device.type == "cuda":
-        run_one()
-        torch.cuda.synchronize()
+        copy_in()
+        launch()
+        copy_in()  # the inputs as the timed runs see them; the copies run outside the range, so only the
+        torch.cuda.synchronize()  # kernels' launches are profiled (the reply's count splits ncu's report)
         torch.cuda.profiler.start()
         try:
-            run_one()
+            launch()
             torch.cuda.synchronize()
         finally:
             torch.cuda.profiler.stop()
@@ -215,8 +225,6 @@ def compiled_facts(kernels: list[Any]) -> dict[str, dict[str, Any]]:
     """Registers, spills, tensor-core and 128-bit load instructions of every compiled specialisation of these
     Triton kernels (the largest register count and spills where a kernel has several); {} for none compiled
     (the interpreter compiles nothing)."""
-    from grader.evidence.kernel_profiles import uses_tensor_cores, vectorised_loads
-
     facts: dict[str, dict[str, Any]] = {}
     for kernel in kernels:
         function = kernel

@@ -32,7 +32,7 @@ class FakeWorker:
     def end(self, wait_s: float) -> bool:
         return self.ends
 
-    def output_since(self, offset: int) -> str:
+    def output_since(self, offset: int, limit: int = 1 << 20) -> str:
         return self.output
 
     def close(self) -> None:
