@@ -136,11 +136,14 @@ class Profiler:
     # ------------------------------------------------------------------ 2. inside the slot
 
     def measure(self) -> None:
+        """Each ready case's launches once inside the profiler's range, in order. After a failure the side stops:
+        ncu may have profiled part of that case's launches, and the report is split by the replies' counts."""
         for side in (self.student, self.reference):
             worker = side.worker
+            stopped = ""
             for prepared in side.ready:
-                if worker is None or not worker.alive:
-                    side.problems.setdefault(prepared.perf.id, f"{side.label}' profiling worker ended early")
+                if stopped or worker is None or not worker.alive:
+                    side.problems.setdefault(prepared.perf.id, stopped or f"{side.label}' profiling worker ended early")
                     continue
                 what = f"profiling {side.label}' launches for {prepared.perf.target}"
                 try:
@@ -148,11 +151,13 @@ class Profiler:
                                            Deadline(cap_s=min(prepared.perf.timeout_s, PROFILE_LIMIT_S)), what)
                 except WorkerFailure as failure:
                     side.problems[prepared.perf.id] = f"{what}: {failure.trap}: {failure.detail}"[:300]
+                    stopped = f"not profiled: profiling {side.label} failed on an earlier case"
                     continue
                 if reply.ok:
                     side.replies[prepared.perf.id] = reply
                 else:
                     side.problems[prepared.perf.id] = f"{what}: {reply.failure.message[:300]}"
+                    stopped = f"not profiled: profiling {side.label} failed on an earlier case"
 
     # ------------------------------------------------------------------ 3. the counters
 

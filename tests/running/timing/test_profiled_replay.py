@@ -105,3 +105,33 @@ def test_the_range_command_profiles_only_the_marked_range() -> None:
     assert command[:3] == ("/usr/local/cuda/bin/ncu", "--profile-from-start", "off")
     assert ("--clock-control", "none") == command[3:5] and command[-2:] == ("--launch-count", "8")
     assert not any(flag in command for flag in ("--reset", "--clock-control base", "--lock-clocks"))
+
+
+class AnsweringWorker(FakeWorker):
+    """Answers ProfileKept requests from a script: a reply, or a failure to raise."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        super().__init__("")
+        self.answers, self.asked, self.alive = answers, [], True
+
+    def request(self, message: Any, deadline: Any, what: str) -> Any:
+        self.asked.append(message.key)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def test_after_a_failed_case_the_side_stops_so_the_report_still_splits(tmp_path) -> None:
+    from grader.running.processes.client import WorkerFailure
+
+    cases = [SimpleNamespace(perf=SimpleNamespace(id=f"perf-{n}", target="softmax", timeout_s=60.0)) for n in "abc"]
+    worker = AnsweringWorker([protocol.Profiled(ok=True, launches=1), WorkerFailure("timeout", "did not finish"),
+                              protocol.Profiled(ok=True, launches=1)])
+    replay = profiler(tmp_path)
+    replay.student = _Side("your kernels", worker=worker, ready=list(cases))  # type: ignore[arg-type]
+    replay.measure()
+    assert worker.asked == ["perf-a", "perf-b"]  # perf-c is not asked: ncu may hold part of perf-b's launches
+    assert list(replay.student.replies) == ["perf-a"]
+    assert "timeout: did not finish" in replay.student.problems["perf-b"]
+    assert replay.student.problems["perf-c"].startswith("not profiled: profiling your kernels failed")
