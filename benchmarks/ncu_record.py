@@ -46,8 +46,10 @@ def submissions(assignment_id: str, folder: Path) -> list[tuple[str, Path, str]]
     text = reference.read_text(encoding="utf-8")
     out = [("reference", reference, "reference")]
     for mutant in load_mutants(assignment.reference_dir):
-        if mutant.kind == "variant" or (mutant.performance_traps and not mutant.expected("cuda")):
-            why = "variant" if mutant.kind == "variant" else "cpu:" + ",".join(mutant.performance_traps)
+        slow = mutant.performance_traps or mutant.performance_measured
+        if mutant.kind == "variant" or (slow and not mutant.expected("cuda")):
+            why = "variant" if mutant.kind == "variant" else (
+                "cpu:" + ",".join(mutant.performance_traps) + " cuda:" + ",".join(mutant.measured("cuda")))
             path = folder / f"{mutant.id}.py"
             path.write_text(mutant.source(text), encoding="utf-8")
             out.append((mutant.id, path, why))

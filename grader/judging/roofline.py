@@ -138,11 +138,12 @@ def roofline_svg(points: Sequence[Point], ceilings: Ceilings, title: str = "", w
     corners = " ".join(f"{plot.x(i):.1f},{plot.y(p):.1f}" for i, p in roof)
     out.append(f'<polyline class="roof" points="{corners}" fill="none" stroke="#333" stroke-width="2"/>')
     out.append(f'<text x="{right - 4}" y="{plot.y(ceilings.compute) - 6:.1f}" text-anchor="end">'
-               f'{ceilings.tflops:g} TFLOP/s</text>')
+               f'{ceilings.tflops:.0f} TFLOP/s</text>')
     slope_x = plot.x(10.0**x_lo) + 6
     slope_y = plot.y(ceilings.roof(10.0**x_lo)) - 6
-    out.append(f'<text x="{slope_x:.1f}" y="{slope_y:.1f}">{ceilings.bandwidth_gbs:g} GB/s</text>')
+    out.append(f'<text x="{slope_x:.1f}" y="{slope_y:.1f}">{ceilings.bandwidth_gbs:.0f} GB/s</text>')
     unplaced = []
+    placed = 0
     for n, point in enumerate(points):
         if not point.placeable:
             unplaced.append(point.label)
@@ -153,8 +154,9 @@ def roofline_svg(points: Sequence[Point], ceilings: Ceilings, title: str = "", w
         out.append(f'<g class="point" data-label={quoteattr(point.label)}>'
                    f'<title>{escape(f"{point.label}: {sol:.0f}% of speed of light")}</title>'
                    f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{colour}"/>'
-                   f'<text x="{x + 7:.1f}" y="{y - 5:.1f}" fill="{colour}">{escape(point.label)} '
+                   f'<text x="{x + 7:.1f}" y="{y + 14 + 13 * placed:.1f}" fill="{colour}">{escape(point.label)} '
                    f'({sol:.0f}%)</text></g>')
+        placed += 1  # labels stack below the points: points of one case often sit on top of each other
     if unplaced:
         missing = escape("not placed (no bytes, flops or time): " + ", ".join(unplaced))
         out.append(f'<text x="{left}" y="{top - 8}">{missing}</text>')

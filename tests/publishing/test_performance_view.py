@@ -87,3 +87,15 @@ def test_a_matmul_case_gets_its_roofline() -> None:
     assert svg.startswith("<svg") and svg.count('class="point"') == 3
     assert 'data-label="yours"' in svg and "380 TFLOP/s" in svg and "4243 GB/s" in svg
     assert performance_row(timed(device=DeviceInfo("NVIDIA H200", 4243.0, "2.11", "3.6"))).roofline == ""
+
+
+def test_a_case_without_declared_bytes_is_placed_where_ncu_counted_them() -> None:
+    device = DeviceInfo("NVIDIA H200", 4243.0, "2.11", "3.6", matmul_tflops=362.4)
+    flops = 2 * 4096**3
+    mine = Measurement("yours", (0.436,), 0.436, 0.0, tflops=flops / 0.436e-3 / 1e12, pct_of_speed_of_light=87.6)
+    case = timed(perf_id="perf-linear-gelu", student=mine, reference=mine, torch=mine, device=device,
+                 counters={"student": {"dram_bytes": 4.1e8}, "reference": {"dram_bytes": 4.1e8}})
+    svg = performance_row(case).roofline
+    assert svg.count('class="point"') == 2 and "torch" in svg  # torch: no counters, no declared bytes: named
+    assert performance_row(timed(student=Measurement("x", (1.0,), 1.0, 0.0, pct_of_speed_of_light=105.6))
+                           ).speed_of_light == "at the speed of light (106% of the copy-bandwidth roof)"

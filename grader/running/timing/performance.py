@@ -88,9 +88,13 @@ class PerformanceRunner:
         self._folder = Path(tempfile.mkdtemp(prefix="grader-timer-"))
         self.contestants = Contestants(assignment, device, self._folder, self._deadline)
         self.profile = profile
+        self._live_profiler: Profiler | None = None
         self.profiles: dict[str, CaseProfile] = {}  # perf id -> what profiling its timed replay found
 
     def close(self) -> None:
+        if self._live_profiler is not None:
+            self._live_profiler.close()
+            self._live_profiler = None
         self.contestants.close()
         shutil.rmtree(self._folder, ignore_errors=True)
 
@@ -142,6 +146,10 @@ class PerformanceRunner:
         contestants = self.contestants
         timer, reduced = contestants.new_timer(battery)
         timer.spawn()
+        profiler = self._profiler(battery)
+        if profiler is not None:  # its workers import torch while the student's records and the timer checks
+            profiler = self._guarded(profiler, profiler.spawn, [perf.id for perf in todo])
+            self._live_profiler = profiler  # closed with the runner whatever happens before its own `finally`
         reference = None
         # The reference runs in every grade: it is timed in turn with the student's launches (side by side, so a
         # GPU whose clocks sag under a matmul's power draw slows both alike), and measures the bars where none
@@ -174,7 +182,9 @@ class PerformanceRunner:
                 results[prepared.perf.id] = wrong
             else:
                 checked.append(prepared)
-        profiler = self._profiler(battery) if checked else None
+        if profiler is not None and not checked:
+            profiler.close()
+            profiler = None
         try:
             if profiler is not None:
                 with clock.phase("profile/start"):

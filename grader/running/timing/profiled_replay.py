@@ -5,8 +5,10 @@ its own, and kept per GPU and versions where a calibration store is given. Nothi
 settings (`--clock-control none`).
 
 In three steps, so that only the profiled launches themselves hold the GPU's exclusive slot:
-1. `prepare` (outside the slot): start one worker per side under ncu, load the kernels, run every case's launches
-   once and keep them there (`--profile-from-start off`: nothing of this is profiled);
+1. `spawn` (as the timer starts, so the imports overlap the recording and the checks) and `prepare` (outside the
+   exclusive slot): one worker per side under ncu loads the kernels, then, holding the slot shared as correctness
+   work does, runs every case's launches once and keeps them there (`--profile-from-start off`: nothing of this
+   is profiled);
 2. `measure` (inside the slot, after the timed samples): each case's launches once more inside the profiler's
    range (`ProfileKept`), one case after another, so the device-wide counters see no other grade's kernels;
 3. `finish`: the workers exit, ncu writes its counters to their logs, and each case gets its launches back.
@@ -74,32 +76,50 @@ class Profiler:
 
     # ------------------------------------------------------------------ 1. outside the slot
 
-    def prepare(self, cases: Sequence[Prepared]) -> None:
-        if not cases:
+    def spawn(self, perf_ids: Sequence[str]) -> None:
+        """Start the profiling workers for these cases now (their imports overlap the grade's recording and checks):
+        the student's always, the reference's where some case has no kept profile of the reference."""
+        if not perf_ids:
             return
         battery, contestants = self.battery, self.contestants
         reduced = kernels_only(battery.submission.read_text(encoding="utf-8", errors="replace"))
-        path = contestants.folder / battery.submission.name  # the kernels-only file the timer loaded
+        path = contestants.folder / battery.submission.name  # the kernels-only file the timer loads
         if not path.is_file():
             path.write_text(reduced.text, encoding="utf-8")
         options = dataclasses.replace(battery.sandbox.options, tool=self._tool(), tool_environment=())
         self._spawn(self.student, Worker(path, list(reduced.kernels), options, sandbox=battery.sandbox))
+        for perf_id in perf_ids:
+            cached = self._cached(self.keys.get(perf_id))
+            if cached is not None:
+                self.cached[perf_id] = cached
+        if len(self.cached) < len(perf_ids) and contestants.assignment.reference_solution is not None:
+            base = contestants.new_reference()
+            self._spawn(self.reference, Worker(base.submission, base.names,
+                                               dataclasses.replace(base.options, tool=self._tool())))
+
+    def prepare(self, cases: Sequence[Prepared]) -> None:
+        """Load the spawned workers and run each case's launches once there (kept for `measure`)."""
+        if not cases:
+            return
+        contestants = self.contestants
+        if self.student.worker is None and not self.student.problem:
+            self.spawn([p.perf.id for p in cases])
         wanted = []
         for prepared in cases:
-            cached = self._cached(self.keys.get(prepared.perf.id))
-            if cached is not None:
-                self.cached[prepared.perf.id] = cached
-            elif prepared.perf.id in contestants.reference_plans:
+            if prepared.perf.id in self.cached:
+                continue
+            if prepared.perf.id in contestants.reference_plans:
                 wanted.append(prepared)
             else:
                 self.reference.problems[prepared.perf.id] = "the reference's launches were not recorded for this case"
-        if wanted and contestants.assignment.reference_solution is not None:
-            base = contestants.new_reference()  # both processes import torch at once
-            self._spawn(self.reference, Worker(base.submission, base.names,
-                                               dataclasses.replace(base.options, tool=self._tool())))
-        self._load_and_keep(self.student, cases, lambda p: p)
-        self._load_and_keep(self.reference, wanted,
-                            lambda p: dataclasses.replace(p, timed=contestants.reference_plans[p.perf.id]))
+        self._load(self.student)
+        self._load(self.reference)
+        # Running the launches is GPU work: it takes the GPU's slot shared, as correctness work does, so no other
+        # grade's timed samples run beside it (the imports above need no GPU and do not wait for the slot).
+        with self.battery.workers.shared_gpu():
+            self._keep(self.student, cases, lambda p: p)
+            self._keep(self.reference, wanted,
+                       lambda p: dataclasses.replace(p, timed=contestants.reference_plans[p.perf.id]))
 
     @staticmethod
     def _spawn(side: _Side, worker: Worker) -> None:
@@ -111,16 +131,27 @@ class Profiler:
             side.worker = None
             worker.close()
 
-    def _load_and_keep(self, side: _Side, cases: Sequence[Prepared], plan_of: Callable[[Prepared], Prepared]) -> None:
-        """Load the side's worker and run each case's launches once there, kept for `measure`."""
+    @staticmethod
+    def _load(side: _Side) -> None:
+        """Wait for the side's worker to come up and load its kernels (or the reference)."""
         worker = side.worker
-        if worker is None or not cases:
+        if worker is None:
             return
         try:
             loaded = finish_start(worker)
             if not loaded.ok:
                 side.problem = f"{side.label} could not be loaded under the profiler: {loaded.failure.message[:200]}"
-                return
+                Profiler.close_side(side)
+        except WorkerFailure as failure:
+            side.problem = f"{side.label} under the profiler: {failure.trap}: {failure.detail}"[:300]
+            Profiler.close_side(side)
+
+    def _keep(self, side: _Side, cases: Sequence[Prepared], plan_of: Callable[[Prepared], Prepared]) -> None:
+        """Run each case's launches once in the side's worker, kept there for `measure`."""
+        worker = side.worker
+        if worker is None or not cases:
+            return
+        try:
             for prepared in cases:
                 what = f"running {side.label}' launches for {prepared.perf.target} under the profiler"
                 ran = self.contestants.run_plan(worker, plan_of(prepared), what, keep=prepared.perf.id, profiled=True)

@@ -1,0 +1,80 @@
+"""The judge on what ncu really wrote: the H200 recording of 2026-12-05 (benchmarks/why_slow_gpu.sh;
+tests/data/ncu-h200: ncu 2025.3.1's CSV for every submission and timed case, the do_bench medians and the compiled
+kernels' facts).
+Every slow style the project proves is named from its counters, with the numbers a student reads; the reference,
+the correct variants and the mutants that are not slower at the timed size name nothing.
+
+The table is docs/ncu-verdicts-h200.md (`python benchmarks/ncu_verdicts.py tests/data/ncu-h200 --all`)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from grader.evidence.kernel_profiles import StaticFacts
+from grader.judging.gpu_performance_traps import Side, compare, diagnose
+from grader.running.profiling.ncu import classify_failure, parse_ncu_csv
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "ncu-h200"
+RUNS = [r for r in json.loads((DATA / "summary.json").read_text(encoding="utf-8"))["runs"] if "submission" in r]
+MATMUL_CASES = {"perf-linear-gelu"}
+
+# (assignment, submission, case) -> the traps named; every other recorded case names none.
+NAMED = {
+    ("softmax", "online_lane_stretches", "perf-softmax"): ("uncoalesced-access", "low-occupancy"),
+    ("softmax", "softmax_few_programs", "perf-softmax"): ("serial-grid",),
+    ("softmax", "softmax_narrow_one_warp", "perf-softmax"): ("low-occupancy",),
+    ("fused_layers", "linear_small_tiles", "perf-linear-gelu"): ("low-arithmetic-intensity",),
+    ("fused_layers", "linear_64_tiles", "perf-linear-gelu"): ("low-arithmetic-intensity",),
+    ("fused_layers", "linear_ieee_dot", "perf-linear-gelu"): ("no-tensor-cores", "register-spills"),
+}
+
+
+def side(run: dict) -> Side:
+    text = (DATA / run["assignment"] / run["submission"] / f"{run['case']}.csv").read_text(encoding="utf-8")
+    facts = run["static"]
+    static = StaticFacts(any(f["tensor_cores"] for f in facts), any(f["vector_loads"] for f in facts),
+                         max(f["registers"] for f in facts), max(f["spills"] for f in facts))
+    return Side(parse_ncu_csv(text), static, statistics.median(run["ms"]) * 1e-3)
+
+
+def verdict(run: dict):
+    reference = next(r for r in RUNS if r["submission"] == "reference" and r["assignment"] == run["assignment"]
+                     and r["case"] == run["case"])
+    comparison = compare(run["case"], side(run), side(reference), case_id=run["case"],
+                         matmul=run["case"] in MATMUL_CASES)
+    return comparison, diagnose(comparison)
+
+
+def test_every_recorded_run_has_counters_and_facts() -> None:
+    assert len(RUNS) == 55
+    for run in RUNS:
+        text = (DATA / run["assignment"] / run["submission"] / f"{run['case']}.csv").read_text(encoding="utf-8")
+        launches = parse_ncu_csv(text)
+        assert run["returncode"] == 0 and classify_failure(0, text, len(launches)) is None, run["submission"]
+        assert len(launches) == 1 and launches[0].get("dram__bytes_read.sum") > 0, run["submission"]
+        assert "==WARNING== Note: Running with unmodified GPU clocks" in text  # --clock-control none
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda r: f"{r['assignment']}-{r['submission']}-{r['case']}")
+def test_the_judge_names_what_the_counters_show(run: dict) -> None:
+    comparison, traps = verdict(run)
+    assert tuple(t.trap for t in traps) == NAMED.get((run["assignment"], run["submission"], run["case"]), ())
+    for trap in traps:
+        assert trap.basis == "measured" and trap.numbers["time_ratio"] >= 1.1
+        assert f"(case {run['case']})" in trap.message and "x the reference's time" in trap.message
+
+
+def test_the_numbers_a_student_reads() -> None:
+    by_id = {(r["submission"], r["case"]): r for r in RUNS}
+    _, (grid,) = verdict(by_id[("softmax_few_programs", "perf-softmax")])
+    assert grid.message.startswith("a grid of 16 programs keeps 16 SMs of the GPU's 132 busy where the reference "
+                                   "launches 8,192")
+    _, (tiles,) = verdict(by_id[("linear_small_tiles", "perf-linear-gelu")])
+    assert tiles.numbers["ratio"] > 10 and "GB through DRAM" in tiles.message
+    _, (pipe, spills) = verdict(by_id[("linear_ieee_dot", "perf-linear-gelu")])
+    assert pipe.numbers["tensor_pipe"] < 1 and pipe.numbers["reference_tensor_pipe"] > 75
+    assert spills.numbers["spills"] > spills.numbers["reference_spills"]
