@@ -11,6 +11,7 @@ from typing import Any
 
 from grader.evidence.kernel_profiles import SideProfile, StaticFacts
 from grader.running import protocol
+from grader.running.processes.sandbox import WorkerOptions
 from grader.running.profiling.ncu import NOT_INSTALLED, range_profiler_command
 from grader.running.timing.calibration import CalibrationKey, CalibrationStore
 from grader.running.timing.profiled_replay import PROFILE_FORMAT, Profiler, _Side
@@ -135,3 +136,96 @@ def test_after_a_failed_case_the_side_stops_so_the_report_still_splits(tmp_path)
     assert list(replay.student.replies) == ["perf-a"]
     assert "timeout: did not finish" in replay.student.problems["perf-b"]
     assert replay.student.problems["perf-c"].startswith("not profiled: profiling your kernels failed")
+
+
+OPTIONS = WorkerOptions(backend="cuda", import_timeout_s=60.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """What prepare reads of a Prepared: the case, and the plan it replaces for the reference's launches."""
+
+    perf: Any
+    timed: Any = None
+
+
+class SpawnedWorker(FakeWorker):
+    """A Worker as `spawn` / `prepare` use it: spawn, finish_start (via `Ready`), alive, and the options."""
+
+    made: list[SpawnedWorker] = []
+
+    def __init__(self, submission: Path, names: list[str], options: Any, sandbox: Any = None) -> None:
+        super().__init__("", tool=tuple(options.tool))
+        self.submission, self.names, self.sandbox, self.spawned, self.alive = submission, names, sandbox, False, True
+        SpawnedWorker.made.append(self)
+
+    def spawn(self) -> None:
+        self.spawned = True
+
+    def finish_start(self) -> protocol.Loaded:
+        return protocol.Loaded(ok=True)
+
+
+def test_spawn_then_prepare_keeps_each_case_in_both_workers_under_the_shared_slot(tmp_path, monkeypatch) -> None:
+    import contextlib
+
+    from grader.running.timing import profiled_replay
+
+    SpawnedWorker.made = []
+    monkeypatch.setattr(profiled_replay, "Worker", SpawnedWorker)
+    submission = tmp_path / "softmax.py"
+    submission.write_text("import triton\n\n@triton.jit\ndef k(x):\n    pass\n\nprint('student python')\n")
+    folder = tmp_path / "timer"
+    folder.mkdir()
+    slot: list[str] = []
+
+    @contextlib.contextmanager
+    def shared_gpu():
+        slot.append("taken")
+        yield
+        slot.append("released")
+
+    kept: list[tuple[str, str, bool]] = []
+
+    def run_plan(worker, prepared, what, keep="", profiled=False):
+        kept.append((worker.submission.name, keep, profiled))
+        assert slot == ["taken"]  # the launches run while the slot is held shared
+        return ((), ())
+
+    reference_path = tmp_path / "reference.py"
+    contestants = SimpleNamespace(
+        folder=folder, reference_plans={"perf-a": "plan-a"},
+        assignment=SimpleNamespace(reference_solution=reference_path),
+        new_reference=lambda: SimpleNamespace(submission=reference_path, names=["softmax"], options=OPTIONS),
+        run_plan=run_plan)
+    battery = SimpleNamespace(submission=submission, workers=SimpleNamespace(shared_gpu=shared_gpu),
+                              sandbox=SimpleNamespace(options=OPTIONS))
+    replay = Profiler(contestants, battery, None, {}, command=("ncu", "--x"), find=False)  # type: ignore[arg-type]
+    replay.spawn(["perf-a", "perf-b"])
+    student, reference = SpawnedWorker.made
+    assert student.spawned and reference.spawned and student.sandbox is battery.sandbox
+    assert student.options.tool == reference.options.tool == ("ncu", "--x")  # both run under the profiler
+    assert (folder / "softmax.py").read_text().count("print") == 0  # the kernels-only file: no student Python
+    cases = [Case(SimpleNamespace(id=p, target="softmax")) for p in ("perf-a", "perf-b")]
+    replay.prepare(cases)  # type: ignore[arg-type]
+    assert slot == ["taken", "released"]
+    assert kept == [("softmax.py", "perf-a", True), ("softmax.py", "perf-b", True), ("reference.py", "perf-a", True)]
+    assert replay.reference.problems == {"perf-b": "the reference's launches were not recorded for this case"}
+    assert [p.perf.id for p in replay.student.ready] == ["perf-a", "perf-b"]
+
+
+def test_a_kept_reference_profile_spares_the_reference_worker(tmp_path, monkeypatch) -> None:
+    from grader.running.timing import profiled_replay
+
+    SpawnedWorker.made = []
+    monkeypatch.setattr(profiled_replay, "Worker", SpawnedWorker)
+    submission = tmp_path / "softmax.py"
+    submission.write_text("import triton\n")
+    store = CalibrationStore(tmp_path)
+    contestants = SimpleNamespace(folder=tmp_path, reference_plans={}, assignment=SimpleNamespace(
+        reference_solution=tmp_path / "reference.py"))
+    battery = SimpleNamespace(submission=submission, sandbox=SimpleNamespace(options=OPTIONS))
+    first = Profiler(contestants, battery, store, {"perf-softmax": KEY}, command=("ncu",), find=False)  # type: ignore[arg-type]
+    first._store(KEY, SideProfile((), {"k": StaticFacts(False, True, 40, 0)}))
+    first.spawn(["perf-softmax"])
+    assert len(SpawnedWorker.made) == 1 and "perf-softmax" in first.cached  # the student's alone
