@@ -68,41 +68,15 @@ def submissions(assignment_id: str, folder: Path) -> list[tuple[str, Path, str]]
 # ------------------------------------------------------------------------------------------ one profiled run
 
 
-def _jit_functions(module: object) -> list[tuple[str, object]]:
+def _static_facts(module: object) -> list[dict[str, object]]:
+    """The compiled kernels' facts, as the grader's worker reads them (performance_run.compiled_facts)."""
     import triton
 
-    found = []
-    for name, value in vars(module).items():
-        fn = value
-        while fn is not None and not isinstance(fn, triton.runtime.JITFunction):
-            fn = getattr(fn, "fn", None)
-        if fn is not None:
-            found.append((name, fn))
-    return found
+    from grader.running.worker.performance_run import compiled_facts
 
-
-def _static_facts(module: object) -> list[dict[str, object]]:
-    from grader.running.profiling.ncu import uses_tensor_cores, vectorised_loads
-
-    facts = []
-    for name, fn in _jit_functions(module):
-        caches = getattr(fn, "device_caches", {}) or {}
-        for entry in caches.values():
-            kernels = entry[0] if isinstance(entry, tuple) else entry
-            for kernel in dict(kernels).values():
-                try:
-                    init = getattr(kernel, "_init_handles", None)
-                    if init:
-                        init()
-                    ptx = kernel.asm.get("ptx", "") if hasattr(kernel, "asm") else ""
-                    facts.append({"kernel": name, "registers": int(getattr(kernel, "n_regs", -1)),
-                                  "spills": int(getattr(kernel, "n_spills", -1)),
-                                  "tensor_cores": uses_tensor_cores(ptx), "vector_loads": vectorised_loads(ptx),
-                                  "meta": {k: v for k, v in (getattr(kernel.metadata, "_asdict", dict)().items())
-                                           if k in ("num_warps", "num_stages", "shared")}})
-                except Exception as exc:  # a fact we cannot read is left out, said
-                    facts.append({"kernel": name, "error": f"{type(exc).__name__}: {exc}"[:200]})
-    return facts
+    jitted = [v for v in vars(module).values() if isinstance(getattr(v, "fn", v), triton.runtime.JITFunction)
+              or isinstance(v, triton.runtime.JITFunction)]
+    return [{"kernel": name, **facts} for name, facts in compiled_facts(jitted).items()]
 
 
 def drive(file: Path, assignment_id: str, case_id: str, seed: int) -> None:

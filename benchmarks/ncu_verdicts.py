@@ -16,24 +16,29 @@ import argparse
 import json
 import statistics
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.evidence.kernel_profiles import StaticFacts  # noqa: E402
+from grader.evidence.kernel_profiles import SideProfile, StaticFacts  # noqa: E402
 from grader.judging.gpu_performance_traps import DEFAULT_THRESHOLDS, Side, compare, diagnose, summarise  # noqa: E402
 from grader.running.profiling.ncu import parse_ncu_csv  # noqa: E402
 
 MATMUL_TARGETS = {"fused_linear_gelu"}
 
 
+def kernel_facts(recorded: Iterable[dict]) -> dict[str, StaticFacts]:
+    """The recording's facts of each compiled specialisation (entries without registers are ones it could not
+    read)."""
+    return {f"{f['kernel']}#{n}": StaticFacts(bool(f["tensor_cores"]), bool(f["vector_loads"]), int(f["registers"]),
+                                             int(f["spills"])) for n, f in enumerate(recorded) if "registers" in f}
+
+
 def side(folder: Path, run: dict) -> Side:
     text = (folder / run["assignment"] / run["submission"] / f"{run['case']}.csv").read_text(encoding="utf-8")
-    facts = [f for f in run.get("static") or () if "registers" in f]
-    static = StaticFacts(any(f["tensor_cores"] for f in facts), any(f["vector_loads"] for f in facts),
-                         max((f["registers"] for f in facts), default=0),
-                         max((f["spills"] for f in facts), default=0)) if facts else None
+    static = SideProfile((), kernel_facts(run.get("static") or ())).static  # the kernels together, as a grade has it
     ms = statistics.median(run["ms"]) if run.get("ms") else None
     return Side(parse_ncu_csv(text), static, ms * 1e-3 if ms else None)
 

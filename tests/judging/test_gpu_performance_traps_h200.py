@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from grader.evidence.kernel_profiles import StaticFacts
+from grader.evidence.kernel_profiles import SideProfile, StaticFacts
 from grader.judging.gpu_performance_traps import Side, compare, diagnose
 from grader.running.profiling.ncu import classify_failure, parse_ncu_csv
 
@@ -35,9 +35,9 @@ NAMED = {
 
 def side(run: dict) -> Side:
     text = (DATA / run["assignment"] / run["submission"] / f"{run['case']}.csv").read_text(encoding="utf-8")
-    facts = run["static"]
-    static = StaticFacts(any(f["tensor_cores"] for f in facts), any(f["vector_loads"] for f in facts),
-                         max(f["registers"] for f in facts), max(f["spills"] for f in facts))
+    kernels = {f"{f['kernel']}#{n}": StaticFacts(f["tensor_cores"], f["vector_loads"], f["registers"], f["spills"])
+               for n, f in enumerate(run["static"])}
+    static = SideProfile((), kernels).static  # the kernels together, as a grade has them
     return Side(parse_ncu_csv(text), static, statistics.median(run["ms"]) * 1e-3)
 
 
