@@ -21,7 +21,8 @@ import torch
 from grader.cli import main
 from tests.conftest import copy_course
 
-pytestmark = [pytest.mark.gpu, pytest.mark.timing_fidelity, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = [pytest.mark.gpu, pytest.mark.timing_fidelity,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 ROW_KERNELS = {"row_mean_var", "layernorm"}
 FIDELITY_LIMIT_PCT = 3.0

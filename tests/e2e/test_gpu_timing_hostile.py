@@ -19,7 +19,8 @@ import torch
 
 from grader.cli import main
 
-pytestmark = [pytest.mark.gpu, pytest.mark.timing_fidelity, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = [pytest.mark.gpu, pytest.mark.timing_fidelity,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 NOISE = 0.05  # speedups of the same kernels agree within 5% (the fairness bar is +-3% per timing)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -466,3 +467,83 @@ def test_nothing_measured_is_one_line_not_a_table(assignment: Assignment) -> Non
         assert "your time" not in text and "perf-layernorm " not in text
 
 
+
+
+class StepsProfiler:
+    """A Profiler as `measure_all` drives it, noting each step, its thread and how many timing checks had ended."""
+
+    def __init__(self, checks: list[str]) -> None:
+        self.checks, self.steps = checks, []
+
+    def _note(self, step: str, cases) -> None:
+        ids = [c if isinstance(c, str) else c.perf.id for c in cases]
+        self.steps.append((step, threading.current_thread() is threading.main_thread(), len(self.checks), ids))
+
+    def spawn(self, perf_ids) -> None:
+        self._note("spawn", perf_ids)
+
+    def prepare_student(self, cases) -> None:
+        self._note("prepare_student", cases)
+
+    def prepare_reference(self, cases) -> None:
+        self._note("prepare_reference", cases)
+
+    def measure(self, perf_ids) -> None:
+        self._note("measure", perf_ids)
+
+    def finish(self, cases) -> dict:
+        self._note("finish", cases)
+        return {}
+
+    def close(self) -> None:
+        self.steps.append(("close", True, len(self.checks), []))
+
+
+@pytest.mark.slow
+def test_the_students_profiling_worker_prepares_beside_the_timing_checks(
+    monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
+    """The student's side of the profiled replay needs nothing of the checks, so it runs on a thread beside
+    them; the reference's side waits for the plans the checks make; only the cases whose outputs were right at
+    the timed size are profiled."""
+    from grader.running.processes.client import Worker, WorkerOptions
+    from grader.running.timing import performance
+
+    submission = tmp_path / "fused_layers.py"
+    submission.write_text(reference_source, encoding="utf-8")
+    battery = Battery(assignment, submission, "interpreter", 1)
+    battery.backend = Backend.CUDA
+    perfs = [PerformanceCase(id=f"p-ln{i}", target="layernorm", dims={"M": 6, "N": 37}, tolerance="rowwise",
+                             repeats=3) for i in (1, 2)]
+    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=perfs)
+    runner._copy_gb_per_s = H200.copy_gb_per_s
+    timer_for = runner.contestants.timer_for
+    monkeypatch.setattr(runner.contestants, "timer_for", lambda b: Clocked(timer_for(b), 0.1))
+    monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
+    monkeypatch.setattr(runner.contestants, "new_reference", lambda: Clocked(Worker(
+        repo_root / "reference" / "fused_layers" / "reference.py", list(assignment.required_symbols),
+        WorkerOptions(backend="interpreter", import_timeout_s=60)), 0.12))
+    checks: list[str] = []
+    check = runner._check
+
+    def noted_check(prepared, battery):
+        checks.append(prepared.perf.id)
+        if prepared.perf.id == "p-ln2":  # wrong at the timed size: timed and profiled never
+            return performance.errored(prepared.perf, "differs from F.layer_norm")
+        return check(prepared, battery)
+
+    monkeypatch.setattr(runner, "_check", noted_check)
+    steps = StepsProfiler(checks)
+    monkeypatch.setattr(runner, "_profiler", lambda battery: steps)
+    try:
+        results = runner.measure_all(battery, [case("layernorm", True)])
+    finally:
+        runner.close()
+        battery.close()
+    assert results["p-ln1"].status == "timed" and results["p-ln2"].status != "timed"
+    by_step = {step: (on_main, checks_done, ids) for step, on_main, checks_done, ids in steps.steps}
+    assert by_step["spawn"] == (True, 0, ["p-ln1", "p-ln2"])
+    on_main, _, ids = by_step["prepare_student"]
+    assert not on_main and ids == ["p-ln1", "p-ln2"]  # beside the checks, on the pool's thread
+    assert by_step["prepare_reference"] == (True, 2, ["p-ln1"])  # after every check, on the plans they made
+    assert by_step["measure"] == (True, 2, ["p-ln1"]) and by_step["finish"] == (True, 2, ["p-ln1"])
+    assert [s[0] for s in steps.steps][-1] == "close"

@@ -173,29 +173,37 @@ class PerformanceRunner:
                 if reference is not None and reference_reply is not None:
                     contestants.adopt_reference(reference, reference_reply.result())
         checked = []
-        for prepared in ready:  # the outputs at the timed size, checked while the GPU is shared
-            with clock.phase("timing/check"), battery.workers.shared_gpu():
-                wrong = self._check(prepared, battery)
-                if wrong is None:
-                    contestants.keep_reference(prepared)
-            if wrong is not None:
-                results[prepared.perf.id] = wrong
-            else:
-                checked.append(prepared)
+        # The student's profiling worker loads and runs each case's launches once beside the checks (both only
+        # share the GPU); the reference's runs the launches its checks planned, after them. "profile/start" is
+        # what the grade waits for beyond the checks.
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            preparing = (beside.submit(self._guarded, profiler, profiler.prepare_student, ready)
+                         if profiler is not None and ready else None)
+            for prepared in ready:  # the outputs at the timed size, checked while the GPU is shared
+                with clock.phase("timing/check"), battery.workers.shared_gpu():
+                    wrong = self._check(prepared, battery)
+                    if wrong is None:
+                        contestants.keep_reference(prepared)
+                if wrong is not None:
+                    results[prepared.perf.id] = wrong
+                else:
+                    checked.append(prepared)
+            if preparing is not None:
+                with clock.phase("profile/start"):
+                    profiler = preparing.result()
+                    if profiler is not None and checked:
+                        profiler = self._guarded(profiler, profiler.prepare_reference, checked)
         if profiler is not None and not checked:
             profiler.close()
             profiler = None
         try:
-            if profiler is not None:
-                with clock.phase("profile/start"):
-                    profiler = self._guarded(profiler, profiler.prepare, checked)
             slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
             with slot.exclusive() if slot else contextlib.nullcontext():  # only the timed and profiled replays here
                 for prepared in checked:
                     results[prepared.perf.id] = self._measure(prepared, battery)
                 if profiler is not None:
                     with clock.phase("profile/replay"):
-                        profiler = self._guarded(profiler, profiler.measure)
+                        profiler = self._guarded(profiler, profiler.measure, [p.perf.id for p in checked])
             if profiler is not None:
                 with clock.phase("profile/read"):
                     timed = [p for p in checked if results[p.perf.id].timed]

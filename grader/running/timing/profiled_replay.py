@@ -6,7 +6,8 @@ settings (`--clock-control none`).
 
 In three steps, so that only the profiled launches themselves hold the GPU's exclusive slot:
 1. `spawn` (as the timer starts, so the imports overlap the recording and the checks) and `prepare` (outside the
-   exclusive slot): one worker per side under ncu loads the kernels, then, holding the slot shared as correctness
+   exclusive slot; the student's side beside the timing checks, the reference's after them, as its launches are
+   planned there): one worker per side under ncu loads the kernels, then, holding the slot shared as correctness
    work does, runs every case's launches once and keeps them there (`--profile-from-start off`: nothing of this
    is profiled);
 2. `measure` (inside the slot, after the timed samples): each case's launches once more inside the profiler's
@@ -23,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from grader.atomic import write_json
@@ -99,11 +100,25 @@ class Profiler:
 
     def prepare(self, cases: Sequence[Prepared]) -> None:
         """Load the spawned workers and run each case's launches once there (kept for `measure`)."""
+        self.prepare_student(cases)
+        self.prepare_reference(cases)
+
+    def prepare_student(self, cases: Sequence[Prepared]) -> None:
+        """The student's side of `prepare`; it needs nothing of the timing checks, so it may run beside them."""
         if not cases:
             return
-        contestants = self.contestants
         if self.student.worker is None and not self.student.problem:
             self.spawn([p.perf.id for p in cases])
+        self._load(self.student)
+        # Running the launches is GPU work: it takes the GPU's slot shared, as correctness work does, so no other
+        # grade's timed samples run beside it (the imports above need no GPU and do not wait for the slot).
+        with self.battery.workers.shared_gpu():
+            self._keep(self.student, cases, lambda p: p)
+
+    def prepare_reference(self, cases: Sequence[Prepared]) -> None:
+        """The reference's side of `prepare`, for the cases whose reference launches the timing checks planned
+        (`Contestants.keep_reference`) and whose reference profile is not kept from an earlier grade."""
+        contestants = self.contestants
         wanted = []
         for prepared in cases:
             if prepared.perf.id in self.cached:
@@ -112,12 +127,10 @@ class Profiler:
                 wanted.append(prepared)
             else:
                 self.reference.problems[prepared.perf.id] = "the reference's launches were not recorded for this case"
-        self._load(self.student)
+        if not wanted:
+            return
         self._load(self.reference)
-        # Running the launches is GPU work: it takes the GPU's slot shared, as correctness work does, so no other
-        # grade's timed samples run beside it (the imports above need no GPU and do not wait for the slot).
         with self.battery.workers.shared_gpu():
-            self._keep(self.student, cases, lambda p: p)
             self._keep(self.reference, wanted,
                        lambda p: dataclasses.replace(p, timed=contestants.reference_plans[p.perf.id]))
 
@@ -166,13 +179,16 @@ class Profiler:
 
     # ------------------------------------------------------------------ 2. inside the slot
 
-    def measure(self) -> None:
-        """Each ready case's launches once inside the profiler's range, in order. After a failure the side stops:
-        ncu may have profiled part of that case's launches, and the report is split by the replies' counts."""
+    def measure(self, perf_ids: Collection[str] | None = None) -> None:
+        """Each ready case's launches (of `perf_ids`: the cases whose outputs passed the timing check; default all)
+        once inside the profiler's range, in order. After a failure the side stops: ncu may have profiled part of
+        that case's launches, and the report is split by the replies' counts."""
         for side in (self.student, self.reference):
             worker = side.worker
             stopped = ""
             for prepared in side.ready:
+                if perf_ids is not None and prepared.perf.id not in perf_ids:
+                    continue
                 if stopped or worker is None or not worker.alive:
                     side.problems.setdefault(prepared.perf.id, stopped or f"{side.label}' profiling worker ended early")
                     continue

@@ -138,6 +138,16 @@ def test_after_a_failed_case_the_side_stops_so_the_report_still_splits(tmp_path)
     assert replay.student.problems["perf-c"].startswith("not profiled: profiling your kernels failed")
 
 
+def test_only_the_cases_that_passed_the_timing_check_are_profiled(tmp_path) -> None:
+    cases = [SimpleNamespace(perf=SimpleNamespace(id=f"perf-{n}", target="softmax", timeout_s=60.0)) for n in "abc"]
+    worker = AnsweringWorker([protocol.Profiled(ok=True, launches=1), protocol.Profiled(ok=True, launches=2)])
+    replay = profiler(tmp_path)
+    replay.student = _Side("your kernels", worker=worker, ready=list(cases))  # type: ignore[arg-type]
+    replay.measure(["perf-a", "perf-c"])  # perf-b's outputs were wrong at the timed size: never profiled
+    assert worker.asked == ["perf-a", "perf-c"]
+    assert {k: r.launches for k, r in replay.student.replies.items()} == {"perf-a": 1, "perf-c": 2}
+
+
 OPTIONS = WorkerOptions(backend="cuda", import_timeout_s=60.0)
 
 
@@ -189,7 +199,7 @@ def test_spawn_then_prepare_keeps_each_case_in_both_workers_under_the_shared_slo
 
     def run_plan(worker, prepared, what, keep="", profiled=False):
         kept.append((worker.submission.name, keep, profiled))
-        assert slot == ["taken"]  # the launches run while the slot is held shared
+        assert slot[-1] == "taken"  # the launches run while the slot is held shared
         return ((), ())
 
     reference_path = tmp_path / "reference.py"
@@ -207,11 +217,18 @@ def test_spawn_then_prepare_keeps_each_case_in_both_workers_under_the_shared_slo
     assert student.options.tool == reference.options.tool == ("ncu", "--x")  # both run under the profiler
     assert (folder / "softmax.py").read_text().count("print") == 0  # the kernels-only file: no student Python
     cases = [Case(SimpleNamespace(id=p, target="softmax")) for p in ("perf-a", "perf-b")]
-    replay.prepare(cases)  # type: ignore[arg-type]
-    assert slot == ["taken", "released"]
-    assert kept == [("softmax.py", "perf-a", True), ("softmax.py", "perf-b", True), ("reference.py", "perf-a", True)]
+    # The student's side needs nothing of the timing checks: it runs beside them, before the reference's launches
+    # are planned; the reference's side runs after, on the plans the checks made.
+    contestants.reference_plans = {}
+    replay.prepare_student(cases)  # type: ignore[arg-type]
+    assert kept == [("softmax.py", "perf-a", True), ("softmax.py", "perf-b", True)] and not replay.reference.problems
+    contestants.reference_plans = {"perf-a": "plan-a"}
+    replay.prepare_reference(cases)  # type: ignore[arg-type]
+    assert slot == ["taken", "released", "taken", "released"]
+    assert kept[2:] == [("reference.py", "perf-a", True)]
     assert replay.reference.problems == {"perf-b": "the reference's launches were not recorded for this case"}
     assert [p.perf.id for p in replay.student.ready] == ["perf-a", "perf-b"]
+    assert [p.perf.id for p in replay.reference.ready] == ["perf-a"]
 
 
 def test_a_kept_reference_profile_spares_the_reference_worker(tmp_path, monkeypatch) -> None:
