@@ -111,7 +111,9 @@ _COLOURS = ("#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 def roofline_svg(points: Sequence[Point], ceilings: Ceilings, title: str = "", width: int = 560,
                  height: int = 360) -> str:
     """The roofline as an SVG document: the bandwidth slope and the compute roof, each placeable point as a
-    labelled circle with its % of speed of light; points without bytes, flops or time are named, not drawn."""
+    labelled circle with its % of the roof above it (the bound its own bytes and flops allow: a kernel that moves
+    12x the bytes may run near its own roof and still far from the problem's speed of light, which the report's
+    table gives); points without bytes, flops or time are named, not drawn."""
     plot = layout(points, ceilings, width, height)
     (x_lo, x_hi), (y_lo, y_hi) = plot.x_decades, plot.y_decades
     left, right, top, bottom = plot.margin, width - plot.margin, plot.margin, height - plot.margin
@@ -152,10 +154,11 @@ def roofline_svg(points: Sequence[Point], ceilings: Ceilings, title: str = "", w
         sol = speed_of_light(point.bytes_moved, point.flops, point.time_s, ceilings)
         colour = _COLOURS[n % len(_COLOURS)]
         out.append(f'<g class="point" data-label={quoteattr(point.label)}>'
-                   f'<title>{escape(f"{point.label}: {sol:.0f}% of speed of light")}</title>'
+                   f'<title>{escape(f"{point.label}: {sol:.0f}% of the roof above it, at its own bytes and flops")}'
+                   f'</title>'
                    f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{colour}"/>'
                    f'<text x="{x + 7:.1f}" y="{y + 14 + 13 * placed:.1f}" fill="{colour}">{escape(point.label)} '
-                   f'({sol:.0f}%)</text></g>')
+                   f'({sol:.0f}% of its roof)</text></g>')
         placed += 1  # labels stack below the points: points of one case often sit on top of each other
     if unplaced:
         missing = escape("not placed (no bytes, flops or time): " + ", ".join(unplaced))

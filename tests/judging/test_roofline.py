@@ -76,7 +76,7 @@ def test_a_kernel_at_the_speed_of_light_sits_on_the_roof() -> None:
     svg = roofline_svg([on_slope, on_roof], H200)
     for label, (x, y) in circles(svg).items():
         assert y == pytest.approx(roof_y(svg, x), abs=0.2), label
-    assert "copy (100%)" in svg and "gemm (100%)" in svg
+    assert "copy (100% of its roof)" in svg and "gemm (100% of its roof)" in svg
 
 
 def test_labels_are_escaped_and_unplaceable_points_named() -> None:
