@@ -1,82 +1,187 @@
-"""Benchmark: wall-clock time to grade submissions (full hidden battery, performance cases included),
-with the grader's per-phase split and each performance case's timing.
+"""Benchmark: how long a student waits, per scenario, with the grader's per-phase split.
 
-    python benchmarks/grading_time.py [--backend interpreter|cuda] [--repeat 2] [--seed 3] [SUBMISSION ...]
+    python benchmarks/grading_time.py [--backend interpreter|cuda|auto] [--repeat 2] [--seed 3] [--check]
+                                      [--json FILE] [SUBMISSION ...]
 
-Each run is a fresh `grader grade` process (cold: imports, workers, compiles), as a student's grade is.
-Prints, per run: wall seconds, the phases from grade.json (start-up, compile, correctness, replay,
-timing), the score, and for every timed case its median with the spread over its samples and its
-speedups; then the median wall time per submission.
+Every run is a fresh process (imports, workers, compiles), as a student's grade is. Per submission (default:
+the reference of fused_layers), in this order:
+
+- `grade, nothing cached`: a fresh cache folder (no calibration, no kept reference profile) and a fresh Triton
+  cache: the course's very first grade;
+- `grade, course cached` (--repeat times): the same folders, now holding the course's reference timings and
+  compiled kernels, as every later grade in a course finds them;
+- `check, nothing cached` and `check, warm` (--repeat times): `grader check` (public cases), the same way.
+
+Per run: wall seconds, CPU seconds of the whole process tree (getrusage of the children), the GPU's busy share
+while it ran (NVML, where nvidia-ml-py and a GPU are here), the score, and the phases the grade recorded
+(grade.json). Then a table: per scenario the median wall time and each phase's median. With --check, the bars
+of "a grade while the student waits" are checked and the exit status says whether all held: on cuda, a grade
+<= 10 s course cached and <= 20 s with nothing cached, `grader check` <= 5 s warm and <= 10 s cold; on the
+interpreter, a grade <= 9 s course cached (the 2-core machine's 7-9 s).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("start-up", "compile", "correctness", "replay", "timing")
 
+# scenario -> (bar on cuda, bar on the interpreter), seconds of wall time (median over its runs); None: no bar
+BARS: dict[str, tuple[float | None, float | None]] = {
+    "grade, nothing cached": (20.0, None),
+    "grade, course cached": (10.0, 9.0),
+    "check, nothing cached": (10.0, None),
+    "check, warm": (5.0, None),
+}
 
-def grade_once(submission: Path, assignment: str, backend: str, seed: int, out: Path) -> tuple[float, dict]:
+
+@dataclass(frozen=True)
+class Run:
+    scenario: str
+    wall_s: float
+    cpu_s: float
+    gpu_busy_pct: float | None
+    score: str
+    backend: str
+    phases: dict[str, float] = field(default_factory=dict)
+
+
+@contextmanager
+def gpu_busy() -> Iterator[Callable[[], float | None]]:
+    """The GPU's mean utilisation (NVML's % of time a kernel ran) while the block runs, sampled every 50 ms;
+    None where NVML or a GPU is missing."""
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]))
+    except Exception:  # noqa: BLE001 - no NVML, no GPU: the share is unknown, said as None
+        yield lambda: None
+        return
+    samples: list[int] = []
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(0.05):
+            samples.append(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield lambda: statistics.fmean(samples) if samples else None
+    finally:
+        stop.set()
+        thread.join()
+
+
+def run_once(scenario: str, command: Sequence[str], env: dict[str, str], out: Path) -> Run:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "grader", "grade", str(submission), "--assignment", assignment,
-                    "--backend", backend, "--seed", str(seed), "--out", str(out)], check=True,
-                   stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - started
-    return wall, json.loads((out / "grade.json").read_text(encoding="utf-8"))
+    with gpu_busy() as busy:
+        done = subprocess.run([sys.executable, "-m", "grader", *command, "--out", str(out)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+        wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    grade_file = out / "grade.json"
+    if not grade_file.is_file():
+        sys.exit(f"{scenario}: `grader {' '.join(command)}` wrote no grade.json (exit {done.returncode}):\n"
+                 f"{done.stderr[-2000:]}")
+    grade = json.loads(grade_file.read_text(encoding="utf-8"))
+    return Run(scenario, round(wall, 3), round(cpu, 3), busy(), f"{grade['score']:g}/{grade['max_score']:g}",
+               grade["backend"], {k: float(v) for k, v in grade.get("phases", {}).items()})
 
 
-def describe(grade: dict) -> list[str]:
-    phases = grade.get("phases", {})
-    lines = ["  phases: " + "  ".join(f"{p} {phases.get(p, 0.0):.2f}s" for p in PHASES)
-             + "".join(f"  {p} {s:.2f}s" for p, s in phases.items() if p not in PHASES)]
-    for perf in grade.get("performance", []):
-        student = perf.get("student")
-        if perf["status"] != "timed" or not student:
-            lines.append(f"  {perf['perf_id']:22} {perf['status']}: {perf.get('reason', '')[:90]}")
-            continue
-        vs_ref = perf.get("speedup_vs_reference")
-        vs_torch = perf.get("speedup_vs_torch")
-        lines.append(f"  {perf['perf_id']:22} {student['median_ms']:.4f} ms +-{student['spread_pct']:.1f}%  "
-                     f"{vs_torch or 0:.2f}x torch  {vs_ref or 0:.2f}x reference  "
-                     f"(reference +-{(perf.get('reference') or {}).get('spread_pct', 0):.1f}%, "
-                     f"torch +-{(perf.get('torch') or {}).get('spread_pct', 0):.1f}%)")
-    return lines
+def describe(run: Run) -> str:
+    busy = f"{run.gpu_busy_pct:.0f}%" if run.gpu_busy_pct is not None else "n/a"
+    phases = "  ".join(f"{p} {s:.2f}" for p, s in run.phases.items())
+    return (f"  {run.scenario:22} {run.wall_s:6.2f} s wall  {run.cpu_s:6.1f} s CPU  GPU busy {busy:>4}  "
+            f"{run.score:>7}  {run.backend}\n      phases (s): {phases}")
+
+
+def table(runs: Sequence[Run]) -> list[str]:
+    """Per scenario, the median wall and CPU time and each phase's median (a phase a run lacks counts 0)."""
+    scenarios = list(dict.fromkeys(r.scenario for r in runs))
+    phases = list(dict.fromkeys(p for r in runs for p in r.phases))
+    head = ["scenario", "runs", "wall s", "CPU s", *phases]
+    rows = [head, ["---"] * len(head)]
+    for scenario in scenarios:
+        mine = [r for r in runs if r.scenario == scenario]
+        rows.append([scenario, str(len(mine)), f"{statistics.median(r.wall_s for r in mine):.2f}",
+                     f"{statistics.median(r.cpu_s for r in mine):.1f}",
+                     *(f"{statistics.median(r.phases.get(p, 0.0) for r in mine):.2f}" for p in phases)])
+    return ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def verdicts(runs: Sequence[Run], on_gpu: bool) -> list[tuple[str, float, float, bool]]:
+    """(scenario, median wall, bar, held) for every scenario with a bar on this backend."""
+    out = []
+    for scenario, (cuda_bar, cpu_bar) in BARS.items():
+        bar = cuda_bar if on_gpu else cpu_bar
+        mine = [r.wall_s for r in runs if r.scenario == scenario]
+        if bar is not None and mine:
+            median = statistics.median(mine)
+            out.append((scenario, median, bar, median <= bar))
+    return out
+
+
+def scenarios_for(submission: Path, args: argparse.Namespace, tmp: Path) -> list[Run]:
+    base = ["--assignment", args.assignment, "--backend", args.backend, "--seed", str(args.seed)]
+    runs: list[Run] = []
+    for verb, label in (("grade", "grade"), ("check", "check")):
+        caches = Path(tempfile.mkdtemp(prefix=f"{verb}-caches-", dir=tmp))
+        env = dict(os.environ, GRADER_CACHE_DIR=str(caches / "grader"), TRITON_CACHE_DIR=str(caches / "triton"),
+                   PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+        warm = "course cached" if verb == "grade" else "warm"
+        plan = [f"{label}, nothing cached"] + [f"{label}, {warm}"] * args.repeat
+        for n, scenario in enumerate(plan):
+            run = run_once(scenario, [verb, str(submission), *base], env, tmp / f"{submission.stem}-{verb}-{n}")
+            print(describe(run), flush=True)
+            runs.append(run)
+    return runs
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("submissions", nargs="*", default=[str(ROOT / "reference" / "fused_layers" / "reference.py")])
     parser.add_argument("--assignment", default="fused_layers")
-    parser.add_argument("--backend", default="auto")
-    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--backend", default="auto", choices=("auto", "interpreter", "cuda"))
+    parser.add_argument("--repeat", type=int, default=2, help="warm runs per verb (default 2)")
     parser.add_argument("--seed", type=int, default=3)
-    parser.add_argument("--check", action="store_true", help="also time `grader check` (public cases) once")
+    parser.add_argument("--check", action="store_true", help="check the bars; exit 1 when one does not hold")
+    parser.add_argument("--json", type=Path, help="also write every run here")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    failed = False
+    everything: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="grading-time-") as folder:
         for submission in args.submissions:
-            times = []
-            for run in range(args.repeat):
-                wall, grade = grade_once(Path(submission).resolve(), args.assignment, args.backend, args.seed,
-                                         Path(tmp) / f"{Path(submission).stem}-{run}")
-                times.append(wall)
-                print(f"{Path(submission).name} run {run}: {wall:6.2f} s wall, score {grade['score']:g}/"
-                      f"{grade['max_score']:g}, backend {grade['backend']}")
-                print("\n".join(describe(grade)))
-            print(f"{Path(submission).name}: median {statistics.median(times):.2f} s over {args.repeat} runs")
+            path = Path(submission).resolve()
+            print(f"{path.name} ({args.assignment}, backend {args.backend}, seed {args.seed}):", flush=True)
+            runs = scenarios_for(path, args, Path(folder))
+            everything += runs
+            print("\n".join(table(runs)))
             if args.check:
-                started = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "grader", "check", str(Path(submission).resolve()),
-                                "--assignment", args.assignment, "--backend", args.backend, "--seed", str(args.seed)],
-                               check=False, stdout=subprocess.DEVNULL)
-                print(f"{Path(submission).name}: grader check {time.perf_counter() - started:.2f} s wall")
+                on_gpu = any(r.backend.startswith("cuda") for r in runs)
+                for scenario, median, bar, held in verdicts(runs, on_gpu):
+                    print(f"  {'ok  ' if held else 'OVER'} {scenario}: {median:.2f} s (bar {bar:g} s)")
+                    failed |= not held
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in everything], indent=1), encoding="utf-8")
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
