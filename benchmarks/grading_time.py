@@ -1,7 +1,7 @@
 """Benchmark: how long a student waits, per scenario, with the grader's per-phase split.
 
     python benchmarks/grading_time.py [--backend interpreter|cuda|auto] [--repeat 2] [--seed 3] [--check]
-                                      [--json FILE] [SUBMISSION ...]
+                                      [--profile] [--json FILE] [SUBMISSION ...]
 
 Every run is a fresh process (imports, workers, compiles), as a student's grade is. Per submission (default:
 the reference of fused_layers), in this order:
@@ -12,12 +12,19 @@ the reference of fused_layers), in this order:
   compiled kernels, as every later grade in a course finds them;
 - `check, nothing cached` and `check, warm` (--repeat times): `grader check` (public cases), the same way.
 
-Per run: wall seconds, CPU seconds of the whole process tree (getrusage of the children), the GPU's busy share
+Per run: wall seconds, CPU seconds (getrusage of the reaped children, a lower bound; with --profile the whole
+process tree's, sampled from /proc), the GPU's busy share
 while it ran (NVML, where nvidia-ml-py and a GPU are here), the score, and the phases the grade recorded
 (grade.json). Then a table: per scenario the median wall time and each phase's median. With --check, the bars
 of "a grade while the student waits" are checked and the exit status says whether all held: on cuda, a grade
 <= 10 s course cached and <= 20 s with nothing cached, `grader check` <= 5 s warm and <= 10 s cold; on the
 interpreter, a grade <= 9 s course cached (the 2-core machine's 7-9 s).
+
+With --profile, every run also says where its time went: the grade traces its phases ($GRADER_PHASE_TRACE,
+grader.running.phases) while this script samples, every 100 ms, the CPU seconds of the grade's whole process
+tree (/proc: the grader, its sandboxes and workers) and the GPU's utilisation (NVML); each sample is laid on
+the innermost phase open at the time, giving per phase its wall seconds, CPU seconds (and so the cores it
+kept busy) and the GPU's busy share. "(no phase)" is the rest: imports, pytest, reports.
 """
 
 from __future__ import annotations
@@ -58,6 +65,99 @@ class Run:
     score: str
     backend: str
     phases: dict[str, float] = field(default_factory=dict)
+    profile: dict[str, dict[str, float]] = field(default_factory=dict)  # --profile: where_it_went
+
+
+def _nvml_handle() -> object | None:
+    try:
+        import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        return pynvml.nvmlDeviceGetHandleByIndex(int(os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]))
+    except Exception:  # noqa: BLE001 - no NVML, no GPU: the share is unknown
+        return None
+
+
+def _gpu_utilisation(handle: object | None) -> float | None:
+    if handle is None:
+        return None
+    import pynvml
+
+    return float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+
+
+def tree_cpu_s(root: int) -> float:
+    """CPU seconds (user + system) of `root` and every live descendant, with the children each has reaped."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry)
+        parents[pid] = int(fields[1])  # fields after the name: state, ppid, ..., utime (12th), stime, cutime, cstime
+        cpu[pid] = sum(int(f) for f in fields[11:15]) / tick
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # time.monotonic()
+    cpu_s: float  # the tree's CPU seconds so far
+    gpu_pct: float | None
+
+
+def sample_tree(process: subprocess.Popen[str], handle: object | None, every_s: float = 0.1) -> list[Sample]:
+    """Samples of the process tree's CPU and the GPU's utilisation until `process` exits."""
+    samples = []
+    while True:
+        samples.append(Sample(time.monotonic(), tree_cpu_s(process.pid), _gpu_utilisation(handle)))
+        if process.poll() is not None:
+            return samples
+        time.sleep(every_s)
+
+
+def where_it_went(samples: Sequence[Sample], trace: Sequence[dict], pid: int) -> dict[str, dict[str, float]]:
+    """Per phase (the innermost open at each sample's midpoint; "(no phase)" outside them): wall s, CPU s and
+    the GPU's mean busy %."""
+    spans = sorted((t for t in trace if t["pid"] == pid), key=lambda t: t["start"])
+    out: dict[str, dict[str, float]] = {}
+    gpu: dict[str, list[tuple[float, float]]] = {}
+    for before, after in zip(samples, samples[1:], strict=False):
+        middle = (before.at + after.at) / 2
+        open_now = [t for t in spans if t["start"] <= middle < t["end"]]
+        phase = max(open_now, key=lambda t: t["start"])["phase"] if open_now else "(no phase)"
+        row = out.setdefault(phase, {"wall_s": 0.0, "cpu_s": 0.0})
+        row["wall_s"] += after.at - before.at
+        row["cpu_s"] += max(after.cpu_s - before.cpu_s, 0.0)
+        if after.gpu_pct is not None:
+            gpu.setdefault(phase, []).append((after.at - before.at, after.gpu_pct))
+    for phase, weighted in gpu.items():
+        seconds = sum(w for w, _ in weighted)
+        out[phase]["gpu_busy_pct"] = sum(w * p for w, p in weighted) / seconds if seconds else 0.0
+    return out
+
+
+def profile_lines(profile: dict[str, dict[str, float]]) -> list[str]:
+    lines = [f"      {'phase':22} {'wall s':>7} {'CPU s':>7} {'cores':>6} {'GPU busy':>9}"]
+    for phase, row in sorted(profile.items(), key=lambda item: -item[1]["wall_s"]):
+        busy = f"{row['gpu_busy_pct']:.0f}%" if "gpu_busy_pct" in row else "n/a"
+        cores = row["cpu_s"] / row["wall_s"] if row["wall_s"] else 0.0
+        lines.append(f"      {phase:22} {row['wall_s']:7.2f} {row['cpu_s']:7.2f} {cores:6.1f} {busy:>9}")
+    return lines
 
 
 @contextmanager
@@ -88,29 +188,47 @@ def gpu_busy() -> Iterator[Callable[[], float | None]]:
         thread.join()
 
 
-def run_once(scenario: str, command: Sequence[str], env: dict[str, str], out: Path) -> Run:
+def run_once(scenario: str, command: Sequence[str], env: dict[str, str], out: Path, profile: bool = False) -> Run:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    argv = [sys.executable, "-m", "grader", *command, "--out", str(out)]
+    trace = out.parent / f"{out.name}.trace.jsonl"
+    samples: list[Sample] = []
     started = time.perf_counter()
     with gpu_busy() as busy:
-        done = subprocess.run([sys.executable, "-m", "grader", *command, "--out", str(out)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+        if profile:
+            process = subprocess.Popen(argv, env=dict(env, GRADER_PHASE_TRACE=str(trace)), stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.PIPE, text=True)
+            samples = sample_tree(process, _nvml_handle())
+            stderr = process.stderr.read() if process.stderr else ""
+            returncode, pid = process.wait(), process.pid
+        else:
+            done = subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                  check=False)
+            stderr, returncode, pid = done.stderr, done.returncode, 0
         wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     grade_file = out / "grade.json"
     if not grade_file.is_file():
-        sys.exit(f"{scenario}: `grader {' '.join(command)}` wrote no grade.json (exit {done.returncode}):\n"
-                 f"{done.stderr[-2000:]}")
+        sys.exit(f"{scenario}: `grader {' '.join(command)}` wrote no grade.json (exit {returncode}):\n"
+                 f"{stderr[-2000:]}")
     grade = json.loads(grade_file.read_text(encoding="utf-8"))
+    went: dict[str, dict[str, float]] = {}
+    if samples:  # the process tree's own count (getrusage misses workers their sandbox reaps)
+        cpu = max(sample.cpu_s for sample in samples)
+    if profile:
+        lines = trace.read_text(encoding="utf-8").splitlines() if trace.is_file() else []
+        went = where_it_went(samples, [json.loads(line) for line in lines], pid)
     return Run(scenario, round(wall, 3), round(cpu, 3), busy(), f"{grade['score']:g}/{grade['max_score']:g}",
-               grade["backend"], {k: float(v) for k, v in grade.get("phases", {}).items()})
+               grade["backend"], {k: float(v) for k, v in grade.get("phases", {}).items()}, went)
 
 
 def describe(run: Run) -> str:
     busy = f"{run.gpu_busy_pct:.0f}%" if run.gpu_busy_pct is not None else "n/a"
     phases = "  ".join(f"{p} {s:.2f}" for p, s in run.phases.items())
-    return (f"  {run.scenario:22} {run.wall_s:6.2f} s wall  {run.cpu_s:6.1f} s CPU  GPU busy {busy:>4}  "
+    text = (f"  {run.scenario:22} {run.wall_s:6.2f} s wall  {run.cpu_s:6.1f} s CPU  GPU busy {busy:>4}  "
             f"{run.score:>7}  {run.backend}\n      phases (s): {phases}")
+    return "\n".join([text, *profile_lines(run.profile)]) if run.profile else text
 
 
 def table(runs: Sequence[Run]) -> list[str]:
@@ -149,7 +267,8 @@ def scenarios_for(submission: Path, args: argparse.Namespace, tmp: Path) -> list
         warm = "course cached" if verb == "grade" else "warm"
         plan = [f"{label}, nothing cached"] + [f"{label}, {warm}"] * args.repeat
         for n, scenario in enumerate(plan):
-            run = run_once(scenario, [verb, str(submission), *base], env, tmp / f"{submission.stem}-{verb}-{n}")
+            run = run_once(scenario, [verb, str(submission), *base], env, tmp / f"{submission.stem}-{verb}-{n}",
+                           profile=args.profile)
             print(describe(run), flush=True)
             runs.append(run)
     return runs
@@ -163,6 +282,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="warm runs per verb (default 2)")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--check", action="store_true", help="check the bars; exit 1 when one does not hold")
+    parser.add_argument("--profile", action="store_true",
+                        help="per phase: wall and CPU seconds of the process tree, the GPU's busy share")
     parser.add_argument("--json", type=Path, help="also write every run here")
     args = parser.parse_args()
     failed = False

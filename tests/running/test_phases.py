@@ -53,3 +53,39 @@ def test_a_worker_failure_passes_through_a_phase() -> None:
         raise WorkerFailure("crash", "the worker exited with status 3")
     assert (caught.value.trap, str(caught.value)) == ("crash", "the worker exited with status 3")
     assert "start-up" in clock.seconds
+
+
+def test_a_trace_file_gets_each_phase_as_it_ends_with_the_shared_clock(tmp_path) -> None:
+    import json
+    import os
+    import time
+
+    trace = tmp_path / "trace.jsonl"
+    clock = PhaseClock(trace=str(trace))
+    before = time.monotonic()
+    with clock.phase("correctness"):
+        with clock.phase("start-up"):
+            pass
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [line["phase"] for line in lines] == ["start-up", "correctness"]  # inner ends first
+    inner, outer = lines
+    assert before <= outer["start"] <= inner["start"] <= inner["end"] <= outer["end"] <= time.monotonic()
+    assert inner["pid"] == outer["pid"] == os.getpid()
+
+
+def test_an_unwritable_trace_is_dropped_never_the_grade(tmp_path) -> None:
+    clock = PhaseClock(trace=str(tmp_path / "missing-folder" / "trace.jsonl"))
+    with clock.phase("correctness"):
+        pass
+    with clock.phase("replay"):
+        pass
+    assert set(clock.seconds) == {"correctness", "replay"}
+    assert not (tmp_path / "missing-folder").exists()
+
+
+def test_without_the_variable_nothing_is_traced(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("GRADER_PHASE_TRACE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with PhaseClock().phase("correctness"):
+        pass
+    assert list(tmp_path.iterdir()) == []
