@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-v", "--verbose", action="store_true",
                    help="print every failing case in full, with every error map (by default a case that failed "
                         "the same way as one above is one line)")
+    c.add_argument("--profile", action="store_true",
+                   help="CUDA: also replay the timed cases under Nsight Compute and say why a kernel is slow "
+                        "(seconds more; `grader grade` always does)")
     _common(c, seed_help=CHECK_SEED_HELP)
     _calibration(c)
 

@@ -42,17 +42,18 @@ def resolve_assignment(assignment_id: str | None, path: Path, root: Path) -> Ass
 
 def run_check(path: Path, assignment: Assignment, backend: Backend, seed: int | None = None,
               targets: tuple[str, ...] = (), calibration: CalibrationStore | None = None,
-              sandbox: Sandbox | None = None) -> tuple[GradeResult, str]:
+              sandbox: Sandbox | None = None, profile: bool = False) -> tuple[GradeResult, str]:
     """The public cases of `path` (only `targets`' when given) on `backend`;
     performance bars cached in `calibration` (None: measured for this check alone); `sandbox`: the
-    submission's sandbox, started ahead (the command line starts it before importing torch)."""
+    submission's sandbox, started ahead (the command line starts it before importing torch); `profile`: the
+    timed cases replayed under Nsight Compute too (off: a check is the quick loop)."""
     unknown = [t for t in targets if t not in assignment.targets]
     if unknown:
         if sandbox is not None:
             sandbox.close()
         raise CheckError(f"no target {unknown[0]!r} in {assignment.id} (known: {', '.join(assignment.targets)})")
     return grade(GradeRequest(assignment, path, backend, seed=seed, public_only=True, targets=targets,
-                              calibration=calibration, sandbox=sandbox))
+                              calibration=calibration, sandbox=sandbox, profile=profile))
 
 
 def check(submission: str | os.PathLike[str], assignment: str | None = None, *, target: str | None = None,

@@ -66,3 +66,4 @@ class CheckFile:
     backend: str = AUTO
     seed: int | None = None  # None: the assignment's public seed
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
+    profile: bool = False  # CUDA: the timed cases replayed under Nsight Compute (a check is the quick loop: off)

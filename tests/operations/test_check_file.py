@@ -26,3 +26,27 @@ def test_the_public_cases_of_the_assignment_the_file_fits(tmp_path: Path, repo_r
     assert (tmp_path / "out" / "report.md").is_file()
     with pytest.raises(CheckError, match="no target 'softmax_kernell'"):
         check_file(CheckFile(root, submission, backend="interpreter", targets=("softmax_kernell",)))
+
+
+def test_a_check_profiles_only_when_asked(tmp_path: Path, repo_root: Path, monkeypatch) -> None:
+    """`grader check` is the quick loop: its grade replays nothing under Nsight Compute unless --profile is given
+    (`grader grade` always does)."""
+    from grader.cli import build_parser
+    from grader.operations import interactive
+
+    asked: list[bool] = []
+
+    def grade(request):
+        asked.append(request.profile)
+        raise CheckError("stop here")
+
+    monkeypatch.setattr(interactive, "grade", grade)
+    submission = tmp_path / "softmax.py"
+    submission.write_text("import triton\n", encoding="utf-8")
+    parser = build_parser()
+    for argv in (["check", str(submission)], ["check", str(submission), "--profile"]):
+        args = parser.parse_args(argv)
+        with pytest.raises(CheckError, match="stop here"):
+            check_file(CheckFile(repo_root / "assignments", submission, backend="interpreter", profile=args.profile))
+    assert asked == [False, True]
+    assert parser.parse_args(["grade", str(submission), "--assignment", "softmax", "--out", "o"]).profile is True
