@@ -287,7 +287,8 @@ class TimeLaunches(Request[Timed]):
     """A timer's run of planned launches (grader.running.timing.performance_plan) on fresh buffers: their outputs, and
     with `time` the medians of CUDA-graph replays; with `keep` the run is kept under that key for `TimeKept` (or
     `ProfileKept`). `rotate`: as many input sets as keep a pass over them out of L2 (timing); off, exactly `sets`
-    (a profiled replay runs one)."""
+    (a profiled replay runs one). `return_outputs` off: the reply's outputs are empty (the caller checks none: the
+    reference's launches, a profiled replay's), so no output crosses the channel."""
 
     OP: ClassVar[str] = "time_launches"
     REPLY: ClassVar[type[Reply]] = Timed
@@ -301,6 +302,7 @@ class TimeLaunches(Request[Timed]):
     keep: str = ""
     spin_up_ms: float | None = None
     rotate: bool = True
+    return_outputs: bool = True
 
 
 @dataclass(frozen=True)

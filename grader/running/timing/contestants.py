@@ -111,7 +111,8 @@ class Contestants:
         timer = self.timer_for(battery)
         if isinstance(timer, str) or perf.id in self.timer_kept:
             return timer
-        run = self.run_plan(timer, prepared, f"running {perf.target}'s launches at {perf.shape}", keep=perf.id)
+        run = self.run_plan(timer, prepared, f"running {perf.target}'s launches at {perf.shape}", keep=perf.id,
+                            outputs=False)
         if isinstance(run, str):
             self.drop_timer()
             return run
@@ -119,13 +120,15 @@ class Contestants:
         return timer
 
     def run_plan(self, worker: Worker, prepared: Prepared, what: str, keep: str = "",
-                 profiled: bool = False) -> Outputs | str:
-        """Run the planned launches in `worker`: their outputs (first run) and, unless kept there for
-        `time_kept` (`keep`), their medians. `profiled`: kept on one input set, for a profiled replay."""
+                 profiled: bool = False, outputs: bool = True) -> Outputs | str:
+        """Run the planned launches in `worker`: their outputs (first run; empty unless `outputs`) and, unless
+        kept there for `time_kept` (`keep`), their medians. `profiled`: kept on one input set, for a profiled
+        replay."""
         perf = prepared.perf
         request = prepared.timed.request(prepared.call.inputs, sets=1 if profiled else perf.input_sets,
                                          repeats=perf.repeats, time=self.device == "cuda" and not keep, keep=keep,
-                                         spin_up_ms=None if keep else self.spin_up_ms(), rotate=not profiled)
+                                         spin_up_ms=None if keep else self.spin_up_ms(), rotate=not profiled,
+                                         return_outputs=outputs)
         try:
             reply = worker.request(request, self.deadline(perf), what)
         except WorkerFailure as failure:
@@ -197,7 +200,8 @@ class Contestants:
         if isinstance(plan, str):
             return
         self.reference_plans[perf.id] = plan
-        kept = self.run_plan(self.reference, dataclasses.replace(prepared, timed=plan), what, keep=perf.id)
+        kept = self.run_plan(self.reference, dataclasses.replace(prepared, timed=plan), what, keep=perf.id,
+                             outputs=False)
         if not isinstance(kept, str):
             self.reference_kept.add(perf.id)
 
@@ -213,7 +217,7 @@ class Contestants:
             plan = self.reference_plan(self.reference, prepared, what)
             if isinstance(plan, str):
                 return None, f"the reference could not be timed: {plan}"
-            timed = self.run_plan(self.reference, dataclasses.replace(prepared, timed=plan), what)
+            timed = self.run_plan(self.reference, dataclasses.replace(prepared, timed=plan), what, outputs=False)
         except WorkerFailure as failure:
             self.reference.close()
             self.reference = None

@@ -30,12 +30,13 @@ class PerformancePlan:
     outputs: tuple[Mapping[str, Any], ...]  # the target's outputs as views of those buffers
 
     def request(self, inputs: Sequence[torch.Tensor], *, sets: int, repeats: int, time: bool, keep: str = "",
-                spin_up_ms: float | None = None, rotate: bool = True) -> protocol.TimeLaunches:
+                spin_up_ms: float | None = None, rotate: bool = True,
+                return_outputs: bool = True) -> protocol.TimeLaunches:
         """The timer's request for these launches on `inputs`: timed (`time`), or kept under `keep` for TimeKept;
-        `rotate` off: exactly `sets` input sets (a profiled replay's one)."""
+        `rotate` off: exactly `sets` input sets (a profiled replay's one); `return_outputs` off: none sent back."""
         return protocol.TimeLaunches(inputs=tuple(inputs), buffers=dict(self.buffers), launches=self.launches,
                                      outputs=self.outputs, sets=sets, repeats=repeats, time=time, keep=keep,
-                                     spin_up_ms=spin_up_ms, rotate=rotate)
+                                     spin_up_ms=spin_up_ms, rotate=rotate, return_outputs=return_outputs)
 
 
 def input_bytes(tensor: torch.Tensor) -> bytes:

@@ -167,7 +167,8 @@ class Profiler:
         try:
             for prepared in cases:
                 what = f"running {side.label}' launches for {prepared.perf.target} under the profiler"
-                ran = self.contestants.run_plan(worker, plan_of(prepared), what, keep=prepared.perf.id, profiled=True)
+                ran = self.contestants.run_plan(worker, plan_of(prepared), what, keep=prepared.perf.id, profiled=True,
+                                                outputs=False)
                 if isinstance(ran, str):
                     side.problems[prepared.perf.id] = ran[:300]
                     if not worker.alive:

@@ -149,7 +149,8 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
     if device.type == "cuda":
         torch.cuda.synchronize()
     progress.mark(progress.STEP)  # the launches finished: copying their outputs out is work, not a spin
-    outputs = tuple(tensor_from(built[0][0], view).detach().to("cpu").clone() for view in request.outputs)
+    outputs = tuple(tensor_from(built[0][0], view).detach().to("cpu").clone() for view in request.outputs
+                    if request.return_outputs)
     progress.mark(progress.STEP)
 
     def run_all() -> None:

@@ -197,7 +197,8 @@ def test_spawn_then_prepare_keeps_each_case_in_both_workers_under_the_shared_slo
 
     kept: list[tuple[str, str, bool]] = []
 
-    def run_plan(worker, prepared, what, keep="", profiled=False):
+    def run_plan(worker, prepared, what, keep="", profiled=False, outputs=True):
+        assert not outputs  # a profiled replay checks no output: none crosses the channel
         kept.append((worker.submission.name, keep, profiled))
         assert slot[-1] == "taken"  # the launches run while the slot is held shared
         return ((), ())
