@@ -117,10 +117,15 @@ class Profiler:
 
     def prepare_reference(self, cases: Sequence[Prepared]) -> None:
         """The reference's side of `prepare`, for the cases whose reference launches the timing checks planned
-        (`Contestants.keep_reference`) and whose reference profile is not kept from an earlier grade."""
+        (`Contestants.keep_reference`) and whose reference profile is not kept from an earlier grade (looked for
+        again here: in a class, a grade that started beside this one may have kept it meanwhile)."""
         contestants = self.contestants
         wanted = []
         for prepared in cases:
+            if prepared.perf.id not in self.cached:
+                kept = self._cached(self.keys.get(prepared.perf.id))
+                if kept is not None:
+                    self.cached[prepared.perf.id] = kept
             if prepared.perf.id in self.cached:
                 continue
             if prepared.perf.id in contestants.reference_plans:
@@ -128,6 +133,7 @@ class Profiler:
             else:
                 self.reference.problems[prepared.perf.id] = "the reference's launches were not recorded for this case"
         if not wanted:
+            self.close_side(self.reference)  # spawned for cases whose profile another grade has since kept
             return
         self._load(self.reference)
         with self.battery.workers.shared_gpu():

@@ -247,3 +247,30 @@ def test_a_kept_reference_profile_spares_the_reference_worker(tmp_path, monkeypa
     first._store(KEY, SideProfile((), {"k": StaticFacts(False, True, 40, 0)}))
     first.spawn(["perf-softmax"])
     assert len(SpawnedWorker.made) == 1 and "perf-softmax" in first.cached  # the student's alone
+
+
+def test_a_reference_profile_kept_meanwhile_by_another_grade_spares_the_replay(tmp_path, monkeypatch) -> None:
+    """In a class, grades start together and none finds the reference's profile; when one keeps it before another
+    has run the reference's launches, the other uses it and lets its reference worker go."""
+    from grader.running.timing import profiled_replay
+
+    SpawnedWorker.made = []
+    monkeypatch.setattr(profiled_replay, "Worker", SpawnedWorker)
+    submission = tmp_path / "softmax.py"
+    submission.write_text("import triton\n")
+    store = CalibrationStore(tmp_path)
+    ran: list[str] = []
+    contestants = SimpleNamespace(
+        folder=tmp_path, reference_plans={"perf-softmax": "plan"},
+        assignment=SimpleNamespace(reference_solution=tmp_path / "reference.py"),
+        new_reference=lambda: SimpleNamespace(submission=tmp_path / "reference.py", names=["softmax"], options=OPTIONS),
+        run_plan=lambda worker, prepared, what, keep="", profiled=False, outputs=True: ran.append(keep) or ((), ()))
+    battery = SimpleNamespace(submission=submission, sandbox=SimpleNamespace(options=OPTIONS))
+    mine = Profiler(contestants, battery, store, {"perf-softmax": KEY}, command=("ncu",), find=False)  # type: ignore[arg-type]
+    mine.spawn(["perf-softmax"])
+    student, reference = SpawnedWorker.made  # nothing kept yet: both sides spawned
+    other = Profiler(contestants, battery, store, {"perf-softmax": KEY}, command=("ncu",), find=False)  # type: ignore[arg-type]
+    other._store(KEY, SideProfile((), {"k": StaticFacts(False, True, 40, 0)}))  # the grade beside finished first
+    mine.prepare_reference([Case(SimpleNamespace(id="perf-softmax", target="softmax"))])  # type: ignore[list-item]
+    assert ran == [] and "perf-softmax" in mine.cached and not mine.reference.problems
+    assert reference.closed and mine.reference.worker is None and not student.closed
