@@ -1,7 +1,7 @@
 """Benchmark: grade a class through `grader batch` and check it is fast, fair and one verdict per seed.
 
     python benchmarks/class_batch.py [--assignment fused_layers] [--backend cuda] [--workers 6] [--seed 3]
-                                     [--copies 2] [--identical 3] [--out DIR]
+                                     [--copies 2] [--identical 3] [--out DIR] [--no-profile]
 
 The class: every mutant and variant of the assignment's corpus written out as its own student,
 `--copies` times (byte-identical files under different names), plus `--identical` copies of the
@@ -93,6 +93,8 @@ def main() -> int:
     parser.add_argument("--identical", type=int, default=3)
     parser.add_argument("--executor", default="local")
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--no-profile", dest="profile", action="store_false",
+                        help="grade without the profiled replays (Nsight Compute), to weigh what they cost a class")
     parser.add_argument("--hostile", action="store_true",
                         help="fused_layers: add a student that spins at the timed size and one that hogs GPU memory")
     args = parser.parse_args()
@@ -102,7 +104,8 @@ def main() -> int:
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "grader", "batch", str(work / "class"), "--assignment",
                            args.assignment, "--out", str(out), "--backend", args.backend, "--workers",
-                           str(args.workers), "--seed", str(args.seed), "--executor", args.executor],
+                           str(args.workers), "--seed", str(args.seed), "--executor", args.executor,
+                           *([] if args.profile else ["--no-profile"])],
                           capture_output=True, text=True)
     wall = time.monotonic() - started
     print(done.stdout[-3000:], done.stderr[-2000:], sep="\n")
@@ -110,8 +113,13 @@ def main() -> int:
     seconds = [g["execution_time_s"] for g in grades.values()]
     timing = f"median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s" if seconds else "none"
     print(f"class of {len(origin)} ({args.copies} copies of each corpus file, {args.identical} identical references): "
-          f"{len(grades)} graded in {wall:.1f} s wall with {args.workers} workers ({args.executor}); grading time per "
-          f"student {timing}")
+          f"{len(grades)} graded in {wall:.1f} s wall with {args.workers} workers ({args.executor}"
+          f"{'' if args.profile else ', --no-profile'}); grading time per student {timing}")
+    phases = sorted({p for g in grades.values() for p in g.get("phases", {})})
+    print("phases, seconds per grade (median / max / sum over the class): " + "; ".join(
+        f"{p} {statistics.median(g.get('phases', {}).get(p, 0.0) for g in grades.values()):.1f} / "
+        f"{max(g.get('phases', {}).get(p, 0.0) for g in grades.values()):.1f} / "
+        f"{sum(g.get('phases', {}).get(p, 0.0) for g in grades.values()):.0f}" for p in phases))
     by_origin = defaultdict(list)
     for student, grade in grades.items():
         by_origin[origin[student]].append((student, grade["score"], tuple(sorted(grade["traps"]))))
