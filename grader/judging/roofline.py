@@ -60,6 +60,7 @@ class Point:
     bytes_moved: float
     flops: float
     time_s: float
+    unplaced_why: str = "no bytes, flops or time"  # said beside the label where the point cannot be placed
 
     @property
     def placeable(self) -> bool:
@@ -144,11 +145,11 @@ def roofline_svg(points: Sequence[Point], ceilings: Ceilings, title: str = "", w
     slope_x = plot.x(10.0**x_lo) + 6
     slope_y = plot.y(ceilings.roof(10.0**x_lo)) - 6
     out.append(f'<text x="{slope_x:.1f}" y="{slope_y:.1f}">{ceilings.bandwidth_gbs:.0f} GB/s</text>')
-    unplaced = []
+    unplaced: dict[str, list[str]] = {}
     placed = 0
     for n, point in enumerate(points):
         if not point.placeable:
-            unplaced.append(point.label)
+            unplaced.setdefault(point.unplaced_why, []).append(point.label)
             continue
         x, y = plot.x(point.intensity), plot.y(point.performance)
         sol = speed_of_light(point.bytes_moved, point.flops, point.time_s, ceilings)
@@ -161,7 +162,7 @@ def roofline_svg(points: Sequence[Point], ceilings: Ceilings, title: str = "", w
                    f'({sol:.0f}% of its roof)</text></g>')
         placed += 1  # labels stack below the points: points of one case often sit on top of each other
     if unplaced:
-        missing = escape("not placed (no bytes, flops or time): " + ", ".join(unplaced))
+        missing = escape("; ".join(f"not placed ({why}): {', '.join(labels)}" for why, labels in unplaced.items()))
         out.append(f'<text x="{left}" y="{top - 8}">{missing}</text>')
     out.append("</svg>")
     return "\n".join(out)

@@ -114,7 +114,12 @@ def roofline(p: PerformanceResult) -> str:
         counted = p.counters.get(side, {}).get("dram_bytes") if side else None
         nbytes = counted or (m.gb_per_s * 1e9 * time_s if m.gb_per_s else 0.0)
         # a case that declares no bytes is placed where ncu counted them (yours, the reference's); the rest is named
-        points.append(Point(label, nbytes, m.tflops * 1e12 * time_s, time_s))
+        flops = m.tflops * 1e12 * time_s
+        if nbytes:
+            points.append(Point(label, nbytes, flops, time_s))
+        else:
+            points.append(Point(label, nbytes, flops, time_s,
+                                "not profiled" if not side else "no DRAM bytes counted"))
     if not any(point.placeable for point in points):
         return ""
     return roofline_svg(points, Ceilings(d.copy_gb_per_s, d.matmul_tflops), title=f"{p.perf_id} on {d.gpu}",

@@ -96,6 +96,7 @@ def test_a_case_without_declared_bytes_is_placed_where_ncu_counted_them() -> Non
     case = timed(perf_id="perf-linear-gelu", student=mine, reference=mine, torch=mine, device=device,
                  counters={"student": {"dram_bytes": 4.1e8}, "reference": {"dram_bytes": 4.1e8}})
     svg = performance_row(case).roofline
-    assert svg.count('class="point"') == 2 and "torch" in svg  # torch: no counters, no declared bytes: named
+    assert svg.count('class="point"') == 2  # torch: no counters, no declared bytes: named, and why
+    assert "not placed (not profiled): torch" in svg
     assert performance_row(timed(student=Measurement("x", (1.0,), 1.0, 0.0, pct_of_speed_of_light=105.6))
                            ).speed_of_light == "at the speed of light (106% of the copy-bandwidth roof)"
