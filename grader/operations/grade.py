@@ -20,6 +20,7 @@ import io
 import json
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -187,19 +188,26 @@ def _grade_file(request: GradeRequest) -> list[tuple[GradeResult, str]]:
     notes: list[str] = list(sanitizer_notes(request))
     aot_cases: list[CaseResult] = []
     checked = False
+    # The interpreter's GPU compile check (the same at every seed: once) imports the file in a worker of its own,
+    # so it runs beside the cases; "compile" is what the grade waits for after them.
+    beside = ThreadPoolExecutor(max_workers=1) if request.backend is Backend.INTERPRETER and \
+        request.gpu_compile_check else None
     try:
+        compiling = beside.submit(run.compile_check) if beside is not None else None
         report = run_pytest(run)
         # CUDA: what the interpreter found of the submission's promises, as a CPU grade has it in its cases
         promises = run.cpu_hint_evidence()
         notes.extend(run.cpu_notes())
         phases = run.phases()
-        if request.backend is Backend.INTERPRETER and request.gpu_compile_check:  # the same at every seed: once
-            compiling = time.monotonic()
-            aot_cases, aot_notes = run.compile_check()
+        if compiling is not None:
+            waited = time.monotonic()
+            aot_cases, aot_notes = run.settle_compile_check(compiling.result())
             checked = True
-            phases["compile"] = round(phases.get("compile", 0.0) + time.monotonic() - compiling, 4)
+            phases["compile"] = round(phases.get("compile", 0.0) + time.monotonic() - waited, 4)
             notes.extend(aot_notes)
     finally:
+        if beside is not None:
+            beside.shutdown(wait=True)
         run.close()
     graded = []
     measured = judge_profiles(every_performance(run), run.profiles, matmul_targets(request.assignment))

@@ -164,15 +164,21 @@ class GradingRun:
 
     def compile_check(self) -> tuple[list[CaseResult], list[str]]:
         """The interpreter's companion check: every kernel compiled for sm_90 (grader.running.aot), in a
-        sandbox of its own (Triton must be imported without the interpreter for it). Where importing the file
-        already timed out for the cases, it is not imported again: every kernel's check says it could not be compiled
-        (one import timeout per grade)."""
-        from grader.running.aot import aot_check, import_never_finishes
+        sandbox of its own (Triton must be imported without the interpreter for it). It needs nothing of the
+        cases, so it may run beside them; `settle_compile_check` then weighs it against what they found."""
+        from grader.running.aot import aot_check
+
+        return aot_check(self.assignment, self.submission, self.hidden)
+
+    def settle_compile_check(self, checked: tuple[list[CaseResult], list[str]]) -> tuple[list[CaseResult], list[str]]:
+        """The compile check's results, unless importing the file timed out for the cases: then every kernel's check
+        says it could not be compiled, in the words of one import timeout per grade (not the check's own)."""
+        from grader.running.aot import import_never_finishes
 
         problem = self._battery.import_problem if self._battery is not None else None
         if problem is not None and problem.trap == trap_ids.TIMEOUT:
             return import_never_finishes(self.assignment, self.submission.name), []
-        return aot_check(self.assignment, self.submission, self.hidden)
+        return checked
 
     def close(self) -> None:
         """Stop every worker of the grade and the sandbox (nothing of the submission outlives it)."""
