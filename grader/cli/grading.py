@@ -43,7 +43,8 @@ def cmd_check(args: argparse.Namespace, root: Path) -> int:
 
     checked = check_file(CheckFile(assignments_root=root, submission=args.submission, assignment_id=args.assignment,
                                    targets=tuple(args.target), out=args.out, backend=args.backend, seed=args.seed,
-                                   calibration=calibration_settings(args), profile=args.profile))
+                                   calibration=calibration_settings(args), timed=args.timed or args.profile,
+                                   profile=args.profile))
     from grader.publishing import report
 
     print(report.terminal(checked.result, checked.assignment, verbose=args.verbose,

@@ -61,9 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-v", "--verbose", action="store_true",
                    help="print every failing case in full, with every error map (by default a case that failed "
                         "the same way as one above is one line)")
+    c.add_argument("--timed", action="store_true",
+                   help="CUDA: also time the performance cases against the reference (seconds more; `grader grade` "
+                        "always does)")
     c.add_argument("--profile", action="store_true",
-                   help="CUDA: also replay the timed cases under Nsight Compute and say why a kernel is slow "
-                        "(seconds more; `grader grade` always does)")
+                   help="CUDA, with --timed: also replay the timed cases under Nsight Compute and say why a kernel "
+                        "is slow (seconds more; `grader grade` always does)")
     _common(c, seed_help=CHECK_SEED_HELP)
     _calibration(c)
 

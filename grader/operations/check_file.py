@@ -41,7 +41,7 @@ def check_file(request: CheckFile) -> CheckedFile:
             early.close()
         raise
     result, pytest_report = run_check(path, assignment, backend, request.seed, request.targets, calibration,
-                                      sandbox=adopt(early, backend), profile=request.profile)
+                                      sandbox=adopt(early, backend), timed=request.timed, profile=request.profile)
     if request.out is not None:
         from grader.publishing.files import write_outputs
 

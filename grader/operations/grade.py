@@ -65,6 +65,7 @@ class GradeRequest:
     hidden: tuple[str, ...] = ()  # extra folders the worker must not see (the output folder, say)
     performance: bool = True  # run the spec's [[performance]] cases (timed on CUDA, skipped elsewhere)
     profile: bool = True  # CUDA: each timed case replayed once under Nsight Compute, to name why it is slow
+    untimed: str = ""  # CUDA: why the performance cases are listed but not timed (a check's quick loop); "": timed
     sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
     targets: tuple[str, ...] = ()  # only these targets' cases (and compile checks); empty: every target
     calibration: CalibrationStore | None = None  # where performance bars are cached; None: measured for this grade
@@ -184,7 +185,8 @@ def _grade_file(request: GradeRequest) -> list[tuple[GradeResult, str]]:
     run = GradingRun(request.assignment, request.submission, request.backend, seed, more_seeds=request.more_seeds,
                      public_only=request.public_run, hidden=request.hidden, targets=request.targets,
                      performance=request.performance, sanitize=request.sanitize, calibration=request.calibration,
-                     concurrent_grades=request.concurrent_grades, sandbox=request.sandbox, profile=request.profile)
+                     concurrent_grades=request.concurrent_grades, sandbox=request.sandbox, profile=request.profile,
+                     untimed=request.untimed)
     notes: list[str] = list(sanitizer_notes(request))
     aot_cases: list[CaseResult] = []
     checked = False

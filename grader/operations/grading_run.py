@@ -43,8 +43,9 @@ class GradingRun:
                  targets: tuple[str, ...] = (),
                  performance: bool = True, sanitize: bool = False,
                  calibration: CalibrationStore | None = None, concurrent_grades: int = 1,
-                 sandbox: Sandbox | None = None, profile: bool = True) -> None:
+                 sandbox: Sandbox | None = None, profile: bool = True, untimed: str = "") -> None:
         """`calibration`: where performance bars are cached (None: measured for this grade alone).
+        `untimed`: on CUDA, the performance cases are listed as skipped for this reason instead of timed.
         `profile`: on CUDA, each timed case replayed once under Nsight Compute (`profiles`, for the judge).
         `concurrent_grades`: how many grades share this GPU (a batch's), for each worker's memory budget.
         `sandbox`: the submission's sandbox, started ahead (start_sandbox); the run closes it.
@@ -60,6 +61,7 @@ class GradingRun:
         self.hidden = hidden
         self.targets = frozenset(targets)
         self.run_performance = performance
+        self.untimed = untimed
         self.calibration = calibration
         self.sanitizer = sanitizer_command() if sanitize and self.backend.on_gpu else None
         # A case that ends in a GPU memory fault runs again alone under memcheck, where it is installed.
@@ -148,6 +150,8 @@ class GradingRun:
 
         if not self.backend.on_gpu:  # nothing to start: the interpreter cannot time anything
             result = performance.skipped(perf)
+        elif self.untimed:
+            result = performance.skipped(perf, self.untimed)
         else:
             self.cpu_hint_evidence()  # the CPU check of the promises ends first: nothing else runs while timing
             if self._performance_runner is None:

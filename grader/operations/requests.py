@@ -66,4 +66,5 @@ class CheckFile:
     backend: str = AUTO
     seed: int | None = None  # None: the assignment's public seed
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
-    profile: bool = False  # CUDA: the timed cases replayed under Nsight Compute (a check is the quick loop: off)
+    timed: bool = False  # CUDA: time the performance cases too (a check is the quick loop: off)
+    profile: bool = False  # CUDA: the timed cases replayed under Nsight Compute (off, as `timed`)

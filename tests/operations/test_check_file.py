@@ -50,3 +50,25 @@ def test_a_check_profiles_only_when_asked(tmp_path: Path, repo_root: Path, monke
             check_file(CheckFile(repo_root / "assignments", submission, backend="interpreter", profile=args.profile))
     assert asked == [False, True]
     assert parser.parse_args(["grade", str(submission), "--assignment", "softmax", "--out", "o"]).profile is True
+
+
+def test_a_check_times_only_when_asked(tmp_path: Path, repo_root: Path, monkeypatch) -> None:
+    """On a GPU a check lists its performance cases untimed unless --timed (or --profile) is given."""
+    from grader.cli import build_parser
+    from grader.operations import interactive
+
+    asked: list[str] = []
+
+    def grade(request):
+        asked.append(request.untimed)
+        raise CheckError("stop here")
+
+    monkeypatch.setattr(interactive, "grade", grade)
+    submission = tmp_path / "softmax.py"
+    submission.write_text("import triton\n", encoding="utf-8")
+    parser = build_parser()
+    for argv in (["check", str(submission)], ["check", str(submission), "--timed"]):
+        args = parser.parse_args(argv)
+        with pytest.raises(CheckError, match="stop here"):
+            check_file(CheckFile(repo_root / "assignments", submission, backend="interpreter", timed=args.timed))
+    assert asked == [interactive.NOT_TIMED_BY_CHECK, ""]

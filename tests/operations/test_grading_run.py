@@ -73,3 +73,21 @@ def test_the_run_closes_its_sandbox_even_when_pytest_breaks(assignment: Assignme
         grade(GradeRequest(assignment, template_copy(assignment, tmp_path), "interpreter", seed=3))
     (run,) = seen
     assert not run.sandbox.root.exists()
+
+
+def test_on_a_gpu_a_check_lists_its_performance_cases_untimed_and_says_how_to_time_them(
+        assignment: Assignment, tmp_path: Path) -> None:
+    """A check is the quick loop: on CUDA its performance cases are not timed unless asked (nothing starts: no
+    timer, no reference), and each says how to time it; a grade times them."""
+    from grader.operations.interactive import NOT_TIMED_BY_CHECK
+
+    run = GradingRun(assignment, template_copy(assignment, tmp_path), "cuda", 3, public_only=True,
+                     untimed=NOT_TIMED_BY_CHECK)
+    try:
+        results = [run.grade_performance(perf) for perf in assignment.performance]
+        assert run._performance_runner is None  # nothing was started to time them
+    finally:
+        run.close()
+    assert results and all(r.status == "skipped" and r.reason == NOT_TIMED_BY_CHECK for r in results)
+    assert all(r.max_score == 0 for r in results)  # never passed, never failed, worth nothing either way
+    assert "`grader check --timed`" in NOT_TIMED_BY_CHECK and "`grader grade` always does" in NOT_TIMED_BY_CHECK
