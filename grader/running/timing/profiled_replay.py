@@ -99,16 +99,18 @@ class Profiler:
                                                dataclasses.replace(base.options, tool=self._tool())))
 
     def prepare(self, cases: Sequence[Prepared]) -> None:
-        """Load the spawned workers and run each case's launches once there (kept for `measure`)."""
+        """Load the spawned workers (spawned here where `spawn` was not called) and run each case's launches once
+        there (kept for `measure`)."""
+        if cases and self.student.worker is None and not self.student.problem:
+            self.spawn([p.perf.id for p in cases])
         self.prepare_student(cases)
         self.prepare_reference(cases)
 
     def prepare_student(self, cases: Sequence[Prepared]) -> None:
-        """The student's side of `prepare`; it needs nothing of the timing checks, so it may run beside them."""
+        """The student's side of `prepare`; it needs nothing of the timing checks, so it may run beside them, on
+        another thread (it spawns nothing: a worker dies with the thread that spawned it)."""
         if not cases:
             return
-        if self.student.worker is None and not self.student.problem:
-            self.spawn([p.perf.id for p in cases])
         self._load(self.student)
         # Running the launches is GPU work: it takes the GPU's slot shared, as correctness work does, so no other
         # grade's timed samples run beside it (the imports above need no GPU and do not wait for the slot).
