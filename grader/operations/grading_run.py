@@ -137,6 +137,7 @@ class GradingRun:
     def grade_case(self, case: Case, seed: int | None = None) -> CaseResult:
         seed = self.seed if seed is None else seed
         if not any(self.seed_cases.values()):  # the first case: compile every case's kernels first, in parallel (GPU)
+            self._start_timing_early()
             self.battery.warm_up(self.correctness_cases())
         result = self.battery.run_case(case, seed)
         self.seed_cases.setdefault(seed, []).append(result)
@@ -144,9 +145,26 @@ class GradingRun:
             self.cases.append(result)
         return result
 
+    def _timing_here(self) -> bool:
+        return self.backend.on_gpu and not self.untimed and bool(self.performance_cases())
+
+    def _runner(self) -> Any:
+        """The grade's PerformanceRunner, made at first use."""
+        from grader.running.timing.performance import PerformanceRunner
+
+        if self._performance_runner is None:
+            self._performance_runner = PerformanceRunner(self.assignment, self.seed, perfs=self.performance_cases(),
+                                                         calibration=self.calibration, profile=self.profile)
+        return self._performance_runner
+
+    def _start_timing_early(self) -> None:
+        """Where this grade will time cases, the reference's worker starts with the correctness cases (from the
+        grade's thread: a worker dies with the thread that spawned it), its imports off the timing phase's path."""
+        if self._timing_here():
+            self._runner().start_reference_early()
+
     def grade_performance(self, perf: PerformanceCase) -> PerformanceResult:
         from grader.judging import performance
-        from grader.running.timing.performance import PerformanceRunner
 
         if not self.backend.on_gpu:  # nothing to start: the interpreter cannot time anything
             result = performance.skipped(perf)
@@ -154,11 +172,8 @@ class GradingRun:
             result = performance.skipped(perf, self.untimed)
         else:
             self.cpu_hint_evidence()  # the CPU check of the promises ends first: nothing else runs while timing
-            if self._performance_runner is None:
-                self._performance_runner = PerformanceRunner(self.assignment, self.seed, perfs=self.performance_cases(),
-                                                             calibration=self.calibration, profile=self.profile)
             with self.battery.clock.phase("timing"):
-                result = self._performance_runner.run(perf, self.battery, self.cases)
+                result = self._runner().run(perf, self.battery, self.cases)
             self.profiles.update(self._performance_runner.profiles)
         self.performance[perf.id] = result
         return result

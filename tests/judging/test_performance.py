@@ -547,3 +547,50 @@ def test_the_students_profiling_worker_prepares_beside_the_timing_checks(
     assert by_step["prepare_reference"] == (True, 2, ["p-ln1"])  # after every check, on the plans they made
     assert by_step["measure"] == (True, 2, ["p-ln1"]) and by_step["finish"] == (True, 2, ["p-ln1"])
     assert [s[0] for s in steps.steps][-1] == "close"
+
+
+@pytest.mark.slow
+def test_a_reference_started_with_the_correctness_cases_is_the_one_timed_in_turn(
+    monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
+    """GradingRun starts the reference's worker as correctness starts (its imports off the timing phase's path);
+    the timing phase adopts that worker instead of starting another, and closing the runner closes one never used."""
+    from grader.running.processes.client import Worker, WorkerOptions
+    from grader.running.timing import performance
+
+    submission = tmp_path / "fused_layers.py"
+    submission.write_text(reference_source, encoding="utf-8")
+    battery = Battery(assignment, submission, "interpreter", 1)
+    battery.backend = Backend.CUDA
+    perf = PerformanceCase(id="p-ln", target="layernorm", dims={"M": 6, "N": 37}, tolerance="rowwise", repeats=3)
+    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=[perf])
+    runner._copy_gb_per_s = H200.copy_gb_per_s
+    timer_for = runner.contestants.timer_for
+    monkeypatch.setattr(runner.contestants, "timer_for", lambda b: Clocked(timer_for(b), 0.1))
+    monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
+    started: list[Clocked] = []
+
+    def new_reference():
+        worker = Clocked(Worker(repo_root / "reference" / "fused_layers" / "reference.py",
+                                list(assignment.required_symbols),
+                                WorkerOptions(backend="interpreter", import_timeout_s=60)), 0.12)
+        started.append(worker)
+        return worker
+
+    monkeypatch.setattr(runner.contestants, "new_reference", new_reference)
+    try:
+        runner.start_reference_early()
+        runner.start_reference_early()  # once
+        assert len(started) == 1
+        result = runner.run(perf, battery, [case("layernorm", True)])
+    finally:
+        runner.close()
+        battery.close()
+    assert len(started) == 1 and "timed in turn" in result.reason, result.reason
+    assert result.reference is not None and result.reference.median_ms == pytest.approx(0.12)
+
+    unused = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=[perf])
+    monkeypatch.setattr(unused.contestants, "new_reference", new_reference)
+    unused.start_reference_early()
+    early = started[-1]
+    unused.close()  # correctness failed, nothing was timed: the early worker is closed with the runner
+    assert not early.alive

@@ -42,7 +42,7 @@ from grader.judging.judge import fusion_problems
 from grader.judging.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
 from grader.results import CaseResult, DeviceInfo, Measurement, PerformanceResult
 from grader.running.cases.battery import Battery
-from grader.running.processes.client import Deadline
+from grader.running.processes.client import Deadline, Worker
 from grader.running.processes.gpu_slot import GpuSlot, gpu_name
 from grader.running.timing.calibration import (
     Calibration,
@@ -90,8 +90,22 @@ class PerformanceRunner:
         self.profile = profile
         self._live_profiler: Profiler | None = None
         self.profiles: dict[str, CaseProfile] = {}  # perf id -> what profiling its timed replay found
+        self._early_reference: Worker | None = None  # the reference's worker, spawned while correctness runs
+
+    def start_reference_early(self) -> None:
+        """Spawn the reference's worker now (call it from the grade's thread, as correctness starts): its imports
+        overlap the correctness cases instead of the timing phase's start."""
+        contestants = self.contestants
+        if (self._early_reference is None and contestants.reference is None and not contestants.reference_problem
+                and self.assignment.reference_solution is not None):
+            reference = contestants.new_reference()
+            reference.spawn()
+            self._early_reference = reference
 
     def close(self) -> None:
+        if self._early_reference is not None:
+            self._early_reference.close()
+            self._early_reference = None
         if self._live_profiler is not None:
             self._live_profiler.close()
             self._live_profiler = None
@@ -155,8 +169,10 @@ class PerformanceRunner:
         # GPU whose clocks sag under a matmul's power draw slows both alike), and measures the bars where none
         # are cached.
         if contestants.reference is None and not contestants.reference_problem and self.assignment.reference_solution:
-            reference = contestants.new_reference()
-            reference.spawn()
+            reference, self._early_reference = self._early_reference, None
+            if reference is None:
+                reference = contestants.new_reference()
+                reference.spawn()
         with ThreadPoolExecutor(max_workers=2) as pool:
             timer_reply = pool.submit(finish_start, timer)
             reference_reply = pool.submit(finish_start, reference) if reference is not None else None
