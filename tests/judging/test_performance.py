@@ -594,3 +594,23 @@ def test_a_reference_started_with_the_correctness_cases_is_the_one_timed_in_turn
     early = started[-1]
     unused.close()  # correctness failed, nothing was timed: the early worker is closed with the runner
     assert not early.alive
+
+
+def test_an_early_reference_that_cannot_start_is_tried_once_and_left_to_the_timing_phase(
+        assignment: Assignment, monkeypatch) -> None:
+    from grader.running.timing import performance
+
+    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=[])
+    tries: list[int] = []
+
+    def broken():
+        tries.append(1)
+        raise OSError("no more processes")
+
+    monkeypatch.setattr(runner.contestants, "new_reference", broken)
+    try:
+        runner.start_reference_early()  # the grade's first correctness case goes on
+        runner.start_reference_early()
+    finally:
+        runner.close()
+    assert tries == [1] and runner._early_reference is None

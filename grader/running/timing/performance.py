@@ -91,16 +91,24 @@ class PerformanceRunner:
         self._live_profiler: Profiler | None = None
         self.profiles: dict[str, CaseProfile] = {}  # perf id -> what profiling its timed replay found
         self._early_reference: Worker | None = None  # the reference's worker, spawned while correctness runs
+        self._early_tried = False
 
     def start_reference_early(self) -> None:
         """Spawn the reference's worker now (call it from the grade's thread, as correctness starts): its imports
         overlap the correctness cases instead of the timing phase's start."""
         contestants = self.contestants
-        if (self._early_reference is None and contestants.reference is None and not contestants.reference_problem
-                and self.assignment.reference_solution is not None):
+        if (self._early_tried or contestants.reference is not None or contestants.reference_problem
+                or self.assignment.reference_solution is None):
+            return
+        self._early_tried = True  # once: a spawn that failed is tried again, and reported, by the timing phase
+        reference = None
+        try:
             reference = contestants.new_reference()
             reference.spawn()
             self._early_reference = reference
+        except Exception:  # noqa: BLE001 - an early start is an optimisation; the timing phase starts its own
+            if reference is not None:
+                reference.close()
 
     def close(self) -> None:
         if self._early_reference is not None:

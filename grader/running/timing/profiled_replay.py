@@ -43,7 +43,7 @@ REPORT_WAIT_S = 60.0  # ncu writes its counters as the profiled worker exits: ho
 # GPU's memory saved and restored between them; a case the timer already timed gets this long in all.
 PROFILE_LIMIT_S = 90.0
 PROFILE_FORMAT = 1
-REPORT_LIMIT_BYTES = 8 << 20  # ncu's CSV: ~3.5 KB a launch (14 counters), 32 launches a case at most
+REPORT_LIMIT_BYTES = 8 << 20  # ncu's CSV: ~3 KB a launch (12 counters), 32 launches a case at most
 STATIC_ONLY = "; the static facts of the compiled kernels are used instead"
 
 
@@ -173,13 +173,16 @@ class Profiler:
         if worker is None or not cases:
             return
         try:
-            for prepared in cases:
+            for n, prepared in enumerate(cases):
                 what = f"running {side.label}' launches for {prepared.perf.target} under the profiler"
                 ran = self.contestants.run_plan(worker, plan_of(prepared), what, keep=prepared.perf.id, profiled=True,
                                                 outputs=False)
                 if isinstance(ran, str):
                     side.problems[prepared.perf.id] = ran[:300]
-                    if not worker.alive:
+                    if not worker.alive:  # what it kept died with it; the cases after it are not profiled, and say so
+                        for later in cases[n + 1:]:
+                            side.problems.setdefault(later.perf.id, f"not profiled: {side.label}' profiling worker "
+                                                                    f"ended at {prepared.perf.target}'s launches")
                         break
                 else:
                     side.ready.append(prepared)

@@ -274,3 +274,26 @@ def test_a_reference_profile_kept_meanwhile_by_another_grade_spares_the_replay(t
     mine.prepare_reference([Case(SimpleNamespace(id="perf-softmax", target="softmax"))])  # type: ignore[list-item]
     assert ran == [] and "perf-softmax" in mine.cached and not mine.reference.problems
     assert reference.closed and mine.reference.worker is None and not student.closed
+
+
+def test_a_worker_that_dies_while_keeping_leaves_every_later_case_a_reason(tmp_path) -> None:
+    """The student's side keeps every case before the checks end; a kernel that crashes at the timed size kills
+    its worker, and the cases after it say they were not profiled, and why (never a profile missing silently)."""
+    worker = SimpleNamespace(alive=True)
+    calls: list[str] = []
+
+    def run_plan(w, prepared, what, keep="", profiled=False, outputs=True):
+        calls.append(keep)
+        if keep == "perf-b":
+            worker.alive = False
+            return "crash: the worker died (exit code -11)"
+        return ((), ())
+
+    replay = profiler(tmp_path)
+    replay.contestants = SimpleNamespace(run_plan=run_plan)
+    side = _Side("your kernels", worker=worker)  # type: ignore[arg-type]
+    cases = [Case(SimpleNamespace(id=f"perf-{n}", target="softmax")) for n in "abc"]
+    replay._keep(side, cases, lambda p: p)  # type: ignore[arg-type]
+    assert calls == ["perf-a", "perf-b"] and [p.perf.id for p in side.ready] == ["perf-a"]
+    assert side.problems["perf-b"].startswith("crash")
+    assert side.problems["perf-c"] == "not profiled: your kernels' profiling worker ended at softmax's launches"
