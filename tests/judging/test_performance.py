@@ -11,6 +11,7 @@ import dataclasses
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -469,6 +470,30 @@ def test_nothing_measured_is_one_line_not_a_table(assignment: Assignment) -> Non
 
 
 
+def clocked_runner(monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source: str,
+                   cases: int) -> tuple[Battery, Any]:
+    """A CUDA-shaped timing session on the CPU: the reference as the student, `cases` LayerNorm cases (p-ln1...),
+    a timer whose samples read 0.1 ms, the reference's 0.12 ms, torch eager's 0.2 ms."""
+    from grader.running.processes.client import Worker, WorkerOptions
+    from grader.running.timing import performance
+
+    submission = tmp_path / "fused_layers.py"
+    submission.write_text(reference_source, encoding="utf-8")
+    battery = Battery(assignment, submission, "interpreter", 1)
+    battery.backend = Backend.CUDA
+    perfs = [PerformanceCase(id=f"p-ln{i}", target="layernorm", dims={"M": 6, "N": 37}, tolerance="rowwise",
+                             repeats=3) for i in range(1, cases + 1)]
+    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=perfs)
+    runner._copy_gb_per_s = H200.copy_gb_per_s
+    timer_for = runner.contestants.timer_for
+    monkeypatch.setattr(runner.contestants, "timer_for", lambda b: Clocked(timer_for(b), 0.1))
+    monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
+    monkeypatch.setattr(runner.contestants, "new_reference", lambda: Clocked(Worker(
+        repo_root / "reference" / "fused_layers" / "reference.py", list(assignment.required_symbols),
+        WorkerOptions(backend="interpreter", import_timeout_s=60)), 0.12))
+    return battery, runner
+
+
 class StepsProfiler:
     """A Profiler as `measure_all` drives it, noting each step, its thread and how many timing checks had ended."""
 
@@ -505,23 +530,9 @@ def test_the_students_profiling_worker_prepares_beside_the_timing_checks(
     """The student's side of the profiled replay needs nothing of the checks, so it runs on a thread beside
     them; the reference's side waits for the plans the checks make; only the cases whose outputs were right at
     the timed size are profiled."""
-    from grader.running.processes.client import Worker, WorkerOptions
     from grader.running.timing import performance
 
-    submission = tmp_path / "fused_layers.py"
-    submission.write_text(reference_source, encoding="utf-8")
-    battery = Battery(assignment, submission, "interpreter", 1)
-    battery.backend = Backend.CUDA
-    perfs = [PerformanceCase(id=f"p-ln{i}", target="layernorm", dims={"M": 6, "N": 37}, tolerance="rowwise",
-                             repeats=3) for i in (1, 2)]
-    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=perfs)
-    runner._copy_gb_per_s = H200.copy_gb_per_s
-    timer_for = runner.contestants.timer_for
-    monkeypatch.setattr(runner.contestants, "timer_for", lambda b: Clocked(timer_for(b), 0.1))
-    monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
-    monkeypatch.setattr(runner.contestants, "new_reference", lambda: Clocked(Worker(
-        repo_root / "reference" / "fused_layers" / "reference.py", list(assignment.required_symbols),
-        WorkerOptions(backend="interpreter", import_timeout_s=60)), 0.12))
+    battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 2)
     checks: list[str] = []
     check = runner._check
 
@@ -554,27 +565,16 @@ def test_a_reference_started_with_the_correctness_cases_is_the_one_timed_in_turn
     monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
     """GradingRun starts the reference's worker as correctness starts (its imports off the timing phase's path);
     the timing phase adopts that worker instead of starting another, and closing the runner closes one never used."""
-    from grader.running.processes.client import Worker, WorkerOptions
     from grader.running.timing import performance
 
-    submission = tmp_path / "fused_layers.py"
-    submission.write_text(reference_source, encoding="utf-8")
-    battery = Battery(assignment, submission, "interpreter", 1)
-    battery.backend = Backend.CUDA
-    perf = PerformanceCase(id="p-ln", target="layernorm", dims={"M": 6, "N": 37}, tolerance="rowwise", repeats=3)
-    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=[perf])
-    runner._copy_gb_per_s = H200.copy_gb_per_s
-    timer_for = runner.contestants.timer_for
-    monkeypatch.setattr(runner.contestants, "timer_for", lambda b: Clocked(timer_for(b), 0.1))
-    monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
+    battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 1)
+    (perf,) = runner.perfs
     started: list[Clocked] = []
+    reference = runner.contestants.new_reference
 
     def new_reference():
-        worker = Clocked(Worker(repo_root / "reference" / "fused_layers" / "reference.py",
-                                list(assignment.required_symbols),
-                                WorkerOptions(backend="interpreter", import_timeout_s=60)), 0.12)
-        started.append(worker)
-        return worker
+        started.append(reference())
+        return started[-1]
 
     monkeypatch.setattr(runner.contestants, "new_reference", new_reference)
     try:

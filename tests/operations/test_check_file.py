@@ -28,47 +28,30 @@ def test_the_public_cases_of_the_assignment_the_file_fits(tmp_path: Path, repo_r
         check_file(CheckFile(root, submission, backend="interpreter", targets=("softmax_kernell",)))
 
 
-def test_a_check_profiles_only_when_asked(tmp_path: Path, repo_root: Path, monkeypatch) -> None:
-    """`grader check` is the quick loop: its grade replays nothing under Nsight Compute unless --profile is given
-    (`grader grade` always does)."""
+@pytest.mark.parametrize(("flags", "untimed", "profile"), [
+    ((), True, False), (("--timed",), False, False), (("--timed", "--profile"), False, True),
+    (("--profile",), False, True),
+])
+def test_a_check_times_and_profiles_only_when_asked(tmp_path: Path, repo_root: Path, monkeypatch, flags, untimed,
+                                                    profile) -> None:
+    """`grader check` is the quick loop: on a GPU its performance cases are listed untimed unless --timed, and
+    replayed under Nsight Compute only with --profile (which times them too); `grader grade` always does both."""
     from grader.cli import build_parser
+    from grader.cli.grading import cmd_check
     from grader.operations import interactive
 
-    asked: list[bool] = []
+    asked = []
 
     def grade(request):
-        asked.append(request.profile)
+        asked.append((request.untimed, request.profile))
         raise CheckError("stop here")
 
     monkeypatch.setattr(interactive, "grade", grade)
     submission = tmp_path / "softmax.py"
     submission.write_text("import triton\n", encoding="utf-8")
     parser = build_parser()
-    for argv in (["check", str(submission)], ["check", str(submission), "--profile"]):
-        args = parser.parse_args(argv)
-        with pytest.raises(CheckError, match="stop here"):
-            check_file(CheckFile(repo_root / "assignments", submission, backend="interpreter", profile=args.profile))
-    assert asked == [False, True]
+    args = parser.parse_args(["check", str(submission), "--backend", "interpreter", *flags])
+    with pytest.raises(CheckError, match="stop here"):
+        cmd_check(args, repo_root / "assignments")
+    assert asked == [(interactive.NOT_TIMED_BY_CHECK if untimed else "", profile)]
     assert parser.parse_args(["grade", str(submission), "--assignment", "softmax", "--out", "o"]).profile is True
-
-
-def test_a_check_times_only_when_asked(tmp_path: Path, repo_root: Path, monkeypatch) -> None:
-    """On a GPU a check lists its performance cases untimed unless --timed (or --profile) is given."""
-    from grader.cli import build_parser
-    from grader.operations import interactive
-
-    asked: list[str] = []
-
-    def grade(request):
-        asked.append(request.untimed)
-        raise CheckError("stop here")
-
-    monkeypatch.setattr(interactive, "grade", grade)
-    submission = tmp_path / "softmax.py"
-    submission.write_text("import triton\n", encoding="utf-8")
-    parser = build_parser()
-    for argv in (["check", str(submission)], ["check", str(submission), "--timed"]):
-        args = parser.parse_args(argv)
-        with pytest.raises(CheckError, match="stop here"):
-            check_file(CheckFile(repo_root / "assignments", submission, backend="interpreter", timed=args.timed))
-    assert asked == [interactive.NOT_TIMED_BY_CHECK, ""]
