@@ -427,23 +427,9 @@ def test_a_timer_that_fails_in_turn_is_timed_alone_against_the_bars(
     monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
     """Timing in turn is a refinement: when it fails, a fresh timer keeps the case's launches again and times
     them alone, against the reference's calibrated bar, and the result says so; the next case is timed too."""
-    from grader.running.processes.client import Worker, WorkerOptions
-    from grader.running.timing import performance
-
-    submission = tmp_path / "fused_layers.py"
-    submission.write_text(reference_source, encoding="utf-8")
-    battery = Battery(assignment, submission, "interpreter", 1)
-    battery.backend = Backend.CUDA
-    perfs = [PerformanceCase(id=f"p-ln{i}", target="layernorm", dims={"M": 6, "N": 37}, tolerance="rowwise",
-                             repeats=3) for i in (1, 2)]
-    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=perfs)
-    runner._copy_gb_per_s = H200.copy_gb_per_s
-    timer_for = runner.contestants.timer_for
-    monkeypatch.setattr(runner.contestants, "timer_for", lambda b: BreaksInTurn(timer_for(b), 0.1))
-    monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
-    monkeypatch.setattr(runner.contestants, "new_reference", lambda: Clocked(Worker(
-        repo_root / "reference" / "fused_layers" / "reference.py", list(assignment.required_symbols),
-        WorkerOptions(backend="interpreter", import_timeout_s=60)), 0.12))
+    battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 2,
+                                     timer=BreaksInTurn)
+    perfs = runner.perfs
     try:
         results = [runner.run(perf, battery, [case("layernorm", True)]) for perf in perfs]
     finally:
@@ -471,9 +457,9 @@ def test_nothing_measured_is_one_line_not_a_table(assignment: Assignment) -> Non
 
 
 def clocked_runner(monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source: str,
-                   cases: int) -> tuple[Battery, Any]:
+                   cases: int, timer: type[Clocked] | None = None) -> tuple[Battery, Any]:
     """A CUDA-shaped timing session on the CPU: the reference as the student, `cases` LayerNorm cases (p-ln1...),
-    a timer whose samples read 0.1 ms, the reference's 0.12 ms, torch eager's 0.2 ms."""
+    a timer (`timer`, default Clocked) whose samples read 0.1 ms, the reference's 0.12 ms, torch eager's 0.2 ms."""
     from grader.running.processes.client import Worker, WorkerOptions
     from grader.running.timing import performance
 
@@ -486,7 +472,8 @@ def clocked_runner(monkeypatch, assignment: Assignment, repo_root: Path, tmp_pat
     runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=perfs)
     runner._copy_gb_per_s = H200.copy_gb_per_s
     timer_for = runner.contestants.timer_for
-    monkeypatch.setattr(runner.contestants, "timer_for", lambda b: Clocked(timer_for(b), 0.1))
+    wrap = timer or Clocked
+    monkeypatch.setattr(runner.contestants, "timer_for", lambda b: wrap(timer_for(b), 0.1))
     monkeypatch.setattr(runner, "_time_eager", lambda baseline, inputs, perf: [0.2] * perf.repeats)
     monkeypatch.setattr(runner.contestants, "new_reference", lambda: Clocked(Worker(
         repo_root / "reference" / "fused_layers" / "reference.py", list(assignment.required_symbols),
