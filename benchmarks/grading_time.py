@@ -139,7 +139,14 @@ def where_it_went(samples: Sequence[Sample], trace: Sequence[dict], pid: int) ->
     for before, after in zip(samples, samples[1:], strict=False):
         middle = (before.at + after.at) / 2
         open_now = [t for t in spans if t["start"] <= middle < t["end"]]
-        phase = max(open_now, key=lambda t: t["start"])["phase"] if open_now else "(no phase)"
+        if open_now:
+            phase = max(open_now, key=lambda t: t["start"])["phase"]
+        elif spans and middle < spans[0]["start"]:
+            phase = "(python, cli)"  # the interpreter's start, the grader's cheap imports, the spec, the early sandbox
+        elif spans and middle >= max(t["end"] for t in spans):
+            phase = "(exit)"  # after the last span: the process's exit (atexit, CUDA's teardown)
+        else:
+            phase = "(no phase)"
         row = out.setdefault(phase, {"wall_s": 0.0, "cpu_s": 0.0})
         row["wall_s"] += after.at - before.at
         row["cpu_s"] += max(after.cpu_s - before.cpu_s, 0.0)

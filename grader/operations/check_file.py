@@ -10,6 +10,7 @@ from grader.backends import detect_backend
 from grader.operations.early_start import adopt, start_early
 from grader.operations.grade_files import existing_file
 from grader.operations.requests import CheckFile
+from grader.running.phases import traced
 
 if TYPE_CHECKING:
     from grader.authoring.spec import Assignment
@@ -32,10 +33,11 @@ def check_file(request: CheckFile) -> CheckedFile:
     early = start_early(request.assignments_root, request.assignment_id, path, request.backend, (),
                         calibration.folder)
     try:
-        from grader.operations.interactive import resolve_assignment, run_check  # torch, meanwhile
+        with traced("grader/imports"):
+            from grader.operations.interactive import resolve_assignment, run_check  # torch, meanwhile
 
-        assignment = resolve_assignment(request.assignment_id, path, request.assignments_root)
-        backend = detect_backend(request.backend)
+            assignment = resolve_assignment(request.assignment_id, path, request.assignments_root)
+            backend = detect_backend(request.backend)
     except BaseException:
         if early is not None:
             early.close()
@@ -45,5 +47,6 @@ def check_file(request: CheckFile) -> CheckedFile:
     if request.out is not None:
         from grader.publishing.files import write_outputs
 
-        write_outputs(request.out, result, assignment, pytest_report)
+        with traced("grader/outputs"):
+            write_outputs(request.out, result, assignment, pytest_report)
     return CheckedFile(result, assignment, pytest_report)

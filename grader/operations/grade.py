@@ -45,6 +45,7 @@ from grader.operations.notebook import NotebookError, is_notebook, materialise, 
 from grader.results import CaseResult, GradeResult, PerformanceResult
 from grader.running.aot import NOT_RUN, not_compiled
 from grader.running.cases.sanitizer import sanitizer_command
+from grader.running.phases import traced
 from grader.running.processes.sandbox import Sandbox, start_sandbox
 from grader.running.timing.calibration import CalibrationStore
 from grader.seeds import run_seeds
@@ -210,32 +211,34 @@ def _grade_file(request: GradeRequest) -> list[tuple[GradeResult, str]]:
     finally:
         if beside is not None:
             beside.shutdown(wait=True)
-        run.close()
-    graded = []
-    measured = judge_profiles(every_performance(run), run.profiles, matmul_targets(request.assignment))
-    performance = measured.attach(every_performance(run))
-    for at in run.seeds:
-        cases, seed_notes = _judge_submission(request, run, at, promises, aot_cases if checked else None)
-        # why it may be slow: the interpreter's predictions (its traffic counts), and on CUDA what the profiled
-        # replays measured, which wins where the two disagree (informational: no points)
-        predicted = diagnose_performance(cases, matmul_targets(request.assignment),
-                                         wrapper_targets=tuple(request.assignment.functions))
-        why_slow = reconcile(predicted, measured.traps, measured.comparisons)
-        graded.append((GradeResult(
-            assignment=request.assignment.id,
-            submission=request.submission.name,
-            backend=backend_label(request.backend),
-            seed=at,
-            seed_source=(request.seed_source or GIVEN) if at == seed else GIVEN,
-            versions=versions(),
-            cases=tuple(cases),
-            execution_time_s=round(time.monotonic() - started, 3),
-            notes=tuple(notes + seed_notes + list(measured.notes) + list(why_slow.notes)),
-            public_only=request.public_run,
-            performance=performance,
-            phases=phases,
-            performance_traps=why_slow.traps,
-        ), report))
+        with traced("grader/close"):
+            run.close()
+    with traced("grader/judge"):
+        graded = []
+        measured = judge_profiles(every_performance(run), run.profiles, matmul_targets(request.assignment))
+        performance = measured.attach(every_performance(run))
+        for at in run.seeds:
+            cases, seed_notes = _judge_submission(request, run, at, promises, aot_cases if checked else None)
+            # why it may be slow: the interpreter's predictions (its traffic counts), and on CUDA what the profiled
+            # replays measured, which wins where the two disagree (informational: no points)
+            predicted = diagnose_performance(cases, matmul_targets(request.assignment),
+                                             wrapper_targets=tuple(request.assignment.functions))
+            why_slow = reconcile(predicted, measured.traps, measured.comparisons)
+            graded.append((GradeResult(
+                assignment=request.assignment.id,
+                submission=request.submission.name,
+                backend=backend_label(request.backend),
+                seed=at,
+                seed_source=(request.seed_source or GIVEN) if at == seed else GIVEN,
+                versions=versions(),
+                cases=tuple(cases),
+                execution_time_s=round(time.monotonic() - started, 3),
+                notes=tuple(notes + seed_notes + list(measured.notes) + list(why_slow.notes)),
+                public_only=request.public_run,
+                performance=performance,
+                phases=phases,
+                performance_traps=why_slow.traps,
+            ), report))
     return graded
 
 
@@ -340,7 +343,7 @@ def run_pytest(run: GradingRun) -> str:
             "--json-report", f"--json-report-file={report_path}", "--json-report-omit", "collectors", "log",
         ]
         log = io.StringIO()
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), traced("grader/pytest"):
             exit_code = pytest.main(args, plugins=[run])
         if not report_path.exists():
             raise RuntimeError(f"pytest did not produce a report (exit code {exit_code}):\n{log.getvalue()[-3000:]}")

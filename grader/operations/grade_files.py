@@ -15,6 +15,7 @@ from grader.authoring.discovery import find_assignment, load_spec
 from grader.backends import detect_backend
 from grader.operations.early_start import adopt, start_early
 from grader.operations.requests import GradeFiles, UsageError
+from grader.running.phases import traced
 
 if TYPE_CHECKING:
     from grader.results import GradeResult
@@ -46,11 +47,12 @@ def grade_files(request: GradeFiles, note: Callable[[str], None]) -> Iterator[Gr
         early = start_early(request.assignments_root, request.assignment_id, submissions[0], request.backend,
                             (str(request.out.resolve()),), calibration.folder, spec)
     try:
-        from grader.operations.grade import GradeRequest, grade  # torch, while the early sandbox's zygote imports it
-        from grader.publishing.files import write_outputs
+        with traced("grader/imports"):  # torch, while the early sandbox's zygote imports it
+            from grader.operations.grade import GradeRequest, grade
+            from grader.publishing.files import write_outputs
 
-        assignment = find_assignment(request.assignment_id, request.assignments_root)
-        backend = detect_backend(request.backend)
+            assignment = find_assignment(request.assignment_id, request.assignments_root)
+            backend = detect_backend(request.backend)
     except BaseException:
         if early is not None:
             early.close()
@@ -66,7 +68,8 @@ def grade_files(request: GradeFiles, note: Callable[[str], None]) -> Iterator[Gr
             assignment, path, backend, seed=seed.seed, seed_source=seed.source, hidden=(str(out.resolve()),),
             sanitize=request.sanitize, profile=request.profile, calibration=calibration, sandbox=early))
         early = None  # the first grade owns it (and closed it)
-        write_outputs(out, result, assignment, pytest_report, prairielearn=request.prairielearn)
+        with traced("grader/outputs"):
+            write_outputs(out, result, assignment, pytest_report, prairielearn=request.prairielearn)
         yield GradedFile(path, out, result)
 
 

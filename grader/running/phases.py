@@ -45,15 +45,35 @@ class PhaseClock:
                 self._append_trace(name, started, ended)
 
     def _append_trace(self, name: str, started: float, ended: float) -> None:
-        line = json.dumps({"pid": os.getpid(), "phase": name, "start": started, "end": ended}) + "\n"
-        try:  # one short O_APPEND write: the lines of concurrent grades never interleave
-            fd = os.open(self._trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
-        except OSError:
+        if not append_trace(self._trace, name, started, ended):
             self._trace = ""  # a trace that cannot be written is dropped, never the grade
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = round(self.seconds.get(name, 0.0) + max(seconds, 0.0), 4)
+
+
+@contextmanager
+def traced(name: str) -> Iterator[None]:
+    """A span of the grader's own work outside the grade's phases (its imports, judging, writing the reports,
+    stopping the workers), written to $GRADER_PHASE_TRACE only: it never counts in a grade's `phases`."""
+    trace = os.environ.get(TRACE_VARIABLE, "")
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        if trace:
+            append_trace(trace, name, started, time.monotonic())
+
+
+def append_trace(trace: str, name: str, started: float, ended: float) -> bool:
+    """One JSON line for a span (False when the trace cannot be written)."""
+    line = json.dumps({"pid": os.getpid(), "phase": name, "start": started, "end": ended}) + "\n"
+    try:  # one short O_APPEND write: the lines of concurrent grades never interleave
+        fd = os.open(trace, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return True

@@ -24,6 +24,7 @@ from typing import Any
 
 from grader import trap_ids
 from grader.running import protocol
+from grader.running.phases import traced
 from grader.running.processes.confinement import describe_exit, kill_marked
 from grader.running.processes.gpu_memory import Watch
 from grader.running.processes.sandbox import Sandbox, SandboxFailure, WorkerOptions
@@ -143,7 +144,9 @@ class Worker:
         try:
             if not self.options.tool and not self.own_sandbox:
                 try:
-                    self.pid, self._namespace_pid = self.sandbox_ref.fork(self.folder, self.options.backend, theirs)
+                    with traced("worker/fork"):
+                        self.pid, self._namespace_pid = self.sandbox_ref.fork(self.folder, self.options.backend,
+                                                                              theirs)
                 except SandboxFailure as failure:
                     ours.close()
                     os.close(marks_read)
@@ -166,12 +169,14 @@ class Worker:
     def finish_start(self) -> protocol.Loaded:
         """Wait for the spawned worker to come up, then import the submission: the load reply."""
         what = "starting the worker (importing torch and triton)"
-        ready = self._decoded(protocol.Ready, self._receive(WORKER_START_TIMEOUT_S, what), what)
+        with traced("worker/ready"):
+            ready = self._decoded(protocol.Ready, self._receive(WORKER_START_TIMEOUT_S, what), what)
         self.warm = ready.warm
         limit = self.options.import_timeout_s
         try:
-            return self.request(protocol.Load(path=str(self.sandboxed_path), names=tuple(self.names)), limit,
-                                what=f"importing {self.submission.name}")
+            with traced("worker/load"):
+                return self.request(protocol.Load(path=str(self.sandboxed_path), names=tuple(self.names)), limit,
+                                    what=f"importing {self.submission.name}")
         except WorkerFailure as failure:
             raise ImportFailure(failure.trap, failure.detail, failure.output_tail, limit) from None
 

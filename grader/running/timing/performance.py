@@ -42,6 +42,7 @@ from grader.judging.judge import fusion_problems
 from grader.judging.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
 from grader.results import CaseResult, DeviceInfo, Measurement, PerformanceResult
 from grader.running.cases.battery import Battery
+from grader.running.phases import traced
 from grader.running.processes.client import Deadline, Worker
 from grader.running.processes.gpu_slot import GpuSlot, gpu_name
 from grader.running.timing.calibration import (
@@ -207,7 +208,8 @@ class PerformanceRunner:
                 with clock.phase("timing/check"), battery.workers.shared_gpu():
                     wrong = self._check(prepared, battery)
                     if wrong is None:
-                        contestants.keep_reference(prepared)
+                        with traced("timing/check/reference"):
+                            contestants.keep_reference(prepared)
                 if wrong is not None:
                     results[prepared.perf.id] = wrong
                 else:
@@ -319,15 +321,19 @@ class PerformanceRunner:
         timer = contestants.timer_for(battery)
         if isinstance(timer, str):
             return errored(perf, timer)
-        run = contestants.run_plan(timer, prepared, f"running {perf.target}'s launches at {perf.shape}", keep=perf.id)
+        with traced("timing/check/timer"):
+            run = contestants.run_plan(timer, prepared, f"running {perf.target}'s launches at {perf.shape}",
+                                       keep=perf.id)
         if isinstance(run, str):
             contestants.drop_timer()
             return _failed(perf, run)
         contestants.timer_kept.add(perf.id)
-        expected = self._eager_outputs(baseline, prepared.inputs, perf)
+        with traced("timing/check/eager"):
+            expected = self._eager_outputs(baseline, prepared.inputs, perf)
         tol = self.assignment.tolerances[perf.tolerance].lookup(Backend.CUDA, perf.dtype)
         named = dict(zip(prepared.call.output_names, run[0], strict=False))
-        wrong = compare_outputs(named, expected, tol.atol, tol.rtol)
+        with traced("timing/check/compare"):
+            wrong = compare_outputs(named, expected, tol.atol, tol.rtol)
         if wrong:
             return errored(perf, f"at {perf.shape} the output of your kernel launches differs from "
                                  f"{baseline.label}: {wrong}")

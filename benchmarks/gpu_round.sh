@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# One device call of named steps, on a machine with a CUDA GPU (the device tool's H100/H200 image): each step's
+# output goes to $OUT/<step>.txt (or /tmp/gpu-round). Never changes the GPU's clocks or settings.
+#
+#   bash benchmarks/gpu_round.sh profile selftest:softmax ...
+#
+# Steps:
+#   profile             grading_time.py --backend cuda --repeat 1 --profile: the per-phase split of one grade and check
+#   bars                grading_time.py --backend cuda --repeat 2 --check --profile: issue 37's bars
+#   selftest:<id>       grader selftest --assignment <id> --backend cuda --timed --jobs 4 (every mutant's measured traps)
+#   class[:--no-profile] class_batch.py --workers 10 --seed 3 (a class of 60), with the flag when given
+#   identical           identical_timings.py (byte-identical files timed in one batch: the spread per case)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/gpu-round}
+mkdir -p "$out"
+site=/tmp/grader-site
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl \
+    || exit 2
+fi
+export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
+for step in "$@"; do
+  started=$(date +%s)
+  case "$step" in
+    profile) python3 benchmarks/grading_time.py --backend cuda --repeat 1 --profile ;;
+    bars) python3 benchmarks/grading_time.py --backend cuda --repeat 2 --check --profile ;;
+    selftest:*) python3 -m grader selftest --assignment "${step#selftest:}" --backend cuda --timed --jobs 4 --seed 3 ;;
+    class) python3 benchmarks/class_batch.py --workers 10 --seed 3 ;;
+    class:*) python3 benchmarks/class_batch.py --workers 10 --seed 3 "${step#class:}" ;;
+    identical) python3 benchmarks/identical_timings.py ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac > "$out/${step//[:\/]/_}.txt" 2>&1
+  echo "$step: exit $? after $(( $(date +%s) - started )) s" | tee -a "$out/steps.txt"
+done
