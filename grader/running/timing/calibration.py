@@ -243,6 +243,13 @@ class CalibrationStore:
     def path(self, key: CalibrationKey) -> Path:
         return self.folder / key.file_name
 
+    @property
+    def reference_triton_cache(self) -> Path:
+        """Where the reference solution's workers keep Triton's compiled kernels for every grade of the course (only
+        the reference's: its code is the course's; a submission's cache dies with its sandbox). Inside the store's
+        folder, which every grade hides from student code (grader.operations.grade.guard_calibration)."""
+        return self.folder / "reference-triton-cache"
+
     def load(self, key: CalibrationKey) -> Calibration | None:
         """The stored bars of `key`, or None when absent, stale, unreadable or stored for another key."""
         try:

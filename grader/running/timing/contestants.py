@@ -42,8 +42,11 @@ class Contestants:
     `deadline(perf)`: how long one request at the case's timed size may take."""
 
     def __init__(self, assignment: Assignment, device: str, folder: Path,
-                 deadline: Callable[[PerformanceCase], Deadline]) -> None:
+                 deadline: Callable[[PerformanceCase], Deadline], reference_cache: Path | None = None) -> None:
+        """`reference_cache`: the Triton cache the reference's workers share across grades (None: each worker's own,
+        compiled afresh)."""
         self.assignment = assignment
+        self.reference_cache = reference_cache
         self.device = device
         self.folder = folder
         self.deadline = deadline
@@ -147,7 +150,8 @@ class Contestants:
         path = self.assignment.reference_solution.resolve()
         return Worker(path, list(self.assignment.required_symbols),
                       WorkerOptions(backend="cuda" if self.device == "cuda" else "interpreter",
-                                    import_timeout_s=self.assignment.import_timeout_s))
+                                    import_timeout_s=self.assignment.import_timeout_s),
+                      triton_cache=self.reference_cache)
 
     def start_reference(self) -> Worker:
         """A worker running the assignment's reference solution (trusted code, same timing path)."""

@@ -87,7 +87,8 @@ class PerformanceRunner:
         self._results: dict[str, PerformanceResult] | None = None
         self._in_turn_failed = ""  # why timing in turn failed in this grade (then cases are timed alone)
         self._folder = Path(tempfile.mkdtemp(prefix="grader-timer-"))
-        self.contestants = Contestants(assignment, device, self._folder, self._deadline)
+        self.contestants = Contestants(assignment, device, self._folder, self._deadline,
+                                       calibration.reference_triton_cache if calibration is not None else None)
         self.profile = profile
         self._live_profiler: Profiler | None = None
         self.profiles: dict[str, CaseProfile] = {}  # perf id -> what profiling its timed replay found

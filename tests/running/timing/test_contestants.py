@@ -33,3 +33,46 @@ def test_the_first_timing_spins_the_clocks_up_and_the_rest_follow(tmp_path: Path
     assert contestants.spin_up_ms() == contestants.spin_up_ms() == performance_timing.FOLLOW_UP_SPIN_UP_MS
     assert contestants.timer is None and contestants.timer_problem  # started by the runner, not here
     assert contestants.reference_problem == ""  # the course has a reference solution to time
+
+
+def test_the_reference_compiles_once_per_course_in_a_cache_student_code_cannot_see(tmp_path: Path) -> None:
+    """The reference's workers (each grade's, and its profiled one) share one Triton cache under the bars' folder, so
+    a course's later grades load its compiled kernels instead of compiling them again; a submission's workers keep
+    a cache of their own sandbox's, and the bars' folder (the shared cache with it) is hidden from them."""
+    from grader.operations.grade import GradeRequest, guard_calibration
+    from grader.running.processes.sandbox import Sandbox, sandbox_options
+    from grader.running.timing.calibration import CalibrationStore
+
+    assignment = load_assignment(ROOT / "assignments" / "fused_layers" / "assignment.toml")
+    store = CalibrationStore(tmp_path / "calibration")
+    shared = store.reference_triton_cache
+    assert store.folder in shared.parents
+    workers = []
+    try:
+        for _ in range(2):  # two grades
+            contestants = Contestants(assignment, "cuda", tmp_path, lambda perf: timed_deadline(perf, None), shared)
+            workers.append(contestants.new_reference())
+        assert [w.triton_cache for w in workers] == [shared, shared] and shared.is_dir()
+        env = workers[0].sandbox_ref.environment(tmp_path, "cuda")
+        assert env["TRITON_CACHE_DIR"] == str(shared)
+        alone = Contestants(assignment, "cuda", tmp_path, lambda perf: timed_deadline(perf, None))
+        workers.append(alone.new_reference())
+        assert workers[-1].triton_cache != shared  # no store: a cache of the worker's own
+        from grader.running.timing.performance import PerformanceRunner
+
+        runner = PerformanceRunner(assignment, 3, device="cpu", calibration=store)
+        assert runner.contestants.reference_cache == shared  # what a grade's runner hands its contestants
+        runner.close()
+    finally:
+        for worker in workers:
+            worker.close()
+            worker.sandbox_ref.close()
+    submission = tmp_path / "fused_layers.py"
+    submission.write_text("", encoding="utf-8")
+    guarded = guard_calibration(GradeRequest(assignment, submission, "cuda", calibration=store))
+    student = Sandbox(sandbox_options(assignment, submission, "cuda", guarded.hidden))
+    try:
+        assert str(store.folder.resolve()) in student.hidden().split(":")
+        assert student.triton_cache != shared and student.root in student.triton_cache.parents
+    finally:
+        student.close()
