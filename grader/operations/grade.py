@@ -18,8 +18,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import tempfile
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -338,16 +340,46 @@ def run_pytest(run: GradingRun) -> str:
         args = [
             str(run.assignment.spec_path),
             "-c", str(ini), "--rootdir", str(tmpdir),
-            "-p", "no:cacheprovider", "-p", "no:randomly",
+            "-p", "no:cacheprovider", *(arg for name in PYTEST_PLUGINS for arg in ("-p", name)),
             "-q", "--tb=short", "-o", "console_output_style=classic",
             "--json-report", f"--json-report-file={report_path}", "--json-report-omit", "collectors", "log",
         ]
         log = io.StringIO()
-        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), traced("grader/pytest"):
+        with contextlib.redirect_stdout(log), contextlib.redirect_stderr(log), traced("grader/pytest"), \
+                _bare_pytest():
             exit_code = pytest.main(args, plugins=[run])
         if not report_path.exists():
             raise RuntimeError(f"pytest did not produce a report (exit code {exit_code}):\n{log.getvalue()[-3000:]}")
         return report_path.read_text(encoding="utf-8")
+
+
+# The only plugins a grade's pytest loads: whatever else the machine has installed (xdist, randomly, timeout, cov,
+# hypothesis: seconds of imports on a GPU image) could reorder, time out or rerun the battery, and is never loaded.
+PYTEST_PLUGINS = ("pytest_metadata.plugin", "pytest_jsonreport.plugin")
+
+
+PYTEST_ENVIRONMENT = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": None, "PYTEST_PLUGINS": None}
+
+
+@contextlib.contextmanager
+def _bare_pytest() -> Iterator[None]:
+    """For the length of one pytest run: no plugin autoload, and none of the user's PYTEST_ADDOPTS (`-x`, `-n 4`)
+    or PYTEST_PLUGINS; restored after (a notebook's own pytest keeps its settings)."""
+    before = {name: os.environ.get(name) for name in PYTEST_ENVIRONMENT}
+    try:
+        for name, value in PYTEST_ENVIRONMENT.items():
+            _set_environment(name, value)
+        yield
+    finally:
+        for name, value in before.items():
+            _set_environment(name, value)
+
+
+def _set_environment(name: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 def _problem(case: CaseResult, assignment: Assignment) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -48,6 +49,23 @@ def test_the_run_collects_from_the_assignment_it_was_given(assignment: Assignmen
     assert all(outcomes[c] == "failed" for c in wanted)
     assert {k: v for k, v in outcomes.items() if k not in wanted} == {p.id: "skipped" for p in one.performance}
     assert "grader" not in record  # nothing of the grader's own rides in the record any more
+
+
+def test_the_users_pytest_settings_never_reach_the_grades_pytest(assignment: Assignment, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """An instructor's PYTEST_ADDOPTS (`-x` would stop at the first failed case) and PYTEST_PLUGINS (a module that is
+    not there) leave the grade alone: every case runs; the settings are the user's again afterwards."""
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-x")
+    monkeypatch.setenv("PYTEST_PLUGINS", "no_such_plugin_module")
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    one = dataclasses.replace(assignment, public=True, cases=tuple(c for c in assignment.cases if c.is_public))
+    result, _ = grade(GradeRequest(one, template_copy(assignment, tmp_path), "interpreter", seed=3,
+                                   gpu_compile_check=False))
+    graded = [c for c in result.cases if not c.case_id.startswith("false-hint")]
+    assert len(graded) == len(one.cases_for("interpreter")) > 1
+    assert all(not c.passed and "grader problem" not in c.message for c in graded)  # each ran, none was skipped
+    assert os.environ["PYTEST_ADDOPTS"] == "-x" and os.environ["PYTEST_PLUGINS"] == "no_such_plugin_module"
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in os.environ
 
 
 def test_a_case_pytest_never_ran_is_a_failed_case_that_says_so(assignment: Assignment, tmp_path: Path) -> None:
