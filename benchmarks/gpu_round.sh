@@ -7,7 +7,9 @@
 # Steps:
 #   profile             grading_time.py --backend cuda --repeat 1 --profile: the per-phase split of one grade and check
 #   bars                grading_time.py --backend cuda --repeat 2 --check --profile: issue 37's bars
-#   selftest:<id>       grader selftest --assignment <id> --backend cuda --timed --jobs 4 (every mutant's measured traps)
+#   selftest:<id>[:a,b] grader selftest --assignment <id> --backend cuda --timed --jobs 4 (every mutant's measured
+#                       traps; only submissions a and b when listed)
+#   imports             zygote_imports.py: the zygote's imports, Triton's first launch with empty/warm/helper caches
 #   class[:--no-profile] class_batch.py --workers 10 --seed 3 (a class of 60), with the flag when given
 #   identical           identical_timings.py (byte-identical files timed in one batch: the spread per case)
 set -uo pipefail
@@ -26,11 +28,15 @@ for step in "$@"; do
   case "$step" in
     profile) python3 benchmarks/grading_time.py --backend cuda --repeat 1 --profile ;;
     bars) python3 benchmarks/grading_time.py --backend cuda --repeat 2 --check --profile ;;
-    selftest:*) python3 -m grader selftest --assignment "${step#selftest:}" --backend cuda --timed --jobs 4 --seed 3 ;;
+    selftest:*)
+      spec=${step#selftest:}; id=${spec%%:*}; only=()
+      if [ "$spec" != "$id" ]; then IFS=, read -ra names <<< "${spec#*:}"; for n in "${names[@]}"; do only+=(--only "$n"); done; fi
+      python3 -m grader selftest --assignment "$id" --backend cuda --timed --jobs 4 --seed 3 "${only[@]}" ;;
+    imports) python3 benchmarks/zygote_imports.py ;;
     class) python3 benchmarks/class_batch.py --workers 10 --seed 3 ;;
     class:*) python3 benchmarks/class_batch.py --workers 10 --seed 3 "${step#class:}" ;;
     identical) python3 benchmarks/identical_timings.py ;;
     *) echo "unknown step $step"; exit 2 ;;
-  esac > "$out/${step//[:\/]/_}.txt" 2>&1
+  esac > "$out/${step//[:\/,]/_}.txt" 2>&1
   echo "$step: exit $? after $(( $(date +%s) - started )) s" | tee -a "$out/steps.txt"
 done
