@@ -119,6 +119,13 @@ class TorchOps(TorchDispatchMode):
         return out
 
 
+# torch wraps a mode's __torch_dispatch__ (when the class is made) so that Dynamo never compiles inside it; the wrapper
+# imports torch._dynamo at its first call: 6 s of a worker's start on an H100 machine (benchmarks/zygote_imports.py),
+# and the reason the zygote preloaded it. Nothing here calls a compiled function, so the method runs as written.
+_dispatch = TorchOps.__dict__["__torch_dispatch__"]
+TorchOps.__torch_dispatch__ = getattr(_dispatch, "__wrapped__", _dispatch)  # type: ignore[method-assign]
+
+
 def _guarded(out: Any, allocations: list[guards.AllocationGuard], filled: bool) -> Any:
     """A wrapper's float allocation moved into the middle of a poisoned storage with guard bands: a
     store past it lands in a band the worker checks after the call, not in the worker's heap."""

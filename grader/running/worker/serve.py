@@ -18,7 +18,7 @@ from grader.running import protocol
 
 # The modules a forked worker expects to find already imported (the zygote preloads them); the ready
 # message says whether they were, so the grader can tell a warm start from a cold one.
-PRELOADED = ("torch", "triton", "numpy", "torch._dynamo", "grader.running.worker.harness")
+PRELOADED = ("torch", "triton", "numpy", "grader.running.worker.harness")
 
 
 def handlers(harness: Any) -> dict[type[protocol.Request[Any]], Callable[[Any], protocol.Reply]]:

@@ -3,7 +3,8 @@
 The grader starts one zygote per submission and grade, inside the sandbox it built for that submission
 (grader.running.processes.sandbox: own process group, resource limits, and as root its own PID, mount and network
 namespaces with the course's secrets hidden, as user `nobody`). The zygote imports what every worker
-needs (torch, triton, numpy, torch._dynamo, the harness: ~4-6 s that each fresh worker used to spend),
+needs (torch, triton, numpy, the harness: ~4-6 s that each fresh worker used to spend; not torch._dynamo, which no
+worker needs: 6 more seconds on an H100 machine, benchmarks/zygote_imports.py),
 never initialises CUDA and never imports student code. For each request of the grader it forks a worker:
 the child leads a process group of its own, takes the channel fds the grader passed (SCM_RIGHTS), its
 environment, folder and log, and serves requests (grader.running.worker.serve). Forking takes
@@ -43,7 +44,7 @@ MAX_FDS = 8
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
-PRELOAD = ("torch", "triton", "triton.language", "numpy", "torch._dynamo", "torch.utils._python_dispatch",
+PRELOAD = ("torch", "triton", "triton.language", "numpy", "torch.utils._python_dispatch",
            "triton.compiler", "grader.running.worker.harness", "grader.running.worker.serve")
 
 

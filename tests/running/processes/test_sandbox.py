@@ -83,7 +83,8 @@ def gone(pid: int) -> bool:
 def test_workers_are_forked_warm_from_the_zygote(sandbox: Sandbox, submission: Path) -> None:
     ready = sandbox.ready()
     assert ready.ready and not ready.cuda_initialized
-    assert {"torch", "triton", "torch._dynamo", "grader.running.worker.harness"} <= set(ready.preloaded)
+    assert {"torch", "triton", "grader.running.worker.harness"} <= set(ready.preloaded)
+    assert "torch._dynamo" not in ready.preloaded  # 6 s on a GPU machine, and no worker needs it
     first = Worker(submission, NAMES, sandbox.options, sandbox=sandbox)
     assert first.start().ok and first.warm
     started = time.monotonic()

@@ -84,3 +84,32 @@ def test_result_views_name_each_returned_tensors_storage() -> None:
     base = torch.zeros(4, 5)
     (row, other) = result_views((base[1], 7))
     assert row is not None and row["sid"] == describe_tensor(base)["sid"] and other is None
+
+
+def test_a_worker_records_a_wrappers_torch_ops_without_importing_dynamo() -> None:
+    """torch wraps every dispatch mode so that Dynamo never compiles inside it, importing torch._dynamo at the first
+    call (6 s of a worker's start on an H100 machine). A fresh process with only the zygote's preload records a
+    wrapper's ops (and poisons its allocation) without it."""
+    import subprocess
+    import sys
+
+    code = """
+import importlib, sys
+from grader.running.worker.zygote import PRELOAD
+for name in PRELOAD:
+    importlib.import_module(name)
+import torch
+from grader.running.worker.recording import Recorder, TorchOps
+recorder = Recorder()
+Recorder.active = recorder
+with TorchOps():
+    out = torch.empty(8)
+    (torch.randn(8) * 2).sum()
+Recorder.active = None
+assert recorder.torch_ops.get("aten.mul", 0) == 1 and recorder.torch_ops.get("aten.empty", 0) == 1, recorder.torch_ops
+assert torch.isnan(out).all()  # the fresh allocation was poisoned
+print(sorted(name for name in sys.modules if name.startswith("torch._dynamo")))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
