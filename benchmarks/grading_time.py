@@ -66,6 +66,31 @@ class Run:
     backend: str
     phases: dict[str, float] = field(default_factory=dict)
     profile: dict[str, dict[str, float]] = field(default_factory=dict)  # --profile: where_it_went
+    # a cuda grade's performance cases: how many, timed, with the reference measured, profiled on each side (a fast
+    # grade that timed less is no win)
+    timing: dict[str, int] = field(default_factory=dict)
+
+
+def timing_counts(performance: Sequence[dict]) -> dict[str, int]:
+    """Pure: how many performance cases there were, were timed, had the reference measured, were profiled."""
+    timed = [p for p in performance if p.get("status") == "timed"]
+    return {"cases": len(performance), "timed": len(timed),
+            "reference": sum(1 for p in timed if p.get("reference")),
+            **{f"profiled {side}": sum(1 for p in timed if (p.get("counters") or {}).get(side))
+               for side in ("student", "reference")}}
+
+
+def timing_summary(timing: dict[str, int]) -> str:
+    if not timing:
+        return ""
+    timed = timing["timed"]
+    return (f"{timed}/{timing['cases']} timed, reference measured {timing['reference']}/{timed}, profiled student "
+            f"{timing['profiled student']}/{timed}, reference {timing['profiled reference']}/{timed}")
+
+
+def timing_complete(timing: dict[str, int]) -> bool:
+    """Every performance case timed with the reference measured beside it (true where there were none)."""
+    return not timing or timing["cases"] == timing["timed"] == timing["reference"]
 
 
 def _nvml_handle() -> object | None:
@@ -227,7 +252,8 @@ def run_once(scenario: str, command: Sequence[str], env: dict[str, str], out: Pa
         lines = trace.read_text(encoding="utf-8").splitlines() if trace.is_file() else []
         went = where_it_went(samples, [json.loads(line) for line in lines], pid)
     return Run(scenario, round(wall, 3), round(cpu, 3), busy(), f"{grade['score']:g}/{grade['max_score']:g}",
-               grade["backend"], {k: float(v) for k, v in grade.get("phases", {}).items()}, went)
+               grade["backend"], {k: float(v) for k, v in grade.get("phases", {}).items()}, went,
+               timing_counts(grade.get("performance", [])) if grade["backend"].startswith("cuda") else {})
 
 
 def describe(run: Run) -> str:
@@ -235,6 +261,8 @@ def describe(run: Run) -> str:
     phases = "  ".join(f"{p} {s:.2f}" for p, s in run.phases.items())
     text = (f"  {run.scenario:22} {run.wall_s:6.2f} s wall  {run.cpu_s:6.1f} s CPU  GPU busy {busy:>4}  "
             f"{run.score:>7}  {run.backend}\n      phases (s): {phases}")
+    if run.timing:
+        text += f"\n      performance: {timing_summary(run.timing)}"
     return "\n".join([text, *profile_lines(run.profile)]) if run.profile else text
 
 
@@ -307,6 +335,11 @@ def main() -> None:
                 for scenario, median, bar, held in verdicts(runs, on_gpu):
                     print(f"  {'ok  ' if held else 'OVER'} {scenario}: {median:.2f} s (bar {bar:g} s)")
                     failed |= not held
+                for run in runs:
+                    # a grade made faster by timing less holds no bar (a check times nothing unless --timed)
+                    if run.scenario.startswith("grade") and not timing_complete(run.timing):
+                        print(f"  LESS {run.scenario}: {timing_summary(run.timing)}")
+                        failed = True
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in everything], indent=1), encoding="utf-8")
     sys.exit(1 if failed else 0)
