@@ -10,8 +10,10 @@ import os
 import resource
 import shutil
 import signal
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,30 @@ _PR_SET_PDEATHSIG = 1
 class Identity:
     uid: int
     gid: int
+
+
+_parent: Path | None = None
+
+
+def sandbox_parent() -> Path:
+    """The folder sandboxes are made in: the grader's user's, which others may pass through but not list (0711).
+    Every sandbox runs as one user (nobody) and a sandbox's folder is its user's: in a listable folder (/tmp), a
+    worker could find another submission's sandbox and write into it; here it knows only its own random name.
+    A folder of that name that is not a real folder of the grader's user (planted) is passed over for a new one."""
+    global _parent
+    if _parent is not None:
+        return _parent
+    folder = Path(tempfile.gettempdir()) / f"grader-sandboxes-{os.geteuid()}"
+    try:
+        folder.mkdir(mode=0o711, exist_ok=True)
+        found = os.lstat(folder)
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
+            raise PermissionError(f"{folder} is not the grader's")
+    except OSError:
+        folder = Path(tempfile.mkdtemp(prefix="grader-sandboxes-"))
+    os.chmod(folder, 0o711)  # mkdir's mode passes through the umask
+    _parent = folder
+    return folder
 
 
 def sandbox_identity(user: str | None) -> Identity | None:

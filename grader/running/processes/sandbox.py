@@ -47,8 +47,10 @@ from grader.running.processes.confinement import (
     namespaces_available,
     namespaces_wanted,
     sandbox_identity,
+    sandbox_parent,
 )
 from grader.running.processes.gpu_memory import MemoryWatchdog, Watch, first_guard_fraction, worker_budget_bytes
+from grader.running.processes.gpu_slot import lock_dir
 from grader.running.processes.nvml import NvmlReader, nvml_reader
 from grader.running.worker.zygote import receive_control, send_control
 
@@ -119,7 +121,7 @@ class Sandbox:
         """`gpu_budget`: on CUDA, every worker started here is watched against it."""
         self.options = options
         self.gpu_budget = gpu_budget
-        self.root = Path(tempfile.mkdtemp(prefix="grader-sandbox-"))
+        self.root = Path(tempfile.mkdtemp(prefix="grader-sandbox-", dir=sandbox_parent()))
         self.token = secrets.token_hex(8)
         self.identity = sandbox_identity(options.sandbox_user)
         self.triton_cache = triton_cache or self.root / "triton-cache"
@@ -187,11 +189,12 @@ class Sandbox:
                 "sh", "-c", script, "sh", *drop, *program]
 
     def hidden(self) -> str:
-        """The hidden folders, minus any that would hide what the sandbox itself needs."""
+        """The hidden folders, minus any that would hide what the sandbox itself needs. The GPU's lock files are
+        hidden from every sandbox: a worker holding one (flock needs only a read) would stall every grade's timing."""
         needed = [self.root, self.triton_cache, GRADER_PACKAGE, Path(sys.prefix),
                   Path(sys.base_prefix), Path(sys.executable).resolve().parent]
         keep = []
-        for raw in self.options.hidden_paths:
+        for raw in (*self.options.hidden_paths, str(lock_dir())):
             path = Path(raw).resolve()
             if any(path == n or path in n.parents for n in needed):
                 continue

@@ -177,3 +177,58 @@ def test_deadline_words() -> None:
     assert Deadline(cap_s=5).describe(compiling=False, capped=True) == "did not finish within 5 s"
     assert "after its last kernel launch" in Deadline(cap_s=5, run_s=1).describe(compiling=False, capped=False)
     assert "compilation" in Deadline(cap_s=5, run_s=1, compile_s=3).describe(compiling=True, capped=False)
+
+
+# ------------------------------------------------------------------------------------------- what a worker can reach
+
+
+def test_sandboxes_live_in_a_folder_others_can_pass_through_but_not_list(sandbox: Sandbox) -> None:
+    """Every sandbox runs as one user: a worker that could list their folder could write into another submission's."""
+    import stat
+
+    parent = sandbox.root.parent
+    found = os.lstat(parent)
+    assert stat.S_ISDIR(found.st_mode) and found.st_uid == os.geteuid()
+    assert stat.S_IMODE(found.st_mode) == 0o711
+
+
+def test_a_planted_sandbox_folder_is_passed_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    from grader.running.processes import confinement
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(confinement, "_parent", None)
+    (tmp_path / f"grader-sandboxes-{os.geteuid()}").symlink_to(tmp_path / "elsewhere")  # planted by someone
+    (tmp_path / "elsewhere").mkdir()
+    chosen = confinement.sandbox_parent()
+    assert chosen.parent == tmp_path and not chosen.is_symlink() and chosen.name != f"grader-sandboxes-{os.geteuid()}"
+    assert confinement.sandbox_parent() == chosen  # one per process
+
+
+def test_the_gpu_lock_files_are_hidden_from_every_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grader holds the GPU's locks; a worker that could open a lock file could flock it (a read is enough) and
+    stall every other grade's timing."""
+    import sys
+
+    from grader.running.processes.confinement import namespaces_available
+    from grader.running.processes.gpu_slot import LOCK_DIR_VARIABLE, GpuSlot
+
+    locks = tmp_path / "locks"
+    monkeypatch.setenv(LOCK_DIR_VARIABLE, str(locks))
+    with GpuSlot("gpu-under-test").shared():
+        pass
+    assert sorted(p.name for p in locks.iterdir())  # the lock files are there for the grader
+    box = Sandbox(WorkerOptions(backend="interpreter", import_timeout_s=60))
+    try:
+        assert str(locks.resolve()) in box.hidden().split(":")
+        if not namespaces_available():
+            pytest.skip("folders are hidden only where the grader runs as root with unshare")
+        folder = box.worker_folder()
+        code = f"import os; print(sorted(os.listdir({str(locks)!r})))"
+        process = box.popen([sys.executable, "-c", code], box.environment(folder, "interpreter"), folder,
+                            folder / "out.log", ())
+        assert process.wait(timeout=60) == 0, (folder / "out.log").read_text()
+        assert (folder / "out.log").read_text().strip() == "[]"  # an empty folder mounted over it
+    finally:
+        box.close()
