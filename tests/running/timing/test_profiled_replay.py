@@ -164,9 +164,11 @@ class SpawnedWorker(FakeWorker):
 
     made: list[SpawnedWorker] = []
 
-    def __init__(self, submission: Path, names: list[str], options: Any, sandbox: Any = None) -> None:
+    def __init__(self, submission: Path, names: list[str], options: Any, sandbox: Any = None,
+                 triton_cache: Path | None = None) -> None:
         super().__init__("", tool=tuple(options.tool))
         self.submission, self.names, self.sandbox, self.spawned, self.alive = submission, names, sandbox, False, True
+        self.triton_cache = triton_cache
         SpawnedWorker.made.append(self)
 
     def spawn(self) -> None:
@@ -205,7 +207,7 @@ def test_spawn_then_prepare_keeps_each_case_in_both_workers_under_the_shared_slo
 
     reference_path = tmp_path / "reference.py"
     contestants = SimpleNamespace(
-        folder=folder, reference_plans={"perf-a": "plan-a"},
+        folder=folder, reference_plans={"perf-a": "plan-a"}, reference_cache=tmp_path / "course-reference-cache",
         assignment=SimpleNamespace(reference_solution=reference_path),
         new_reference=lambda: SimpleNamespace(submission=reference_path, names=["softmax"], options=OPTIONS),
         run_plan=run_plan)
@@ -215,6 +217,8 @@ def test_spawn_then_prepare_keeps_each_case_in_both_workers_under_the_shared_slo
     replay.spawn(["perf-a", "perf-b"])
     student, reference = SpawnedWorker.made
     assert student.spawned and reference.spawned and student.sandbox is battery.sandbox
+    # the reference's profiled worker loads the course's compiled reference kernels; the student's, its sandbox's
+    assert reference.triton_cache == contestants.reference_cache and student.triton_cache is None
     assert student.options.tool == reference.options.tool == ("ncu", "--x")  # both run under the profiler
     assert (folder / "softmax.py").read_text().count("print") == 0  # the kernels-only file: no student Python
     cases = [Case(SimpleNamespace(id=p, target="softmax")) for p in ("perf-a", "perf-b")]
@@ -261,7 +265,7 @@ def test_a_reference_profile_kept_meanwhile_by_another_grade_spares_the_replay(t
     store = CalibrationStore(tmp_path)
     ran: list[str] = []
     contestants = SimpleNamespace(
-        folder=tmp_path, reference_plans={"perf-softmax": "plan"},
+        folder=tmp_path, reference_plans={"perf-softmax": "plan"}, reference_cache=None,
         assignment=SimpleNamespace(reference_solution=tmp_path / "reference.py"),
         new_reference=lambda: SimpleNamespace(submission=tmp_path / "reference.py", names=["softmax"], options=OPTIONS),
         run_plan=lambda worker, prepared, what, keep="", profiled=False, outputs=True: ran.append(keep) or ((), ()))
