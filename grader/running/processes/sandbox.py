@@ -194,7 +194,7 @@ class Sandbox:
         needed = [self.root, self.triton_cache, GRADER_PACKAGE, Path(sys.prefix),
                   Path(sys.base_prefix), Path(sys.executable).resolve().parent]
         keep = []
-        for raw in (*self.options.hidden_paths, str(lock_dir())):
+        for raw in (*self.options.hidden_paths, *_gpu_locks()):
             path = Path(raw).resolve()
             if any(path == n or path in n.parents for n in needed):
                 continue
@@ -389,6 +389,15 @@ class Sandbox:
             self._stop_zygote()
             self._zygote = None
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _gpu_locks() -> tuple[str, ...]:
+    """The GPU's lock folder (made now, so that no worker can make it first), or nothing where it cannot be made: then
+    no grade can lock there either."""
+    try:
+        return (str(lock_dir()),)
+    except OSError:
+        return ()
 
 
 # --------------------------------------------------------------------------- a submission's sandbox

@@ -232,3 +232,16 @@ def test_the_gpu_lock_files_are_hidden_from_every_sandbox(tmp_path: Path, monkey
         assert (folder / "out.log").read_text().strip() == "[]"  # an empty folder mounted over it
     finally:
         box.close()
+
+
+def test_a_lock_folder_that_cannot_be_made_hides_nothing_and_breaks_nothing(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from grader.running.processes.gpu_slot import LOCK_DIR_VARIABLE
+
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    monkeypatch.setenv(LOCK_DIR_VARIABLE, str(tmp_path / "file" / "locks"))  # under a file: mkdir fails
+    box = Sandbox(WorkerOptions(backend="interpreter", import_timeout_s=60, hidden_paths=(str(tmp_path / "secret"),)))
+    try:
+        assert box.hidden() == str((tmp_path / "secret").resolve())  # the course's secrets still; no lock folder
+    finally:
+        box.close()
