@@ -16,12 +16,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu-round}
 mkdir -p "$out"
-site=/tmp/grader-site
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl \
-    || exit 2
-fi
-export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}" PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
+source benchmarks/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 for step in "$@"; do
   started=$(date +%s)

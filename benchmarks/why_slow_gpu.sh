@@ -11,11 +11,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/why-slow}
 mkdir -p "$out"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/grader-site \
-    .whl/*.whl || exit 2
-fi
-export PYTHONPATH="$PWD:/tmp/grader-site${PYTHONPATH:+:$PYTHONPATH}" PATH="/usr/local/cuda/bin:$PATH" PYTHONUNBUFFERED=1
+source benchmarks/gpu_env.sh
 started=$(date +%s)
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv; ncu --version
   grep -i RmProfilingAdminOnly /proc/driver/nvidia/params; } 2>&1 | tee "$out/gpu.txt"
