@@ -78,7 +78,13 @@ PRELOAD = ["torch", "triton", "triton.language", "numpy", "torch._dynamo", "torc
 
 
 def run(code: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    """The last line `code` prints, run as a file of its own (Triton reads a @jit function's source from its file)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as script:
+        script.write(code)
+    try:
+        done = subprocess.run([sys.executable, script.name], capture_output=True, text=True, env=env, check=False)
+    finally:
+        Path(script.name).unlink()
     if done.returncode:
         return "error: " + done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"
     return done.stdout.strip().splitlines()[-1]
