@@ -144,16 +144,17 @@ class Contestants:
 
     # ------------------------------------------------------------------ the reference
 
-    def new_reference(self) -> Worker:
-        """The reference solution's worker (not started). The reference is the course's code, like its oracles: it
-        runs as the grader's user (never the sandbox user that runs student code), so it can reach the course's
-        Triton cache of it in the grader's cache folder, which no student worker can read or write."""
+    def new_reference(self, tool: tuple[str, ...] = ()) -> Worker:
+        """The reference solution's worker (not started; under `tool`, e.g. Nsight Compute, where given). The reference
+        is the course's code, like its oracles: it runs as the grader's user (never the sandbox user that runs student
+        code), so it can reach the course's Triton cache of it in the grader's cache folder, which no student worker
+        can read or write."""
         if self.assignment.reference_solution is None:
             raise RuntimeError("the assignment has no reference solution")
         path = self.assignment.reference_solution.resolve()
         return Worker(path, list(self.assignment.required_symbols),
                       WorkerOptions(backend="cuda" if self.device == "cuda" else "interpreter",
-                                    import_timeout_s=self.assignment.import_timeout_s, sandbox_user=None),
+                                    import_timeout_s=self.assignment.import_timeout_s, sandbox_user=None, tool=tool),
                       triton_cache=self.reference_cache)
 
     def start_reference(self) -> Worker:

@@ -94,10 +94,7 @@ class Profiler:
             if cached is not None:
                 self.cached[perf_id] = cached
         if len(self.cached) < len(perf_ids) and contestants.assignment.reference_solution is not None:
-            base = contestants.new_reference()
-            self._spawn(self.reference, Worker(base.submission, base.names,
-                                               dataclasses.replace(base.options, tool=self._tool()),
-                                               triton_cache=contestants.reference_cache))
+            self._spawn(self.reference, contestants.new_reference(tool=self._tool()))
 
     def prepare(self, cases: Sequence[Prepared]) -> None:
         """Load the spawned workers (spawned here where `spawn` was not called) and run each case's launches once

@@ -56,6 +56,9 @@ def test_the_reference_compiles_once_per_course_in_a_cache_student_code_cannot_s
         # the course's code runs as the grader's user: a sandbox user (nobody) could not reach a cache folder under
         # the grader's home, and student workers run as that user
         assert all(w.options.sandbox_user is None and w.sandbox_ref.identity is None for w in workers)
+        profiled = contestants.new_reference(tool=("ncu", "--x"))  # the reference's profiled worker: the same cache
+        workers.append(profiled)
+        assert profiled.options.tool == ("ncu", "--x") and profiled.triton_cache == shared
         env = workers[0].sandbox_ref.environment(tmp_path, "cuda")
         assert env["TRITON_CACHE_DIR"] == str(shared)
         alone = Contestants(assignment, "cuda", tmp_path, lambda perf: timed_deadline(perf, None))

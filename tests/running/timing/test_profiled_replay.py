@@ -209,7 +209,9 @@ def test_spawn_then_prepare_keeps_each_case_in_both_workers_under_the_shared_slo
     contestants = SimpleNamespace(
         folder=folder, reference_plans={"perf-a": "plan-a"}, reference_cache=tmp_path / "course-reference-cache",
         assignment=SimpleNamespace(reference_solution=reference_path),
-        new_reference=lambda: SimpleNamespace(submission=reference_path, names=["softmax"], options=OPTIONS),
+        new_reference=lambda tool=(): SpawnedWorker(reference_path, ["softmax"],
+                                                    dataclasses.replace(OPTIONS, tool=tool),
+                                                    triton_cache=contestants.reference_cache),
         run_plan=run_plan)
     battery = SimpleNamespace(submission=submission, workers=SimpleNamespace(shared_gpu=shared_gpu),
                               sandbox=SimpleNamespace(options=OPTIONS))
@@ -267,7 +269,8 @@ def test_a_reference_profile_kept_meanwhile_by_another_grade_spares_the_replay(t
     contestants = SimpleNamespace(
         folder=tmp_path, reference_plans={"perf-softmax": "plan"}, reference_cache=None,
         assignment=SimpleNamespace(reference_solution=tmp_path / "reference.py"),
-        new_reference=lambda: SimpleNamespace(submission=tmp_path / "reference.py", names=["softmax"], options=OPTIONS),
+        new_reference=lambda tool=(): SpawnedWorker(tmp_path / "reference.py", ["softmax"],
+                                                    dataclasses.replace(OPTIONS, tool=tool)),
         run_plan=lambda worker, prepared, what, keep="", profiled=False, outputs=True: ran.append(keep) or ((), ()))
     battery = SimpleNamespace(submission=submission, sandbox=SimpleNamespace(options=OPTIONS))
     mine = Profiler(contestants, battery, store, {"perf-softmax": KEY}, command=("ncu",), find=False)  # type: ignore[arg-type]
