@@ -10,6 +10,8 @@ from collections.abc import Mapping
 
 import torch
 
+from grader.authoring.spec_model import Case
+
 # The generic input kinds, in the words a report uses for them. An assignment may define kinds of its
 # own (its oracles build them); it describes them in its spec's [input_kinds] table.
 KINDS = {
@@ -26,6 +28,11 @@ ROW_KINDS = tuple(KINDS)
 def describe_kind(kind: str, own: Mapping[str, str]) -> str | None:
     """An input kind in words: the assignment's own description first, then the generic library's."""
     return own.get(kind) or KINDS.get(kind)
+
+
+def case_maker(case: Case, seed: int, device: str = "cpu") -> InputMaker:
+    """The maker of one case's inputs: seeded with `seed` (grader.seeds.case_seed), drawing in the case's dtype."""
+    return InputMaker(seed, dtype=getattr(torch, case.dtype), device=device)
 
 
 class InputMaker:

@@ -8,7 +8,7 @@ named mistake). Everything here runs in the grader's own process; nothing touche
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,6 +109,9 @@ class Problem:
       with `meta` the values of the kernel's constexpr parameters (block sizes): for a kernel case the
       grader's own launch (the case's meta), for a wrapper case each launch of its launch record.
     - `baseline`: torch eager and the bytes/flops of one run, for `[[performance]]` cases.
+    - `output_dtypes(inputs)`: each output's dtype by name, where they differ from the case's dtype (an
+      attention kernel on float16 inputs writes its output in float16 and its log-sum-exp in float32); by
+      default every output is in the case's dtype.
     """
 
     name: str
@@ -118,3 +121,10 @@ class Problem:
     call_args: Callable[[Mapping[str, Any]], tuple[list[Any], dict[str, Any]]] | None = None
     traps: Mapping[str, TrapFunction] = field(default_factory=dict)
     baseline: Baseline | None = None  # torch eager and the cost model, for performance cases
+    output_dtypes: Callable[[Mapping[str, Any]], Mapping[str, torch.dtype]] | None = None
+
+    def dtypes_of_outputs(self, inputs: Mapping[str, Any], names: Iterable[str],
+                          case_dtype: str) -> dict[str, torch.dtype]:
+        """The dtype each named output must have: `output_dtypes`' word, else the case's dtype."""
+        declared = dict(self.output_dtypes(inputs)) if self.output_dtypes is not None else {}
+        return {name: declared.get(name, getattr(torch, case_dtype)) for name in names}

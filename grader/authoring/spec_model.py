@@ -12,7 +12,12 @@ from typing import Any
 
 from grader.backends import BACKENDS
 
-PERF_DTYPES = ("float32", "float16", "bfloat16")
+# The dtypes a case's inputs come in (correctness cases default to float32; performance cases name theirs).
+DTYPES = ("float32", "float16", "bfloat16")
+PERF_DTYPES = DTYPES
+# Dtypes whose arithmetic Triton's interpreter gets wrong (it holds bfloat16 as uint16: /work/shared/TRITON_FACTS.md):
+# a case in one runs on GPUs only.
+GPU_ONLY_DTYPES = ("bfloat16",)
 PERF_RELATIVE_TO = ("reference", "torch")
 VISIBILITIES = ("public", "hidden")
 # How a case places its tensors, with the words a report uses for each.
@@ -84,6 +89,7 @@ class Case:
     backends: tuple[str, ...] = BACKENDS
     exposes: tuple[str, ...] = ()
     description: str = ""
+    dtype: str = "float32"  # the inputs' dtype (InputMaker draws in it; the tolerance is looked up by it)
 
     @property
     def is_public(self) -> bool:
@@ -136,7 +142,7 @@ class PerformanceCase:
         """The correctness-case view of this input (what `Problem.make_inputs` takes)."""
         return Case(id=self.id, target=self.target, dims=self.dims, kind=self.kind, points=0.0,
                     visibility="public", tolerance=self.tolerance, meta=self.meta, options=self.options,
-                    backends=("cuda",), description=self.description)
+                    backends=("cuda",), description=self.description, dtype=self.dtype)
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from typing import Any
 
 from grader.authoring.spec_model import (
     BACKENDS,
+    DTYPES,
+    GPU_ONLY_DTYPES,
     LAYOUTS,
     PERF_DTYPES,
     PERF_RELATIVE_TO,
@@ -122,7 +124,7 @@ def _target_and_tolerance(
 
 _CASE_KEYS = {
     "id", "target", "dims", "kind", "points", "visibility", "tolerance", "layout", "meta", "options",
-    "backends", "exposes", "description",
+    "backends", "exposes", "description", "dtype",
 }
 
 
@@ -167,11 +169,20 @@ def load_cases(
                 backends=backends,
                 exposes=r.strings("exposes", ()),
                 description=r.get("description", str, ""),
+                dtype=_case_dtype(r, backends),
             )
         )
     if not cases:
         raise top.fail("cases", "the assignment has no cases")
     return tuple(cases)
+
+
+def _case_dtype(r: SpecReader, backends: tuple[str, ...]) -> str:
+    dtype = r.choice("dtype", DTYPES, "float32")
+    if dtype in GPU_ONLY_DTYPES and "interpreter" in backends:
+        raise r.fail("dtype", f"{dtype} arithmetic is wrong in Triton's interpreter (it holds {dtype} as integers): "
+                     'give this case backends = ["cuda"]')
+    return dtype
 
 
 def _int_table(r: SpecReader, name: str, required: bool) -> dict[str, int]:

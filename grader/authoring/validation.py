@@ -13,9 +13,7 @@ from collections.abc import Collection, Mapping
 from grader.authoring.catalog import generic_traps
 from grader.authoring.inputs import describe_kind
 from grader.authoring.problem import Problem
-from grader.authoring.spec import BACKENDS, Assignment, SpecError
-
-CASE_DTYPE = "float32"  # correctness cases run in float32 (performance cases name their dtype)
+from grader.authoring.spec import Assignment, SpecError
 
 
 class InvalidAssignment(SpecError):
@@ -67,10 +65,11 @@ def assignment_problems(assignment: Assignment, problems: Mapping[str, Problem],
                 found.append(SpecError(spec, f"{where}.exposes", f"names {tid!r}, which is no trap of this "
                                                                  "assignment nor a generic one"))
         profile = assignment.tolerances[case.tolerance]
-        for backend in BACKENDS:
-            if (backend, CASE_DTYPE) not in profile.entries:
-                found.append(SpecError(spec, f"tolerances.{case.tolerance}.{backend}.{CASE_DTYPE}",
-                                       f"is missing: case {case.id!r} needs a tolerance on every backend"))
+        for backend in case.backends:
+            if (backend, case.dtype) not in profile.entries:
+                found.append(SpecError(spec, f"tolerances.{case.tolerance}.{backend}.{case.dtype}",
+                                       f"is missing: case {case.id!r} ({case.dtype}) needs a tolerance on every "
+                                       "backend it runs on"))
         if describe_kind(case.kind, assignment.input_kinds) is None:
             found.append(SpecError(spec, f"{where}.kind", f"{case.kind!r} is not described: add it to "
                                                           "[input_kinds] (a report shows it in words)"))

@@ -254,6 +254,18 @@ def locate(mask: torch.Tensor, block_meta: Mapping[str, int]) -> dict[str, Any]:
             tiles = sorted({(r // bm, c // bn) for r, c in torch.nonzero(mask).tolist()})
             where["tiles"] = [list(t) for t in tiles[:64]]
             where["tile_shape"] = [bm, bn]
+    elif mask.dim() > 2:
+        # (B, H, N, D) and the like: which leading slices hold a wrong element, then the rows and columns
+        # of the last two dimensions wrong in any of them (no tiles: the launch's blocks need not tile them).
+        slices = mask.flatten(0, -3)
+        bad = torch.nonzero(slices.flatten(1).any(dim=1)).flatten()
+        lead = torch.stack(torch.unravel_index(bad, tuple(mask.shape[:-2])), dim=1).tolist()
+        where["slices"] = [list(index) for index in lead[:16]]
+        where["slices_wrong"] = len(lead)
+        where["slices_total"] = slices.shape[0]
+        union = slices.any(dim=0)
+        where["rows"] = _ranges(torch.nonzero(union.any(dim=1)).flatten().tolist(), union.shape[0])
+        where["cols"] = _ranges(torch.nonzero(union.any(dim=0)).flatten().tolist(), union.shape[1])
     else:
         where["indices"] = _ranges(torch.nonzero(mask).flatten().tolist(), mask.shape[0])
     return where

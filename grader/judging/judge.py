@@ -50,11 +50,14 @@ def judge_case(
     tolerance: Tolerance,
     traps: Mapping[str, TrapFunction],
     elapsed_s: float,
+    output_dtypes: Mapping[str, torch.dtype] | None = None,
 ) -> CaseResult:
+    """`output_dtypes`: the dtype each output must have (Problem.dtypes_of_outputs; float32 where not given)."""
     catalog = trap_catalog(assignment)
     title = f"{case.target}: {case.description or case.id}"
     evidence: dict[str, Any] = {
-        "dims": dict(case.dims), "kind": case.kind, "layout": case.layout, "meta": dict(case.meta),
+        "dims": dict(case.dims), "kind": case.kind, "dtype": case.dtype, "layout": case.layout,
+        "meta": dict(case.meta),
         "tolerance": {"profile": case.tolerance, "atol": tolerance.atol, "rtol": tolerance.rtol},
     }
     hint = false_hint_evidence(observation.false_hint)
@@ -88,7 +91,7 @@ def judge_case(
         named.append(observation.replay_finding.trap)
         lines.append(observation.replay_finding.message)
 
-    shape_problems = output_shape_problems(observation.outputs, expected)
+    shape_problems = output_shape_problems(observation.outputs, expected, output_dtypes or {})
     if shape_problems:
         return result(False, "\n".join(lines + shape_problems), named + [trap_ids.BAD_OUTPUT])
 
@@ -240,7 +243,8 @@ def fusion_problems(observation: Observation, assignment: Assignment, target: st
     return problems
 
 
-def output_shape_problems(outputs: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor]) -> list[str]:
+def output_shape_problems(outputs: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor],
+                          dtypes: Mapping[str, torch.dtype]) -> list[str]:
     problems = []
     for name, exp in expected.items():
         got = outputs.get(name)
@@ -249,8 +253,8 @@ def output_shape_problems(outputs: Mapping[str, torch.Tensor], expected: Mapping
             continue
         if tuple(got.shape) != tuple(exp.shape):
             problems.append(f"output `{name}` has shape {tuple(got.shape)}, expected {tuple(exp.shape)}")
-        elif got.dtype != torch.float32:
-            problems.append(f"output `{name}` has dtype {got.dtype}, expected torch.float32")
+        elif got.dtype != dtypes.get(name, torch.float32):
+            problems.append(f"output `{name}` has dtype {got.dtype}, expected {dtypes.get(name, torch.float32)}")
     return problems
 
 

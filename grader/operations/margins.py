@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from grader.authoring.inputs import InputMaker
+from grader.authoring.inputs import case_maker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import Problem, Signature
 from grader.authoring.spec import Assignment, Case, Tolerance
@@ -126,12 +126,12 @@ def trap_inputs(case: Case, assignment: Assignment, problem: Problem, inputs: Ma
 def case_margins(case: Case, assignment: Assignment, problem: Problem, backend: str,
                  seeds: Sequence[int]) -> list[Margin]:
     """Every trap of the case's problem, each of its predictions on its own, on the case's inputs at each seed."""
-    tol = assignment.tolerances[case.tolerance].lookup(backend, "float32")
+    tol = assignment.tolerances[case.tolerance].lookup(backend, case.dtype)
     found: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
     counts: dict[str, int] = {}
     band: set[str] = set()
     for seed in seeds:
-        inputs = problem.make_inputs(case, InputMaker(case_seed(seed, case.id)))
+        inputs = problem.make_inputs(case, case_maker(case, case_seed(seed, case.id)))
         expected = problem.expected(inputs)
         given = trap_inputs(case, assignment, problem, inputs)
         for trap, function in problem.traps.items():

@@ -79,6 +79,9 @@ def input_description(evidence: Mapping[str, Any], input_kinds: Mapping[str, str
     dims = evidence.get("dims") or {}
     if dims:
         parts.append(" ".join(f"{k}={v}" for k, v in dims.items()))
+    dtype = evidence.get("dtype")
+    if dtype and dtype != "float32":
+        parts.append(dtype)
     kind = evidence.get("kind")
     if kind:
         parts.append(describe_kind(kind, input_kinds) or kind)
@@ -93,6 +96,11 @@ def input_description(evidence: Mapping[str, Any], input_kinds: Mapping[str, str
 
 def _where_words(where: Mapping[str, Any]) -> str:
     text = f"{where.get('wrong', 0)} of {where.get('total', 0)} wrong"
+    if where.get("slices"):  # an output of more than two dimensions: which leading slices, then their rows/columns
+        shown = " ".join("[" + ",".join(str(i) for i in index) + "]" for index in where["slices"])
+        more = where.get("slices_wrong", 0) - len(where["slices"])
+        text += f"; in {where.get('slices_wrong', 0)} of {where.get('slices_total', 0)} slices {shown}"
+        text += f" (+{more} more)" if more > 0 else ""
     for key in ("rows", "cols", "indices"):
         if key in where:
             text += f"; {key} {where[key]}"

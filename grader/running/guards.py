@@ -93,6 +93,9 @@ class BufferPlan:
     guard: int
     ndim: int
     transpose: bool = False
+    # The leading dimensions of a tensor of more than two (B, H for a (B, H, N, D) tensor): its rows are the
+    # product of all dimensions but the last, stored one after another, each followed by the row gap.
+    lead: tuple[int, ...] = ()
 
     @property
     def storage_size(self) -> int:
@@ -102,12 +105,19 @@ class BufferPlan:
     def view_shape(self) -> tuple[int, ...]:
         if self.ndim == 1:
             return (self.cols,)
+        if self.lead:
+            return (*self.lead, self.rows // _product(self.lead), self.cols)
         return (self.cols, self.rows) if self.transpose else (self.rows, self.cols)
 
     @property
     def view_stride(self) -> tuple[int, ...]:
         if self.ndim == 1:
             return (1,)
+        if self.lead:
+            strides = [1, self.row_stride]
+            for size in reversed(self.view_shape[1:-1]):
+                strides.append(strides[-1] * size)
+            return tuple(reversed(strides))
         return (1, self.row_stride) if self.transpose else (self.row_stride, 1)
 
     @property
@@ -129,10 +139,19 @@ class BufferPlan:
         if flat >= end:
             return f"{flat - end + 1} element(s) past the end of {self.name}'s storage"
         row, col = divmod(flat - self.guard, self.row_stride)
+        if col >= self.cols and self.lead:
+            where = self.describe_index(self.guard + row * self.row_stride).rsplit(", ", 1)[0]
+            return f"in the gap after row {where}, :] (column {col}, row length {self.cols})"
         if col >= self.cols:
             return f"in the gap after row {row} of {self.name} (column {col}, row length {self.cols})"
         if self.ndim == 1:
             return f"{self.name}[{col}]"
+        if self.lead:
+            index = []
+            for size in reversed(self.view_shape[:-1]):
+                row, i = divmod(row, size)
+                index.append(i)
+            return f"{self.name}[{', '.join(str(i) for i in reversed(index))}, {col}]"
         return f"{self.name}[{col}, {row}]" if self.transpose else f"{self.name}[{row}, {col}]"
 
 
@@ -141,17 +160,30 @@ def plan_buffer(
 ) -> BufferPlan:
     """Plan storage for a tensor of logical `shape` (the view's shape) with `gap` spare elements
     after each stored row, and guard bands covering `reach_elements` (see `reach`)."""
+    lead: tuple[int, ...] = ()
     if len(shape) == 1:
         rows, cols, ndim = 1, shape[0], 1
         gap = 0
     elif len(shape) == 2:
         rows, cols = (shape[1], shape[0]) if transpose else shape
         ndim = 2
+    elif len(shape) > 2 and not transpose:
+        # Every dimension but the last is a row index: (B, H, N, D) is B*H*N rows of D, each row followed by
+        # the gap, so the strides of the leading dimensions are multiples of the row stride.
+        lead, rows, cols, ndim = tuple(shape[:-2]), _product(shape[:-1]), shape[-1], len(shape)
     else:
-        raise ValueError(f"{name}: guarded buffers support 1-D and 2-D tensors, got shape {shape}")
+        raise ValueError(f"{name}: guarded buffers support tensors of one or more dimensions (transposed: two), "
+                         f"got shape {shape}")
     row_stride = cols + gap
     guard = guard_elements(reach_elements, rows * row_stride)
-    return BufferPlan(name, role, rows, cols, row_stride, guard, ndim, transpose)
+    return BufferPlan(name, role, rows, cols, row_stride, guard, ndim, transpose, lead)
+
+
+def _product(sizes: Sequence[int]) -> int:
+    out = 1
+    for size in sizes:
+        out *= int(size)
+    return out
 
 
 def build_storage(

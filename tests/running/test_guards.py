@@ -58,9 +58,9 @@ def test_one_dimensional_plan_ignores_gap() -> None:
     assert plan.row_stride == 5 and plan.view_shape == (5,) and plan.view_stride == (1,)
 
 
-def test_three_dimensional_tensors_are_refused() -> None:
-    with pytest.raises(ValueError, match="1-D and 2-D"):
-        plan_buffer("x", "input", (2, 3, 4), gap=0)
+def test_transposed_tensors_of_three_dimensions_are_refused() -> None:
+    with pytest.raises(ValueError, match="transposed: two"):
+        plan_buffer("x", "input", (2, 3, 4), gap=0, transpose=True)
 
 
 def test_input_view_holds_the_values() -> None:
@@ -334,3 +334,33 @@ def test_traps_stay_on_their_kernel(mask_bugs) -> None:
             seen[target] += 1
             assert set(test["tags"]) <= {t for t, owner in owners.items() if owner == target}, test["name"]
     assert all(seen.values()), seen  # every owning kernel has cases, so the loop checked each
+
+
+# --------------------------------------------------------------------------- tensors of more than two dimensions
+
+
+def test_a_4d_tensor_is_rows_of_its_last_dimension_each_followed_by_the_gap() -> None:
+    values = torch.arange(2 * 3 * 5 * 4, dtype=torch.float32).reshape(2, 3, 5, 4)
+    plan = plan_buffer("q", "input", (2, 3, 5, 4), gap=3)
+    assert plan.view_shape == (2, 3, 5, 4)
+    assert plan.view_stride == (3 * 5 * 7, 5 * 7, 7, 1)
+    storage = build_storage(plan, torch.float16, values)
+    assert storage.dtype == torch.float16
+    assert torch.equal(view_of(storage, plan).float(), values)
+    # the gap after q[1, 2, 4, :] and an element inside are named by their 4-D index
+    last_row = plan.guard + (plan.rows - 1) * plan.row_stride
+    assert plan.describe_index(last_row + 3) == "q[1, 2, 4, 3]"
+    assert plan.describe_index(last_row + 5) == "in the gap after row q[1, 2, 4, :] (column 5, row length 4)"
+
+
+def test_guard_checks_find_writes_into_the_gaps_of_a_float16_4d_output() -> None:
+    plan = plan_buffer("out", "output", (2, 2, 3, 4), gap=1)
+    before = build_storage(plan, torch.float16, None)
+    after = write_all(plan, before)
+    assert check_storage(plan, before, after) == []
+    after[plan.guard + 10 * plan.row_stride + 4] = 1.0  # the gap after row 10 = out[1, 1, 1, :]
+    findings = check_storage(plan, before, after)
+    assert [f.trap for f in findings] == ["oob-write"]
+    assert findings[0].first == "in the gap after row out[1, 1, 1, :] (column 4, row length 4)"
+    untouched = build_storage(plan, torch.float16, None)
+    assert bool(unwritten_mask(plan, untouched).all()) and unwritten_mask(plan, untouched).shape == (2, 2, 3, 4)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from grader.authoring.inputs import InputMaker
+from grader.authoring.inputs import case_maker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.problem import Problem
 from grader.authoring.spec import Assignment, Case, FunctionSpec, KernelSpec, Tolerance
@@ -96,7 +96,7 @@ class Battery:
             if spec is None or self.symbol_problem(case.target) is not None:
                 continue
             problem = self.problems[spec.problem]
-            inputs = problem.make_inputs(case, InputMaker(case_seed(self.seed, case.id)))
+            inputs = problem.make_inputs(case, case_maker(case, case_seed(self.seed, case.id)))
             launches.append(launch_request(spec, case, problem, inputs, count_traffic=False)[1])
         if not launches:
             return
@@ -118,7 +118,7 @@ class Battery:
     def _run_case(self, case: Case, seed: int) -> CaseResult:
         started = time.monotonic()
         problem = self.problems[self._problem_name(case.target)]
-        inputs = problem.make_inputs(case, InputMaker(case_seed(seed, case.id)))
+        inputs = problem.make_inputs(case, case_maker(case, case_seed(seed, case.id)))
         expected = problem.expected(inputs)
         tolerance = self._tolerance(case)
         blocked = self.symbol_problem(case.target)
@@ -145,6 +145,7 @@ class Battery:
             tolerance=tolerance,
             traps=problem.traps,
             elapsed_s=time.monotonic() - started,
+            output_dtypes=problem.dtypes_of_outputs(inputs, expected, case.dtype),
         )
         return self.faults.name_unexplained(case, result, seed)
 
@@ -152,7 +153,7 @@ class Battery:
         """What the worker reports for one run of `case`: no probes, replays, reruns or judgement (the CPU
         companion's check of a GPU grade's tl.multiple_of / tl.max_contiguous promises reads `false_hint`)."""
         problem = self.problems[self._problem_name(case.target)]
-        inputs = problem.make_inputs(case, InputMaker(case_seed(self.seed, case.id)))
+        inputs = problem.make_inputs(case, case_maker(case, case_seed(self.seed, case.id)))
         blocked = self.symbol_problem(case.target)
         if blocked is not None:
             return Observation(trap=blocked.trap, message=blocked.message, at_import=blocked.at_import)
@@ -166,7 +167,7 @@ class Battery:
         return spec.problem
 
     def _tolerance(self, case: Case) -> Tolerance:
-        return self.assignment.tolerances[case.tolerance].lookup(self.backend, "float32")
+        return self.assignment.tolerances[case.tolerance].lookup(self.backend, case.dtype)
 
     def _request_for(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
                      finite_guard: float | None = None) -> tuple[Placed, protocol.Launch | protocol.Call, str]:
