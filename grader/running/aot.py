@@ -27,14 +27,18 @@ COMPILE_TIMEOUT_S = 120.0
 NOT_RUN = "not-run"  # evidence["compile"] of a check that could not compile the kernel at all
 
 
-def kernel_signature(spec: KernelSpec) -> dict[str, str]:
-    """Triton types for the contract's parameters: `*_ptr` -> *fp32, float_params -> fp32, else i32."""
+TRITON_TYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def kernel_signature(spec: KernelSpec, dtype: str = "float32") -> dict[str, str]:
+    """Triton types for the contract's parameters: `*_ptr` -> pointers to `dtype` (the first GPU case's: *fp32,
+    *fp16 for a float16 case), float_params -> fp32, else i32."""
     signature = {}
     for param in spec.params:
         if param in spec.constexprs:
             signature[param] = "constexpr"
         elif param.endswith("_ptr"):
-            signature[param] = "*fp32"
+            signature[param] = "*" + TRITON_TYPES[dtype]
         elif param in spec.float_params:
             signature[param] = "fp32"
         else:
@@ -48,6 +52,11 @@ def gpu_meta(assignment: Assignment, kernel: str) -> dict[str, int] | None:
         if case.target == kernel:
             return dict(case.meta)
     return None
+
+
+def gpu_dtype(assignment: Assignment, kernel: str) -> str:
+    """The inputs' dtype of the first case the GPU battery launches this kernel with."""
+    return next((case.dtype for case in assignment.cases_for(Backend.CUDA) if case.target == kernel), "float32")
 
 
 def compiled_kernels(assignment: Assignment) -> list[tuple[KernelSpec, dict[str, int]]]:
@@ -109,13 +118,15 @@ def aot_check(assignment: Assignment, submission: Path, hidden: tuple[str, ...] 
                 results.append(compile_result(spec.name, False, f"Not compiled: {problem.message}",
                                               evidence={"compile": NOT_RUN}))
                 continue
-            results.append(_compile_one(worker, spec, meta, submission.name))
+            results.append(_compile_one(worker, spec, meta, submission.name,
+                                        kernel_signature(spec, gpu_dtype(assignment, spec.name))))
     finally:
         worker.close()
     return results, notes
 
 
-def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filename: str) -> CaseResult:
+def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filename: str,
+                 signature: dict[str, str]) -> CaseResult:
     def result(passed: bool, message: str, traps: tuple[str, ...] = ()) -> CaseResult:
         return compile_result(spec.name, passed, message, traps)
 
@@ -123,7 +134,7 @@ def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filenam
     try:
         if not worker.alive:
             worker.start()
-        reply = worker.request(protocol.Compile(kernel=spec.name, signature=kernel_signature(spec), constexprs=meta,
+        reply = worker.request(protocol.Compile(kernel=spec.name, signature=signature, constexprs=meta,
                                                 arch=GPU_ARCH), COMPILE_TIMEOUT_S, what)
     except WorkerFailure as failure:
         return result(False, f"{what}: {failure.detail}", (failure.trap,))

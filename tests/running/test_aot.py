@@ -5,7 +5,7 @@ compile check itself runs in every interpreter grade: tests/test_cli.py, tests/e
 from __future__ import annotations
 
 from grader.authoring.spec import KernelSpec, load_assignment
-from grader.running.aot import GPU_ARCH, gpu_meta, kernel_signature
+from grader.running.aot import GPU_ARCH, gpu_dtype, gpu_meta, kernel_signature
 from tests.conftest import ROOT
 
 
@@ -14,6 +14,15 @@ def test_kernel_signature() -> None:
     assert kernel_signature(spec) == {"x_ptr": "*fp32", "out_ptr": "*fp32", "N": "i32", "eps": "fp32",
                                       "BLOCK": "constexpr"}
     assert GPU_ARCH == 90
+    # a float16 case's kernel is compiled with pointers to float16 (tl.dot then takes its float16 path)
+    assert kernel_signature(spec, "float16")["x_ptr"] == "*fp16" and kernel_signature(spec, "float16")["eps"] == "fp32"
+
+
+def test_the_compile_check_takes_the_first_gpu_case_dtype() -> None:
+    softmax = load_assignment(ROOT / "assignments" / "softmax" / "assignment.toml")
+    assert gpu_dtype(softmax, "softmax_kernel") == "float32"
+    assert gpu_dtype(load_assignment(ROOT / "assignments" / "attention" / "assignment.toml"),
+                     "attention_kernel") == "float16"
 
 
 def test_gpu_meta_is_the_first_gpu_case_of_the_kernel() -> None:
