@@ -32,9 +32,9 @@ def test_assignments_root_option_environment_and_checkout(tmp_path: Path, monkey
 
 
 def test_list_and_find(tmp_path: Path) -> None:
-    assert list_assignment_ids(ROOT / "assignments") == ["fused_layers", "softmax"]
+    assert list_assignment_ids(ROOT / "assignments") == ["attention", "fused_layers", "softmax"]
     assert list_assignment_ids(tmp_path / "absent") == []
-    with pytest.raises(AssignmentNotFound, match=r"no assignment 'nope' .*known: fused_layers, softmax"):
+    with pytest.raises(AssignmentNotFound, match=r"no assignment 'nope' .*known: attention, fused_layers, softmax"):
         find_assignment("nope", ROOT / "assignments")
     with pytest.raises(NoAssignmentsFolder, match="no assignments folder at"):
         find_assignment("softmax", tmp_path / "absent")

@@ -24,7 +24,7 @@ def test_defaults_and_frozen() -> None:
 
 
 def test_the_shipped_problems_bind_every_target() -> None:
-    for assignment_id in ("fused_layers", "softmax"):
+    for assignment_id in ("attention", "fused_layers", "softmax"):
         assignment = load_assignment(ROOT / "assignments" / assignment_id / "assignment.toml")
         problems = load_problems(assignment)
         assert all(isinstance(p, Problem) for p in problems.values())

@@ -21,7 +21,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
-ASSIGNMENTS = ("fused_layers", "softmax")
+ASSIGNMENTS = ("attention", "fused_layers", "softmax")
 
 
 def spec_path(assignment_id: str) -> Path:

@@ -30,7 +30,7 @@ from grader.cli import main
 from tests.conftest import skip_outside_ci
 
 TORCH = "torch==2.13.0"  # the local CPU wheel; an unpinned torch would pull the CUDA build
-EXAMPLES = ("fused_layers", "softmax")
+EXAMPLES = ("attention", "fused_layers", "softmax")
 # what the wheel is built from: the whole course folder, reference/ included, so leaving it out is tested
 SOURCES = ("pyproject.toml", "setup.py", "README.md", "traps.toml", "grader", "assignments", "reference",
            "student_template")

@@ -103,7 +103,7 @@ def test_check_names_the_problem_with_the_name(repo_root: Path, tmp_path: Path,
     assert main(["--assignments", str(repo_root / "assignments"), "check", str(submission)]) == 2
     err = capsys.readouterr().err
     assert "cannot tell the assignment from the file name my_kernels.py: it fits no assignment's file " \
-           "(fused_layers: fused_layers.py, softmax: softmax.py); pass --assignment ID" in err
+           "(attention: attention.py, fused_layers: fused_layers.py, softmax: softmax.py); pass --assignment ID" in err
 
 
 @pytest.mark.parametrize("command", [["check", "{sub}"], ["list"], ["grade", "{sub}", "--assignment", "softmax",

@@ -55,7 +55,7 @@ def test_verdicts_need_room_to_spare(margins: tuple[float, ...], verdict: str) -
     assert Margin("case", "trap", "interpreter", margins).verdict == verdict
 
 
-@pytest.mark.parametrize("assignment", ["fused_layers", "softmax"])
+@pytest.mark.parametrize("assignment", ["attention", "fused_layers", "softmax"])
 @pytest.mark.parametrize("backend", ["interpreter", "cuda"])
 def test_every_case_decides_every_predicted_mistake_by_the_bug(assignment: str, backend: str) -> None:
     spec = load_assignment(ROOT / "assignments" / assignment / "assignment.toml")

@@ -20,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-ASSIGNMENTS = ("softmax", "fused_layers")
+ASSIGNMENTS = ("softmax", "fused_layers", "attention")
 SEED = 20261201
 
 
