@@ -18,7 +18,8 @@ def test_the_assignment_from_the_file_name_in_its_public_form() -> None:
     found = resolve_assignment(None, Path("Copy of softmax.py"), ROOT_ASSIGNMENTS)
     assert found.id == "softmax" and found.public and {c.visibility for c in found.cases} == {"public"}
     assert resolve_assignment("fused_layers", Path("anything.py"), ROOT_ASSIGNMENTS).public
-    with pytest.raises(CheckError, match=r"fits no assignment's file \(attention: attention.py, fused_layers: fused_layers.py, softmax"):
+    with pytest.raises(CheckError, match=r"fits no assignment's file \(attention: attention.py, "
+                                         r"fused_layers: fused_layers.py, softmax"):
         resolve_assignment(None, Path("notes.py"), ROOT_ASSIGNMENTS)
 
 
