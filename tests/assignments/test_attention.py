@@ -40,6 +40,8 @@ TRAP_MUTANTS = {
     "fp16_accumulation": "fp16-accumulation",
     "exp2_without_log2e": "exp2-without-log2e",
     "lse_without_max": "lse-without-max",
+    "lse_base_2": "lse-base-2",
+    "causal_mask_minus_1e6": "masked-row-nan",
 }
 
 
