@@ -228,3 +228,44 @@ def test_each_trap_is_named_on_its_mutant(spec, mutant: str) -> None:
             named_somewhere = True
             assert test["status"] == "failed" and test["score"] == 0, case_id
     assert named_somewhere, (mutant, {i: by_id[i]["tags"] for i in exposing})
+
+
+# ------------------------------------------------------------------------------------ the tolerances
+
+
+def online_attention(inputs: dict[str, Any], block: int) -> torch.Tensor:
+    """A correct kernel's arithmetic in torch: float32 scores, running max and sum, p rounded to the inputs' dtype
+    for the second product (float32 accumulation), out rounded to the inputs' dtype once."""
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    nq, nkv = q.shape[2], k.shape[2]
+    s_all = (q.float() @ k.float().transpose(-1, -2)) * inputs["sm_scale"]
+    if inputs["causal"]:
+        s_all = s_all.masked_fill(torch.arange(nkv)[None, :] > torch.arange(nq)[:, None] + nkv - nq, -math.inf)
+    m = torch.full(q.shape[:3], -math.inf)
+    total = torch.zeros(q.shape[:3])
+    acc = torch.zeros(q.shape[:3] + (v.shape[-1],))
+    for start in range(0, nkv, block):
+        s = s_all[..., start:start + block]
+        m_new = torch.maximum(m, s.max(dim=-1).values)
+        m_safe = m_new.masked_fill(torch.isinf(m_new), 0.0)
+        alpha = torch.exp(m - m_safe)
+        p = torch.exp(s - m_safe[..., None])
+        total = total * alpha + p.sum(dim=-1)
+        acc = acc * alpha[..., None] + p.to(v.dtype).float() @ v[..., start:start + block, :].float()
+        m = m_new
+    return (acc / total.masked_fill(total == 0, 1.0)[..., None]).to(q.dtype)
+
+
+@pytest.mark.parametrize("backend", ["interpreter", "cuda"])
+def test_a_correct_kernels_rounding_stays_well_inside_the_tolerance(spec, problem, backend: str) -> None:
+    """Every case, float16 and bfloat16 (which the interpreter cannot run: this is its evidence on the CPU), at
+    several seeds and key blocks: the error of a correct kernel's float arithmetic is under half the allowance."""
+    for case in (c for c in spec.cases if c.runs_on(backend)):
+        tol = spec.tolerances[case.tolerance].lookup(backend, case.dtype)
+        for seed in SEEDS:
+            inputs = inputs_for(case, problem, seed)
+            expected = problem.expected(inputs)["out"]
+            for block in (16, 64):
+                got = online_attention(inputs, block).double()
+                ratio = float(((got - expected).abs() / (tol.atol + tol.rtol * expected.abs())).max())
+                assert ratio < 0.5, (case.id, case.dtype, seed, block, ratio)
