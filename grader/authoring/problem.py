@@ -104,7 +104,8 @@ class Problem:
     - `call_args(inputs)`: wrapper (positional args, keyword args); tensors as `In` references.
     - `traps`: trap id -> signature function; it returns a Signature (or a list of alternatives, or
       a plain dict of outputs), or None where the trap does not apply to the inputs. Trap functions
-      also receive `inputs["_row_strides"]`: the row stride (elements) of each input as placed, and
+      also receive `inputs["_row_strides"]`: the row stride (elements) of each input as placed,
+      `inputs["_strides"]`: all of its strides (a tensor of more than two dimensions, a swapped layout), and
       `inputs["_launches"]`: the launches that computed the outputs, each `{"kernel", "grid", "meta"}`
       with `meta` the values of the kernel's constexpr parameters (block sizes): for a kernel case the
       grader's own launch (the case's meta), for a wrapper case each launch of its launch record.

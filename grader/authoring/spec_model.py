@@ -21,7 +21,8 @@ GPU_ONLY_DTYPES = ("bfloat16",)
 PERF_RELATIVE_TO = ("reference", "torch")
 VISIBILITIES = ("public", "hidden")
 # How a case places its tensors, with the words a report uses for each.
-LAYOUTS = {"contiguous": "contiguous", "row-gap": "padded rows (row stride > row length)"}
+LAYOUTS = {"contiguous": "contiguous", "row-gap": "padded rows (row stride > row length)",
+           "swapped-heads": "heads interleaved in memory ((B, N, H, D) viewed as (B, H, N, D))"}
 
 
 @dataclass(frozen=True)

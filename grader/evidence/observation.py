@@ -33,6 +33,7 @@ class Observation:
     elapsed_s: float = 0.0
     block_meta: Mapping[str, int] = field(default_factory=dict)
     row_strides: Mapping[str, int] = field(default_factory=dict)  # input name -> row stride as placed
+    strides: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # input name -> its view's strides
     # Output positions whose NaN turned finite when the input guards held a finite value: values read
     # from outside the input tensors (filled by the battery's probe run).
     guard_reads: Mapping[str, torch.Tensor] = field(default_factory=dict)

@@ -214,14 +214,16 @@ NAN_TRAPS = frozenset({trap_ids.UNWRITTEN_OUTPUT, trap_ids.OOB_READ})
 
 def trap_inputs(inputs: Mapping[str, Any], observation: Observation, case: Case) -> dict[str, Any]:
     """The case's inputs plus what the run itself decided, for trap functions (see Problem):
-    `_row_strides`, each input's row stride as placed, and `_launches`, the launches that computed the
-    outputs: the grader's own for a kernel case (its kernel, the case's `meta`), each recorded launch
-    for a wrapper case (its kernel, grid and constexpr values, grader/judging/replay.py launch_meta)."""
+    `_row_strides`, each input's row stride as placed, `_strides`, each input's strides as placed, and
+    `_launches`, the launches that computed the outputs: the grader's own for a kernel case (its kernel, the
+    case's `meta`), each recorded launch for a wrapper case (its kernel, grid and constexpr values,
+    grader/judging/replay.py launch_meta)."""
     if observation.launches is None:
         launches: tuple[dict[str, Any], ...] = ({"kernel": case.target, "grid": None, "meta": dict(case.meta)},)
     else:
         launches = launch_meta(observation.launches)
-    return {**inputs, "_row_strides": dict(observation.row_strides), "_launches": launches}
+    return {**inputs, "_row_strides": dict(observation.row_strides), "_strides": dict(observation.strides),
+            "_launches": launches}
 
 
 def fusion_problems(observation: Observation, assignment: Assignment, target: str) -> list[str]:

@@ -120,7 +120,7 @@ def trap_inputs(case: Case, assignment: Assignment, problem: Problem, inputs: Ma
         args, kwargs = arguments.call_binding(problem, inputs)
         placed = place_buffers(case, list(arguments.call_buffers(args, kwargs)), inputs)
         launches = ()
-    return {**inputs, "_row_strides": placed.row_strides(), "_launches": launches}
+    return {**inputs, "_row_strides": placed.row_strides(), "_strides": placed.strides(), "_launches": launches}
 
 
 def case_margins(case: Case, assignment: Assignment, problem: Problem, backend: str,

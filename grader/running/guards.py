@@ -25,6 +25,7 @@ that wrote out of bounds.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -96,18 +97,30 @@ class BufferPlan:
     # The leading dimensions of a tensor of more than two (B, H for a (B, H, N, D) tensor): its rows are the
     # product of all dimensions but the last, stored one after another, each followed by the row gap.
     lead: tuple[int, ...] = ()
+    # The storage holds the tensor with its two dimensions before the last swapped (a (B, H, N, D) view of a
+    # (B, N, H, D) storage: heads interleaved in memory, as a projection's output reshaped for attention is).
+    swapped: bool = False
 
     @property
     def storage_size(self) -> int:
         return 2 * self.guard + self.rows * self.row_stride
 
     @property
-    def view_shape(self) -> tuple[int, ...]:
+    def stored_shape(self) -> tuple[int, ...]:
+        """The shape in storage order (the view's unless `swapped`)."""
         if self.ndim == 1:
             return (self.cols,)
         if self.lead:
             return (*self.lead, self.rows // _product(self.lead), self.cols)
-        return (self.cols, self.rows) if self.transpose else (self.rows, self.cols)
+        return (self.rows, self.cols)
+
+    @property
+    def view_shape(self) -> tuple[int, ...]:
+        if self.lead:
+            return _swap(self.stored_shape) if self.swapped else self.stored_shape
+        if self.ndim == 2 and self.transpose:
+            return (self.cols, self.rows)
+        return self.stored_shape
 
     @property
     def view_stride(self) -> tuple[int, ...]:
@@ -115,9 +128,10 @@ class BufferPlan:
             return (1,)
         if self.lead:
             strides = [1, self.row_stride]
-            for size in reversed(self.view_shape[1:-1]):
+            for size in reversed(self.stored_shape[1:-1]):
                 strides.append(strides[-1] * size)
-            return tuple(reversed(strides))
+            stored = tuple(reversed(strides))
+            return _swap(stored) if self.swapped else stored
         return (1, self.row_stride) if self.transpose else (self.row_stride, 1)
 
     @property
@@ -148,18 +162,24 @@ class BufferPlan:
             return f"{self.name}[{col}]"
         if self.lead:
             index = []
-            for size in reversed(self.view_shape[:-1]):
+            for size in reversed(self.stored_shape[:-1]):
                 row, i = divmod(row, size)
                 index.append(i)
-            return f"{self.name}[{', '.join(str(i) for i in reversed(index))}, {col}]"
+            stored = (*reversed(index), col)
+            return f"{self.name}[{', '.join(str(i) for i in (_swap(stored) if self.swapped else stored))}]"
         return f"{self.name}[{col}, {row}]" if self.transpose else f"{self.name}[{row}, {col}]"
 
 
 def plan_buffer(
-    name: str, role: str, shape: tuple[int, ...], gap: int, transpose: bool = False, reach_elements: int = 0
+    name: str, role: str, shape: tuple[int, ...], gap: int, transpose: bool = False, reach_elements: int = 0,
+    swapped: bool = False,
 ) -> BufferPlan:
     """Plan storage for a tensor of logical `shape` (the view's shape) with `gap` spare elements
-    after each stored row, and guard bands covering `reach_elements` (see `reach`)."""
+    after each stored row, and guard bands covering `reach_elements` (see `reach`). `swapped` (tensors of three
+    or more dimensions): stored with the two dimensions before the last swapped."""
+    if swapped and len(shape) >= 3:
+        plan = plan_buffer(name, role, _swap(tuple(shape)), gap, transpose, reach_elements)
+        return dataclasses.replace(plan, swapped=True)
     lead: tuple[int, ...] = ()
     if len(shape) == 1:
         rows, cols, ndim = 1, shape[0], 1
@@ -177,6 +197,11 @@ def plan_buffer(
     row_stride = cols + gap
     guard = guard_elements(reach_elements, rows * row_stride)
     return BufferPlan(name, role, rows, cols, row_stride, guard, ndim, transpose, lead)
+
+
+def _swap(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    """The same sizes (or strides, or an index) with the two dimensions before the last swapped."""
+    return (*sizes[:-3], sizes[-2], sizes[-3], sizes[-1])
 
 
 def _product(sizes: Sequence[int]) -> int:

@@ -43,6 +43,8 @@ TRAP_MUTANTS = {
     "lse_base_2": "lse-base-2",
     "causal_mask_minus_1e6": "masked-row-nan",
 }
+# Generic traps the swapped-heads layout proves (the batch stride ignored: right for contiguous heads only).
+GENERIC_MUTANTS = {"batch_heads_flattened": {"unwritten-output", "oob-write"}}
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +87,7 @@ def test_the_spec_covers_the_contract(spec) -> None:
     assert any(d["NKV"] % 16 for d in dims)  # not a multiple of the blocks
     assert {c.dtype for c in spec.cases} == {"float16", "bfloat16"}
     assert all(c.backends == ("cuda",) for c in spec.cases if c.dtype == "bfloat16")
-    assert {c.layout for c in spec.cases} == {"contiguous", "row-gap"}
+    assert {c.layout for c in spec.cases} == {"contiguous", "row-gap", "swapped-heads"}
     assert {c.target for c in spec.cases if c.meta.get("CAUSAL")} and {
         c.target for c in spec.cases if c.options.get("causal")}
 
@@ -97,6 +99,8 @@ def test_every_trap_is_exposed_and_proven_by_a_mutant(spec, problem) -> None:
     proven = {t for m in load_mutants(spec.reference_dir) for t in m.expected("interpreter")}
     assert set(spec.traps) <= proven and {"oob-read", "oob-write", "not-fused"} <= proven
     assert set(TRAP_MUTANTS.values()) == set(spec.traps)
+    by_id = {m.id: m for m in load_mutants(spec.reference_dir)}
+    assert all(set(by_id[m].expected("interpreter")) == traps for m, traps in GENERIC_MUTANTS.items())
 
 
 def test_the_compile_check_and_the_template_agree_with_the_contract(spec) -> None:

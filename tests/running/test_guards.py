@@ -364,3 +364,17 @@ def test_guard_checks_find_writes_into_the_gaps_of_a_float16_4d_output() -> None
     assert findings[0].first == "in the gap after row out[1, 1, 1, :] (column 4, row length 4)"
     untouched = build_storage(plan, torch.float16, None)
     assert bool(unwritten_mask(plan, untouched).all()) and unwritten_mask(plan, untouched).shape == (2, 2, 3, 4)
+
+
+def test_a_swapped_plan_stores_heads_interleaved_and_names_elements_by_the_view() -> None:
+    values = torch.arange(2 * 3 * 5 * 4, dtype=torch.float32).reshape(2, 3, 5, 4)  # (B, H, N, D)
+    plan = plan_buffer("q", "input", (2, 3, 5, 4), gap=0, swapped=True)
+    assert plan.stored_shape == (2, 5, 3, 4) and plan.view_shape == (2, 3, 5, 4)
+    assert plan.view_stride == (5 * 3 * 4, 4, 3 * 4, 1)  # stride_h = D, stride_n = H * D
+    storage = build_storage(plan, torch.float16, values)
+    assert torch.equal(view_of(storage, plan).float(), values)
+    # storage element (b=0, n=4, h=2, d=1) is q[0, 2, 4, 1] of the view
+    assert plan.describe_index(plan.guard + 4 * 12 + 2 * 4 + 1) == "q[0, 2, 4, 1]"
+    # a 3-D tensor (B, H, N) swaps B and H: its last dimension stays contiguous
+    lse = plan_buffer("lse", "output", (2, 3, 5), gap=1, swapped=True)
+    assert lse.view_shape == (2, 3, 5) and lse.view_stride == (6, 12, 1)

@@ -51,6 +51,7 @@ def launched(placed: Placed, reply: protocol.Launched, case: Case, output_tail: 
         elapsed_s=reply.elapsed_s,
         block_meta=dict(case.meta),
         row_strides=placed.row_strides(),
+        strides=placed.strides(),
         false_hint=reply.false_hint,
         traffic=_traffic(reply.traffic),
     )
@@ -77,6 +78,7 @@ def called(spec: FunctionSpec, placed: Placed, reply: protocol.Called, case: Cas
         output_tail=observation.output_tail,
         elapsed_s=reply.elapsed_s,
         row_strides=placed.row_strides(),
+        strides=placed.strides(),
         false_hint=observation.false_hint,
         traffic=observation.traffic,
     )

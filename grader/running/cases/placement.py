@@ -1,5 +1,6 @@
 """Where a case's tensors sit: each input and output in its own guarded storage (grader.running.guards), with
-row gaps for "row-gap" layouts and a sentinel gap after each row of an output, guard bands sized from the
+row gaps for "row-gap" layouts, the two dimensions before the last swapped in storage for "swapped-heads" ones
+(tensors of three or more dimensions), a sentinel gap after each row of an output, guard bands sized from the
 launch's reach. Pure: builds the storages the battery sends, and says how the worker must view them."""
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ class Placed:
     def row_strides(self) -> dict[str, int]:
         return {p.name: p.row_stride for p in self.plans.values() if p.role == "input"}
 
+    def strides(self) -> dict[str, tuple[int, ...]]:
+        """Each input's strides as placed (elements; its view's, transposed inputs' as passed)."""
+        return {p.name: p.view_stride for p in self.plans.values() if p.role == "input"}
+
     def views(self) -> list[dict[str, Any]]:
         out = []
         for index, key in enumerate(self.keys):
@@ -50,14 +55,14 @@ def place_buffers(case: Case, refs: list[Any], inputs: Mapping[str, Any],
            param_keys: Mapping[str, str] | None = None, finite_guard: float | None = None,
            grid: tuple[int, ...] | None = None) -> Placed:
     """Put every In/Out referenced by a case into guarded storage (gaps for row-gap layouts).
-    An Out with `like=param` shares the row gap of the buffer bound to that parameter. The guard
-    bands cover the launch's reach (guards.reach): from `grid` and the case's block sizes for the
+    An Out with `like=param` shares the row gap (and the swapped dimensions) of the buffer bound to that
+    parameter. The guard bands cover the launch's reach (guards.reach): from `grid` and the case's block sizes for the
     grader's own launch of a kernel, from the case's sizes alone for a wrapper (grid None)."""
     plans: dict[str, guards.BufferPlan] = {}
     values: dict[str, torch.Tensor | None] = {}
     dtypes: dict[str, torch.dtype] = {}
     keys: list[str] = []
-    gap_of: dict[str, int] = {}
+    swapped = case.layout == "swapped-heads"
     for ref in refs:
         key = buffer_key(ref)
         if key in plans:
@@ -66,20 +71,20 @@ def place_buffers(case: Case, refs: list[Any], inputs: Mapping[str, Any],
             value = inputs[ref.name]
             shape = tuple(value.T.shape) if ref.transpose else tuple(value.shape)
             gap = ROW_GAPS[len(keys) % len(ROW_GAPS)] if case.layout == "row-gap" else 0
-            plan = guards.plan_buffer(ref.name, "input", shape, gap, transpose=ref.transpose)
+            plan = guards.plan_buffer(ref.name, "input", shape, gap, transpose=ref.transpose, swapped=swapped)
             values[key], dtypes[key] = (value.T if ref.transpose else value), value.dtype
         else:
-            shared = gap_of.get((param_keys or {}).get(ref.like or "", ""), None)
-            if shared is not None:
-                gap = shared
+            like = plans.get((param_keys or {}).get(ref.like or "", ""))
+            if like is not None:  # the layout of the buffer bound to `like`: its gap, and swapped if it is
+                gap, swap = like.row_stride - like.cols, like.swapped
             else:
                 # An output with a layout of its own always gets a sentinel gap after each row: a
                 # store that runs past the end of a row is then an out-of-bounds write, not a
                 # silent (and, on a GPU, racy) overwrite of the next row's first elements.
                 gap = ROW_GAPS[len(keys) % len(ROW_GAPS)] if case.layout == "row-gap" else OUTPUT_ROW_GAP
-            plan = guards.plan_buffer(ref.name, "output", ref.shape, gap)
+                swap = swapped
+            plan = guards.plan_buffer(ref.name, "output", ref.shape, gap, swapped=swap)
             values[key], dtypes[key] = None, ref.dtype
-        gap_of[key] = plan.row_stride - plan.cols
         plans[key] = plan
         keys.append(key)
     sizes = [*case.dims.values(), *(n for p in plans.values() for n in (p.rows, p.cols))]

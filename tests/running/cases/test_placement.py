@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from grader.authoring.inputs import InputMaker
+from grader.authoring.inputs import InputMaker, case_maker
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import load_assignment
 from grader.running import guards
 from grader.running.cases import arguments
 from grader.running.cases.placement import OUTPUT_ROW_GAP, ROW_GAPS, launch_grid, place_buffers
+from grader.running.cases.requests import launch_request
 from grader.seeds import case_seed
 from tests.conftest import ROOT
 
@@ -51,3 +52,21 @@ def test_row_gap_layouts_give_each_buffer_its_own_gap() -> None:
     _, _, placed = placed_kernel_case("kernel-row-gap")
     gaps = [p.row_stride - p.cols for p in placed.plans.values() if p.ndim == 2]
     assert len(set(gaps)) == len(gaps) and all(g in ROW_GAPS for g in gaps)
+
+
+def test_swapped_heads_layouts_interleave_the_heads_of_every_tensor_and_out_follows_q() -> None:
+    """attention's kernel-swapped-heads: q, k, v stored as (B, N, H, D), out like q, lse (B, H, N) swapped too;
+    every stride of the contract then differs from the contiguous one (stride_b != H * stride_h)."""
+    attention = load_assignment(ROOT / "assignments" / "attention" / "assignment.toml")
+    problem = load_problems(attention)["attention"]
+    case = attention.case("kernel-swapped-heads")
+    inputs = problem.make_inputs(case, case_maker(case, case_seed(3, case.id)))
+    placed, _, _ = launch_request(attention.kernels[case.target], case, problem, inputs, count_traffic=False)
+    b, h, nq, d = inputs["q"].shape
+    by_name = {p.name: p for p in placed.plans.values()}
+    assert all(by_name[n].swapped for n in ("q", "k", "v", "out", "lse"))
+    assert by_name["q"].view_stride == (nq * h * d, d, h * d, 1)
+    assert by_name["out"].view_stride == by_name["q"].view_stride
+    assert placed.strides()["q"] == by_name["q"].view_stride
+    q_view = guards.view_of(placed.storages[placed.keys.index("in:q:")], by_name["q"])
+    assert torch.equal(q_view, inputs["q"]) and q_view.dtype == torch.float16
