@@ -9,6 +9,8 @@
 #   bars                grading_time.py --backend cuda --repeat 2 --check --profile: issue 37's bars
 #   selftest:<id>[:a,b] grader selftest --assignment <id> --backend cuda --timed --jobs 4 (every mutant's measured
 #                       traps; only submissions a and b when listed)
+#   seeds:<id>          grader selftest --assignment <id> --backend cuda --seeds 5 --seed 3 --jobs 4 (untimed: every
+#                       mutant named and every variant clean at five seeds, e.g. issue 39's attention)
 #   imports             zygote_imports.py: the zygote's imports, Triton's first launch with empty/warm/helper caches
 #   class[:--no-profile] class_batch.py --workers 10 --seed 3 (a class of 60), with the flag when given
 #   identical           identical_timings.py (byte-identical files timed in one batch: the spread per case)
@@ -27,6 +29,7 @@ for step in "$@"; do
       spec=${step#selftest:}; id=${spec%%:*}; only=()
       if [ "$spec" != "$id" ]; then IFS=, read -ra names <<< "${spec#*:}"; for n in "${names[@]}"; do only+=(--only "$n"); done; fi
       python3 -m grader selftest --assignment "$id" --backend cuda --timed --jobs 4 --seed 3 "${only[@]}" ;;
+    seeds:*) python3 -m grader selftest --assignment "${step#seeds:}" --backend cuda --seeds 5 --seed 3 --jobs 4 ;;
     imports) python3 benchmarks/zygote_imports.py ;;
     class) python3 benchmarks/class_batch.py --workers 10 --seed 3 ;;
     class:*) python3 benchmarks/class_batch.py --workers 10 --seed 3 "${step#class:}" ;;
