@@ -42,7 +42,7 @@ def graded_cases(graded, spec) -> list[dict]:
 def test_list_prints_the_assignment(repo_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--assignments", str(repo_root / "assignments"), "list"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("fused_layers: ")
+    assert out.startswith("attention: ") and "\nfused_layers: " in out
     assert "(40 points, " in out
     for target in ("fused_linear_gelu_kernel", "row_mean_var_kernel", "layernorm_forward_kernel",
                    "fused_linear_gelu", "row_mean_var", "layernorm"):
@@ -73,7 +73,7 @@ def test_unknown_assignment_is_an_error(tmp_path: Path, repo_root: Path,
                  "--assignment", "no_such_thing", "--out", str(tmp_path / "out")])
     assert code == 2
     err = capsys.readouterr().err
-    assert "no assignment 'no_such_thing'" in err and "known: fused_layers" in err
+    assert "no assignment 'no_such_thing'" in err and "known: attention, fused_layers, softmax" in err
 
 
 def test_check_needs_a_known_file_name(tmp_path: Path, repo_root: Path,
