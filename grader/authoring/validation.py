@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from grader.authoring.bindings import binding_problems
 from grader.authoring.catalog import generic_traps
 from grader.authoring.inputs import describe_kind
 from grader.authoring.problem import Problem
@@ -78,6 +79,9 @@ def assignment_problems(assignment: Assignment, problems: Mapping[str, Problem],
         if describe_kind(perf.kind, assignment.input_kinds) is None:
             found.append(SpecError(spec, f"{where}.kind", f"{perf.kind!r} is not described: add it to "
                                                           "[input_kinds]"))
+
+    for key, problem in binding_problems(assignment, problems):
+        found.append(SpecError(oracles, key, problem))
 
     if mutant_traps is not None:
         for tid in assignment.traps:
