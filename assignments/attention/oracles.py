@@ -179,6 +179,17 @@ def launched_blocks(inputs: dict[str, Any]) -> list[int] | None:
     return sorted(blocks) or None
 
 
+def launched_tiles(inputs: dict[str, Any]) -> list[tuple[int, int]]:
+    """(BLOCK_M, BLOCK_N) of each launch that says both (none where no launch does)."""
+    tiles = set()
+    for launch in inputs.get("_launches", ()):
+        meta = launch.get("meta", {})
+        bm, bn = meta.get("BLOCK_M"), meta.get("BLOCK_N")
+        if type(bm) is int and type(bn) is int and 0 < bm <= MAX_BLOCK and 0 < bn <= MAX_BLOCK:
+            tiles.add((bm, bn))
+    return sorted(tiles)
+
+
 def _candidate_blocks(nkv: int, blocks: list[int] | None) -> list[int]:
     """The key blocks a kernel may have walked: the launched BLOCK_N, or every power of two up to twice N_KV."""
     if blocks is not None:
@@ -266,14 +277,28 @@ def trap_causal_off_by_one(inputs: dict[str, Any]) -> list[Signature]:
     return sigs
 
 
-def trap_causal_top_left(inputs: dict[str, Any]) -> Signature | None:
+def trap_causal_top_left(inputs: dict[str, Any]) -> list[Signature]:
     """The causal mask aligned top-left (j <= i) instead of bottom-right (j <= i + N_KV - N_Q): the same mask
-    when N_Q = N_KV; otherwise the queries see the keys of other positions. No query is left without a key."""
+    when N_Q = N_KV; otherwise the queries see the keys of other positions. No query is left without a key.
+    Or the mask right but the key loop stopped where a top-left mask would end it ((start_m + 1) * BLOCK_M, with
+    fewer queries than keys): the keys past the last block walked are never seen (per launched block sizes)."""
     nq, nkv = inputs["q"].shape[2], inputs["k"].shape[2]
     if not inputs["causal"] or nq == nkv:
-        return None
-    out, lse = _softmax(scores(inputs, inputs["sm_scale"], shift=nq - nkv), inputs["v"].double())
-    return Signature({"out": out, "lse": lse})
+        return []
+    v = inputs["v"].double()
+    out, lse = _softmax(scores(inputs, inputs["sm_scale"], shift=nq - nkv), v)
+    sigs = [Signature({"out": out, "lse": lse})]
+    if nq < nkv:
+        for block_m, block_n in launched_tiles(inputs):
+            starts = torch.arange(nq) // block_m * block_m  # each query's block's first row
+            walked = -(-torch.clamp(starts + block_m, max=nkv) // block_n) * block_n  # keys the loop reaches
+            cut = torch.arange(nkv)[None, :] >= walked[:, None]
+            if not bool((cut & visible(nq, nkv, True)).any()):
+                continue
+            s = scores(inputs, inputs["sm_scale"]).masked_fill(cut, -INF)
+            out, lse = _softmax(s, v)
+            sigs.append(Signature({"out": out, "lse": lse}))
+    return sigs
 
 
 def trap_kv_padding_unmasked(inputs: dict[str, Any]) -> list[Signature]:

@@ -35,6 +35,7 @@ TRAP_MUTANTS = {
     "causal_excludes_diagonal": "causal-off-by-one",
     "causal_includes_next_key": "causal-off-by-one",
     "causal_top_left": "causal-top-left",
+    "causal_loop_bound_top_left": "causal-top-left",
     "kv_padding_unmasked": "kv-padding-unmasked",
     "masked_row_nan": "masked-row-nan",
     "fp16_accumulation": "fp16-accumulation",
