@@ -10,6 +10,7 @@ question rely on it).
 
 from __future__ import annotations
 
+import importlib.metadata
 from pathlib import Path
 
 from grader import trap_ids
@@ -28,6 +29,14 @@ NOT_RUN = "not-run"  # evidence["compile"] of a check that could not compile the
 
 
 TRITON_TYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+
+
+def triton_version() -> str:
+    """The Triton this machine compiles with (a GPU's may differ: its verdict is the one that grades)."""
+    try:
+        return importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def kernel_signature(spec: KernelSpec, dtype: str = "float32") -> dict[str, str]:
@@ -139,8 +148,9 @@ def _compile_one(worker: Worker, spec: KernelSpec, meta: dict[str, int], filenam
     except WorkerFailure as failure:
         return result(False, f"{what}: {failure.detail}", (failure.trap,))
     if reply.ok:
-        return result(True, f"The GPU compiler accepts {spec.name} for sm_{GPU_ARCH} with {meta}: a check of the "
-                            "kernel's form, worth no points (its cases say whether it computes the right result).")
-    message = (f"{spec.name} runs in the interpreter but does not compile for the grading GPU "
-               f"(sm_{GPU_ARCH}, blocks {meta}): " + error_message(reply.error, filename))
+        return result(True, f"The GPU compiler (Triton {triton_version()}) accepts {spec.name} for sm_{GPU_ARCH} with "
+                            f"{meta}: a check of the kernel's form, worth no points (its cases say whether it computes "
+                            "the right result).")
+    message = (f"{spec.name} does not compile for the grading GPU (sm_{GPU_ARCH} with this machine's Triton "
+               f"{triton_version()}, blocks {meta}): " + error_message(reply.error, filename))
     return result(False, message, (trap_ids.GPU_INCOMPATIBLE,))

@@ -57,3 +57,11 @@ def test_an_import_that_never_finished_is_not_imported_again() -> None:
         assert not check.passed and check.evidence == {"compile": NOT_RUN} and check.traps == ()
         assert check.message == ("Not compiled: importing loop.py does not finish (its cases say why), so no kernel "
                                  "of it could be compiled.")
+
+
+def test_the_compile_check_says_which_triton_gave_its_verdict() -> None:
+    import triton
+
+    from grader.running.aot import triton_version
+
+    assert triton_version() == triton.__version__  # this machine's: the grading GPU's may differ
