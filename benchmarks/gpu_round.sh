@@ -14,6 +14,9 @@
 #   imports             zygote_imports.py: the zygote's imports, Triton's first launch with empty/warm/helper caches
 #   class[:--no-profile] class_batch.py --workers 10 --seed 3 (a class of 60), with the flag when given
 #   identical           identical_timings.py (byte-identical files timed in one batch: the spread per case)
+#   fresh               fresh_samples.py: ways of timing fresh work per launch, side by side (issue 47)
+#   pytest:<path>       pytest -m gpu -s -rA on one test file or node (e.g. an attack's test)
+#   grade:<file>        grader grade FILE --assignment fused_layers --backend cuda --seed 3 (results printed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu-round}
@@ -34,6 +37,9 @@ for step in "$@"; do
     class) python3 benchmarks/class_batch.py --workers 10 --seed 3 ;;
     class:*) python3 benchmarks/class_batch.py --workers 10 --seed 3 "${step#class:}" ;;
     identical) python3 benchmarks/identical_timings.py ;;
+    fresh) python3 benchmarks/fresh_samples.py ;;
+    pytest:*) python3 -m pytest -m gpu -p no:cacheprovider -s -rA -n 0 "${step#pytest:}" ;;
+    grade:*) python3 -m grader grade "${step#grade:}" --assignment fused_layers --backend cuda --seed 3 --out "/tmp/gpu-grade-$$" && python3 -c "import json,sys; g=json.load(open('/tmp/gpu-grade-$$/grade.json')); print(g['score'], [(t['case_id'], t['score'], t.get('traps')) for t in g['cases']][:50]); print([(p['perf_id'], p['status'], p.get('speedup_vs_reference'), p.get('reason','')[:200]) for p in g['performance']])" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac > "$out/${step//[:\/,]/_}.txt" 2>&1
   echo "$step: exit $? after $(( $(date +%s) - started )) s" | tee -a "$out/steps.txt"

@@ -53,11 +53,15 @@ def main() -> int:
     print(finished.stdout[-2000:], finished.stderr[-2000:], sep="\n")
     print(f"batch of {len(args.files) * args.copies} took {time.monotonic() - started:.0f} s")
     worst = 0.0 if finished.returncode == 0 else float("inf")
+    times: dict[str, list[float]] = {}  # "perf-id student|reference" -> medians (ms) across every grade
     for path in args.files:
         by_case: dict[str, list[float]] = {}
         for copy in range(1, args.copies + 1):
             grade = json.loads((out / f"{path.stem}__{copy}" / "grade.json").read_text(encoding="utf-8"))
             for perf in grade["performance"]:
+                for side in ("student", "reference"):
+                    if perf.get(side) and path == args.files[0]:
+                        times.setdefault(f"{perf['perf_id']} {side}", []).append(float(perf[side]["median_ms"]))
                 if perf.get("status") == "timed" and perf.get("speedup_vs_reference"):
                     by_case.setdefault(perf["perf_id"], []).append(float(perf["speedup_vs_reference"]))
                 else:  # a case not timed against the reference is a failure of this check, never a 0% spread
@@ -70,6 +74,9 @@ def main() -> int:
             spread = spread_pct(speedups)
             worst = max(worst, spread)
             print(f"{path.stem:24} {perf_id:22} speedups {' '.join(f'{s:.3f}' for s in speedups)}  ±{spread:.2f}%")
+    for label, medians in sorted(times.items()):  # the first file's own and its reference's times, every copy
+        print(f"time {args.files[0].stem} {label:36} median {statistics.median(medians):.5f} ms "
+              f"over {len(medians)} grades ±{spread_pct(medians):.2f}%")
     print(f"worst spread ±{worst:.2f}% (limit ±{LIMIT_PCT:g}%)")
     return 0 if worst <= LIMIT_PCT and finished.returncode == 0 else 1
 

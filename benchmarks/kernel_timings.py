@@ -8,7 +8,7 @@ candidate launch configurations of the fused matmul (a copy of the reference ker
 optional grouped program order), to choose the reference's configuration. `--fidelity` times each
 reference kernel FIDELITY_RUNS times in this one run, the way a performance case does (median of five
 do_bench medians), prints the runs and their spread, and exits 1 if any spread exceeds +-3%.
-Needs a CUDA GPU. Timing: grader.running.worker.performance_timing.bench, the grader's own (triton.testing.do_bench:
+Needs a CUDA GPU. Timing: grader.running.worker.measuring.samplers.bench, the grader's own (triton.testing.do_bench:
 CUDA events, L2 flushed between repetitions, median), inputs rotated among several sets so no
 repetition hits a warm cache.
 """
@@ -29,7 +29,7 @@ import triton.language as tl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.running.worker import performance_timing  # noqa: E402
+from grader.running.worker.measuring import samplers  # noqa: E402
 
 REPEATS = 5
 FIDELITY_RUNS = 5
@@ -47,20 +47,20 @@ def load_reference():
 def timed(fn_for_set, sets: int, warmup_ms: float = 100, rep_ms: float = 500) -> tuple[float, float]:
     """Median of REPEATS do_bench medians (ms) and their full spread (max-min over median, %)."""
     fn_for_set(0)  # compile (and autotune) before timing
-    measured = performance_timing.bench(fn_for_set, sets=sets, repeats=REPEATS, warmup_ms=warmup_ms, rep_ms=rep_ms)
+    measured = samplers.bench(fn_for_set, sets=sets, repeats=REPEATS, warmup_ms=warmup_ms, rep_ms=rep_ms)
     return measured.median_ms, 2 * measured.spread_pct
 
 
 def copy_bandwidth() -> float:
     """Device-to-device copy of 1 GiB, bytes read + written per second (GB/s)."""
-    return performance_timing.copy_bandwidth_gbs()
+    return samplers.copy_bandwidth_gbs()
 
 
 def fidelity(name: str, fn_for_set, sets: int) -> bool:
     """Time one kernel FIDELITY_RUNS times as a performance case does (grader defaults: warm-up 25 ms,
     100 ms of repetitions, REPEATS medians); print the runs and their spread; True if within the limit."""
     fn_for_set(0)
-    runs = [performance_timing.bench(fn_for_set, sets=sets, repeats=REPEATS).median_ms for _ in range(FIDELITY_RUNS)]
+    runs = [samplers.bench(fn_for_set, sets=sets, repeats=REPEATS).median_ms for _ in range(FIDELITY_RUNS)]
     mid = statistics.median(runs)
     spread = 100.0 * (max(runs) - min(runs)) / 2 / mid
     ok = spread <= FIDELITY_LIMIT_PCT

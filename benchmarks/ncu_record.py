@@ -69,10 +69,10 @@ def submissions(assignment_id: str, folder: Path) -> list[tuple[str, Path, str]]
 
 
 def _static_facts(module: object) -> list[dict[str, object]]:
-    """The compiled kernels' facts, as the grader's worker reads them (performance_run.compiled_facts)."""
+    """The compiled kernels' facts, as the grader's worker reads them (planned_launches.compiled_facts)."""
     import triton
 
-    from grader.running.worker.performance_run import compiled_facts
+    from grader.running.worker.measuring.planned_launches import compiled_facts
 
     jitted = [v for v in vars(module).values() if isinstance(getattr(v, "fn", v), triton.runtime.JITFunction)
               or isinstance(v, triton.runtime.JITFunction)]

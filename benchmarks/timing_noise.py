@@ -3,7 +3,7 @@
     python benchmarks/timing_noise.py [--rounds 6] [--repeats 7]
 
 Two contestants run the same reference kernel (byte-identical files: their speedup must be 1.00), timed
-as the grader times a performance case (CUDA-graph replays, `performance_timing.time_graph`):
+as the grader times a performance case (CUDA-graph replays, `samplers.time_graph`):
 
 * sequential: all of A's samples, then all of B's (today's grader: the student's samples, and the
   reference's from another moment); the ratio of their medians;
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from kernel_timings import load_reference  # benchmarks/ is on the path: this script lives there
 
-from grader.running.worker import performance_timing
+from grader.running.worker.measuring import samplers
 
 
 def nvml_reader() -> Callable[[], dict[str, float]]:
@@ -65,7 +65,7 @@ class Graphed:
     def __init__(self, run: Callable[[], Any]) -> None:
         run()
         torch.cuda.synchronize()
-        self.sampler = performance_timing.GraphSampler(run)
+        self.sampler = samplers.GraphSampler(run)
 
     def sample(self) -> float:
         return self.sampler.samples(1).medians_ms[0]

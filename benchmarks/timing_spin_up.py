@@ -1,4 +1,4 @@
-"""Why grader.running.worker.performance_timing.bench spins the GPU up before it times: medians of a small
+"""Why grader.running.worker.measuring.samplers.bench spins the GPU up before it times: medians of a small
 kernel from idle.
 
     python benchmarks/timing_spin_up.py
@@ -17,7 +17,7 @@ import time
 import torch
 from kernel_timings import load_reference  # benchmarks/ is on the path: this script lives there
 
-from grader.running.worker import performance_timing  # kernel_timings put the repository on the path
+from grader.running.worker.measuring import samplers  # kernel_timings put the repository on the path
 
 IDLE_S = 5.0
 
@@ -30,10 +30,10 @@ def main() -> None:
     torch.cuda.synchronize()
     device = torch.cuda.get_device_name(0)
     print(f"device {device}; reference layernorm 4096x1024 float32, first straight after compiling")
-    for idle_s, spin_up_ms in ((0.0, 0.0), (0.0, performance_timing.DEFAULT_SPIN_UP_MS), (IDLE_S, 0.0),
-                               (IDLE_S, performance_timing.DEFAULT_SPIN_UP_MS)):
+    for idle_s, spin_up_ms in ((0.0, 0.0), (0.0, samplers.DEFAULT_SPIN_UP_MS), (IDLE_S, 0.0),
+                               (IDLE_S, samplers.DEFAULT_SPIN_UP_MS)):
         time.sleep(idle_s)
-        measured = performance_timing.bench(lambda i: ref.layernorm(xs[i], w, b), sets=3, spin_up_ms=spin_up_ms)
+        measured = samplers.bench(lambda i: ref.layernorm(xs[i], w, b), sets=3, spin_up_ms=spin_up_ms)
         medians = " ".join(f"{m:.4f}" for m in measured.medians_ms)
         print(f"  after {idle_s:.0f} s idle, spin-up {spin_up_ms:3.0f} ms: medians {medians} ms; "
               f"median {measured.median_ms:.4f}, spread ±{measured.spread_pct:.1f}%")

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from grader.seeds import seed_label, seed_text
+from grader.trap_ids import FLAGGED
 
 RESULTS_FORMAT_VERSION = 1
 
@@ -244,6 +245,13 @@ class GradeResult:
             for trap in case.traps:
                 seen.setdefault(trap, None)
         return tuple(seen)
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """The traps an instructor must look at whatever the score (grader.trap_ids.FLAGGED): forged work or
+        timings, from a correctness case or a performance case."""
+        found = [t for t in self.traps if t in FLAGGED] + [p.trap for p in self.performance if p.trap in FLAGGED]
+        return tuple(dict.fromkeys(found))
 
     @property
     def performance_trap_ids(self) -> tuple[str, ...]:

@@ -35,6 +35,10 @@ PRECISION = "precision"
 UNKNOWN = "unknown"
 # defeating the checks
 TAMPERING = "tampering"
+KERNEL_NEEDS_MODULE_CODE = "kernel-needs-module-code"  # a kernel that cannot be built from data (kernel_host)
+# a timed run refused (grader/judging/performance.py): never a time, never points
+FASTER_THAN_HARDWARE = "faster-than-hardware"
+TIMED_OUTPUT_CHANGED = "timed-output-changed"
 # why it may be slow: performance traps, informational (grader/judging/performance_traps.py)
 RE_READING = "re-reading"
 UNCOALESCED_ACCESS = "uncoalesced-access"
@@ -46,6 +50,9 @@ SERIAL_GRID = "serial-grid"
 REGISTER_SPILLS = "register-spills"
 LOW_ARITHMETIC_INTENSITY = "low-arithmetic-intensity"
 
+# what an instructor must look at whatever the score: work or timings a submission forged
+FLAGGED = frozenset({TAMPERING, FASTER_THAN_HARDWARE, TIMED_OUTPUT_CHANGED})
+
 PERFORMANCE = frozenset({RE_READING, UNCOALESCED_ACCESS, NO_TENSOR_CORES, LAUNCH_BOUND, LOW_OCCUPANCY, SERIAL_GRID,
                          REGISTER_SPILLS, LOW_ARITHMETIC_INTENSITY})
 
@@ -53,4 +60,5 @@ GENERIC = frozenset({
     OOB_READ, OOB_WRITE, UNWRITTEN_OUTPUT, WRITES_INPUT, NOT_FUSED, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT,
     CRASH, IMPORT_FAILS, MISSING_SYMBOL, WRONG_SIGNATURE, GPU_INCOMPATIBLE, BAD_OUTPUT, NONDETERMINISTIC,
     PRECISION, UNKNOWN, TAMPERING, OUT_OF_MEMORY, INTERPRETER_UNSUPPORTED, FALSE_HINT, MEMORY_FAULT, NOT_PYTHON_SOURCE,
+    KERNEL_NEEDS_MODULE_CODE, FASTER_THAN_HARDWARE, TIMED_OUTPUT_CHANGED,
 }) | PERFORMANCE

@@ -128,7 +128,7 @@ class PerformanceCase:
     relative_to: str = "reference"
     input_sets: int = 3  # inputs rotated among this many copies, so no repetition hits a warm cache
     repeats: int = 5  # do_bench medians taken; the case reports their median and spread
-    timeout_s: float = 120.0  # the cap: a launch also stops when it outlives the bar (running.timing.performance)
+    timeout_s: float = 120.0  # the cap: a launch also stops when it outlives the bar (running.timing.runner)
     description: str = ""
 
     @property

@@ -1,6 +1,6 @@
 """Performance cases, the pure part: speedups, bandwidth, TFLOP/s, threshold points, the correctness
 gate, PerformanceResults and Gradescope leaderboard entries. No timing and no I/O here
-(grader.running.timing.performance measures; this judges what it measured)."""
+(grader.running.timing.runner measures; this judges what it measured)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ from typing import Any
 
 from grader.authoring.spec import PerformanceCase
 from grader.results import CaseResult, DeviceInfo, Measurement, PerformanceResult
+from grader.trap_ids import FASTER_THAN_HARDWARE
 
 NEEDS_CUDA = "needs a CUDA GPU (performance is only measured on the cuda backend)"
+# The physical floor: a time this far past the speed of light the GPU measured (the case's bytes at its copy bandwidth,
+# its flops at torch's matmul rate) is no time. Honest kernels reach at most 94% of it on the H200 (the reference's
+# LayerNorm at 8192x8192; a read-only reduction can beat a copy's bandwidth by ~10%, docs/performance.md), a forged
+# timing reached 9,157% (issue 47): 125% leaves honest code a wide margin and refuses every forgery seen.
+SPEED_OF_LIGHT_LIMIT_PCT = 125.0
 
 
 def speedup(bar_ms: float, student_ms: float) -> float:
@@ -144,7 +150,10 @@ def evaluate(
     device: DeviceInfo | None,
     note: str = "",
 ) -> PerformanceResult:
-    """A timed case: speedups against torch eager and the reference, and the threshold points."""
+    """A timed case: speedups against torch eager and the reference, and the threshold points; refused (no time, no
+    points, flagged) when it beats the physical floor."""
+    if beats_hardware(student):
+        return refused_as_too_fast(perf, student, reference, torch, device)
     vs_torch = speedup(torch.median_ms, student.median_ms) if torch else None
     vs_reference = speedup(reference.median_ms, student.median_ms) if reference else None
     ratio = vs_reference if perf.relative_to == "reference" else vs_torch
@@ -158,6 +167,25 @@ def evaluate(
         speedup_vs_reference=vs_reference,
         score=threshold_points(base.thresholds, ratio),
     )
+
+
+def beats_hardware(student: Measurement) -> bool:
+    """Is the time faster than the GPU allows, beyond the margin (SPEED_OF_LIGHT_LIMIT_PCT)?"""
+    return student.pct_of_speed_of_light is not None and student.pct_of_speed_of_light > SPEED_OF_LIGHT_LIMIT_PCT
+
+
+def refused_as_too_fast(perf: PerformanceCase, student: Measurement, reference: Measurement | None,
+                        torch: Measurement | None, device: DeviceInfo | None) -> PerformanceResult:
+    """A time past the physical floor: kept for the instructor to see, worth nothing, on no leaderboard."""
+    floor = ""
+    if student.pct_of_speed_of_light:
+        floor_ms = student.median_ms * student.pct_of_speed_of_light / 100.0
+        floor = f" (this GPU needs at least {floor_ms:.4f} ms to move the case's data)"
+    reason = (f"faster than this GPU can move the data: {student.median_ms:.4f} ms is "
+              f"{student.pct_of_speed_of_light:.0f}% of the speed of light measured on this GPU{floor}; a timed run "
+              "cannot beat the hardware, so this is no time: 0 points, and your instructor sees this case flagged")
+    return replace(_base(perf, "error", reason, perf.max_score, device, FASTER_THAN_HARDWARE),
+                   student=student, reference=reference, torch=torch)
 
 
 def leaderboard(results: Sequence[PerformanceResult]) -> list[dict[str, Any]]:

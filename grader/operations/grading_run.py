@@ -72,7 +72,7 @@ class GradingRun:
         self.profile = profile
         self.profiles: dict[str, CaseProfile] = {}  # perf id -> its profiled replay (CUDA), for the judge
         self._battery: Battery | None = None
-        self._performance_runner: Any = None  # a grader.running.timing.performance.PerformanceRunner, made at the first
+        self._performance_runner: Any = None  # a grader.running.timing.runner.PerformanceRunner, made at the first
         # timed case
         # The submission's sandbox for this grade: its zygote starts importing torch and triton now (or did,
         # ahead), while pytest starts, and forks every worker of the grade (the battery's, the timer).
@@ -150,7 +150,7 @@ class GradingRun:
 
     def _runner(self) -> Any:
         """The grade's PerformanceRunner, made at first use."""
-        from grader.running.timing.performance import PerformanceRunner
+        from grader.running.timing.runner import PerformanceRunner
 
         if self._performance_runner is None:
             self._performance_runner = PerformanceRunner(self.assignment, self.seed, perfs=self.performance_cases(),

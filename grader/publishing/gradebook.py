@@ -80,6 +80,7 @@ class GradebookRow:
     error: str = ""
     roster: tuple[RosterStudent, ...] = ()  # the roster students this row's score belongs to (a group: several)
     section: str = ""  # the roster's section(s)
+    flags: tuple[str, ...] = ()  # traps the instructor must look at (GradeResult.flags): forged work or timings
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,7 +90,7 @@ class GradebookRow:
             "backend": self.backend, "seed": self.seed, "grading_time_s": self.grading_time_s,
             "graded_at": self.graded_at, "device": self.device,
             "submission_sha256": self.submission_sha256, "error": self.error,
-            "roster": [r.to_dict() for r in self.roster],
+            "roster": [r.to_dict() for r in self.roster], "flags": list(self.flags),
         }
 
     @property
@@ -139,7 +140,7 @@ def graded_row(student: Student, result: GradeResult, record: Mapping[str, Any],
         traps=result.traps, backend=result.backend, seed=result.seed,
         grading_time_s=result.execution_time_s,
         graded_at=str(record.get("finished_at", "")), device=str(record.get("device", "")),
-        submission_sha256=str(record.get("submission_sha256", "")),
+        submission_sha256=str(record.get("submission_sha256", "")), flags=result.flags,
     )
 
 
@@ -186,7 +187,7 @@ def gradebook_json(book: Gradebook) -> dict[str, Any]:
 
 def csv_columns(book: Gradebook) -> list[str]:
     fixed_head = ["student", "name", "email", "sid", "section", "status", "score", "max_score"]
-    fixed_tail = ["traps", "backend", "seed", "grading_time_s", "graded_at", "device", "submission_sha256",
+    fixed_tail = ["traps", "flags", "backend", "seed", "grading_time_s", "graded_at", "device", "submission_sha256",
                   "error"]
     clash = set(book.targets) & set(fixed_head + fixed_tail)
     if clash:
@@ -207,8 +208,8 @@ def gradebook_csv(book: Gradebook) -> str:
         for column in columns:
             if column in book.targets:
                 value: Any = row.target_scores.get(column)
-            elif column == "traps":
-                value = ";".join(row.traps)
+            elif column in ("traps", "flags"):
+                value = ";".join(getattr(row, column))
             else:
                 value = data[column]
             cells.append(_csv_cell(column, value))
@@ -454,6 +455,11 @@ class ClassStats:
     def missing(self) -> tuple[GradebookRow, ...]:
         """Roster students without a submission."""
         return tuple(r for r in self.book.rows if r.status == "missing")
+
+    @property
+    def flagged(self) -> tuple[GradebookRow, ...]:
+        """Rows whose grade found forged work or timings (GradebookRow.flags): for the instructor to look at."""
+        return tuple(r for r in self.book.rows if r.flags)
 
 
 def histogram(rows: Sequence[GradebookRow], bins: int = 10) -> tuple[HistogramBin, ...]:

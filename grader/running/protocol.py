@@ -23,6 +23,8 @@ worker keeps it loaded when it confines imports (grader.running.worker.confineme
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import sys
 import types
 import typing
@@ -83,9 +85,14 @@ class Ready(Reply):
 
 @dataclass(frozen=True)
 class Loaded(Reply):
-    """The submission imported: each required symbol described (grader.running.worker.harness.describe_symbol)."""
+    """The submission imported: each required symbol described (grader.running.worker.harness.describe_symbol), and
+    its kernels and module-level values as data (grader.running.worker.kernel_report). A kernel host's reply to
+    `LoadKernels` carries the digest of the bundle it built from, and for each symbol it could not build, why."""
 
     symbols: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    kernels: Mapping[str, Any] = field(default_factory=dict)
+    digest: str = ""
+    unavailable: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,7 @@ class Launched(Reply):
     device_ptrs: tuple[int, ...] = ()
     false_hint: Mapping[str, Any] | None = None
     traffic: tuple[Mapping[str, Any], ...] | None = None
+    resolved: Mapping[str, Any] | None = None  # `resolve`: what autotune/heuristics chose (plain values)
 
 
 @dataclass(frozen=True)
@@ -136,7 +144,7 @@ class Replayed(Reply):
 @dataclass(frozen=True)
 class Ran(Reply):
     """A performance target run at the timed size: its launches and torch operators (a wrapper stays fused), its
-    launches recorded by layout (`record`, grader.running.timing.performance_plan reads it), its outputs or encoded
+    launches recorded by layout (`record`, grader.running.timing.launch_plan reads it), its outputs or encoded
     result when asked, and its medians when timed."""
 
     launches: tuple[Mapping[str, Any], ...] = ()
@@ -150,11 +158,12 @@ class Ran(Reply):
 @dataclass(frozen=True)
 class Timed(Reply):
     """A timer's run of planned launches: the outputs of the first run (none for `TimeKept`), the input sets it
-    used, and the medians when it timed them."""
+    used, the medians when it timed them, and why they are no time when a sample's check failed (`refused`)."""
 
     outputs: tuple[torch.Tensor, ...] | None = None
     sets: int = 0
     medians_ms: tuple[float, ...] = ()
+    refused: str = ""  # what the check after a sample found (outputs unlike the checked run's, an input changed)
 
 
 @dataclass(frozen=True)
@@ -192,11 +201,48 @@ class Load(Request[Loaded]):
 
 
 @dataclass(frozen=True)
+class KernelBundle:
+    """A submission's kernels as data, for a worker that runs none of its Python (grader.running.worker.kernel_host):
+    `source` holds each kernel's `def` at its own line (cut by the grader from its copy of the file, decorators left
+    out), `defs` each kernel's name, line and JIT options, `symbols` each module-level name that holds a kernel (the
+    def under it, the meta-parameters autotune/heuristics choose, whether it is wrapped), `values` every module-level
+    value as the submission's worker encoded it, `digest` the SHA-256 of the rest (kernel_bundle_digest)."""
+
+    filename: str
+    source: str
+    defs: tuple[Mapping[str, Any], ...] = ()
+    symbols: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    values: Mapping[str, Any] = field(default_factory=dict)
+    constexpr_annotated: tuple[str, ...] = ()
+    future_annotations: bool = False
+    digest: str = ""
+
+
+def kernel_bundle_digest(bundle: KernelBundle) -> str:
+    """SHA-256 of a bundle's content (every field but the digest), as canonical JSON."""
+    content = {f.name: _plain(getattr(bundle, f.name)) for f in dataclasses.fields(bundle) if f.name != "digest"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, default=repr).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class LoadKernels(Request[Loaded]):
+    """Build the submission's kernels from `bundle` (no line of the submission runs: grader.running.worker.kernel_host)
+    and describe the symbols `names`."""
+
+    OP: ClassVar[str] = "load_kernels"
+    REPLY: ClassVar[type[Reply]] = Loaded
+    bundle: KernelBundle
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Launch(Request[Launched]):
     """Launch `kernel` on the grader's guarded storages: `views` ({storage, shape, stride, offset}) are the
     tensors, `args` the kernel's arguments (a tensor as {"view": i}), `meta` its constexprs, `grid` the
     contract's grid expressions. `count_traffic`: count each launch's loads and stores (interpreter);
-    `announce_pointers`: print the buffers' addresses first (under compute-sanitizer)."""
+    `announce_pointers`: print the buffers' addresses first (under compute-sanitizer). `resolve` (the submission's
+    worker): reply with the meta-parameters and launch options autotune or heuristics chose; `resolved` (a kernel
+    host, whose kernel is bare): those values, over `meta`."""
 
     OP: ClassVar[str] = "launch"
     REPLY: ClassVar[type[Reply]] = Launched
@@ -208,6 +254,8 @@ class Launch(Request[Launched]):
     grid: tuple[str, ...]
     count_traffic: bool = False
     announce_pointers: bool = False
+    resolve: bool = False
+    resolved: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -258,7 +306,7 @@ class Replay(Request[Replayed]):
 
 @dataclass(frozen=True)
 class Run(Request[Ran]):
-    """Run a performance target once on contiguous inputs (grader.running.worker.performance_timing.prepare_call
+    """Run a performance target once on contiguous inputs (grader.running.worker.measuring.samplers.prepare_call
     reads `inputs`, `args`, `kwargs` and `outputs`); then, when asked, record its launches by layout, send its
     outputs back, or time it over `sets` rotated copies of the inputs (`warmup_ms`/`rep_ms` None: the timer's
     defaults)."""
@@ -284,7 +332,7 @@ class Run(Request[Ran]):
 
 @dataclass(frozen=True)
 class TimeLaunches(Request[Timed]):
-    """A timer's run of planned launches (grader.running.timing.performance_plan) on fresh buffers: their outputs, and
+    """A timer's run of planned launches (grader.running.timing.launch_plan) on fresh buffers: their outputs, and
     with `time` the medians of CUDA-graph replays; with `keep` the run is kept under that key for `TimeKept` (or
     `ProfileKept`). `rotate`: as many input sets as keep a pass over them out of L2 (timing); off, exactly `sets`
     (a profiled replay runs one). `return_outputs` off: the reply's outputs are empty (the caller checks none: the
@@ -388,8 +436,8 @@ class KillStrays(Request[StraysKilled]):
     REPLY: ClassVar[type[Reply]] = StraysKilled
 
 
-WORKER_REQUESTS: tuple[type[Request[Any]], ...] = (Load, Launch, Call, Compile, Warmup, Replay, Run, TimeLaunches,
-                                                   TimeKept, ProfileKept)
+WORKER_REQUESTS: tuple[type[Request[Any]], ...] = (Load, LoadKernels, Launch, Call, Compile, Warmup, Replay, Run,
+                                                   TimeLaunches, TimeKept, ProfileKept)
 ZYGOTE_REQUESTS: tuple[type[Request[Any]], ...] = (Fork, Status, KillStrays)
 
 

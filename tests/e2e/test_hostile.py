@@ -373,6 +373,19 @@ def test_fakes_kernel_object(grade_text, reference_graded) -> None:
 
 
 @pytest.mark.slow
+def test_forges_kernels_at_import(grade_text, reference_graded) -> None:
+    graded = grade_text(hostile_text("forges_kernels_at_import.py"))
+    assert graded.exit_code == 0
+    # Honest score 0: the kernels store nothing. Module-level code that patches Triton's launch path runs only in the
+    # submission's worker: kernel cases run in the kernel host (their outputs stay poisoned) and the wrappers'
+    # values are not what the host's replay of their launches computes.
+    failing = {kernel: {"unwritten-output"} for kernel in fused_layers().kernels}
+    failing.update({function: {"not-fused"} for function in fused_layers().functions})
+    assert_outcome(graded.results, reference_graded, failing, everything_fails=True)
+    assert_expected_traps("forges_kernels_at_import.py", graded.results)
+
+
+@pytest.mark.slow
 def test_forges_worker_reply(grade_text, reference_graded) -> None:
     graded = grade_text(hostile_text("forges_worker_reply.py"))
     assert graded.exit_code == 0

@@ -35,7 +35,7 @@ from grader.publishing.gradescope import results_json
 from grader.results import CaseResult, DeviceInfo, GradeResult, PerformanceResult
 from grader.running import protocol
 from grader.running.cases.battery import Battery
-from grader.running.worker.performance_timing import Timing
+from grader.running.worker.measuring.samplers import Timing
 
 H200 = DeviceInfo(gpu="NVIDIA H200", copy_gb_per_s=4000.0, torch="2.11.0+cu130", triton="3.6.0")
 SCRIPT = "<script>alert(1)</script>"
@@ -171,6 +171,22 @@ def test_leaderboard_has_time_and_speedup_of_timed_cases_only(assignment: Assign
         {"name": "perf-layernorm (ms)", "value": 0.2, "order": "asc"},
         {"name": "perf-layernorm speedup vs torch", "value": round(0.2215 / 0.2, 3), "order": "desc"},
     ]
+
+
+def test_a_time_past_the_physical_floor_is_refused_and_flagged(assignment: Assignment) -> None:
+    """The case's 537 MB at the measured 4000 GB/s take at least 0.134 ms: 0.1 ms (134%) is past the 125% margin
+    (refused, 0 points, no leaderboard entry, flagged); 0.12 ms (112%, a read-heavy kernel can beat a copy) is a
+    time."""
+    thresholds = (Threshold(0.5, 1.0), Threshold(0.8, 2.0))
+    honest = timed_result(assignment, student_ms=0.12, thresholds=thresholds)
+    assert honest.timed and honest.score == 2 and honest.student.pct_of_speed_of_light == pytest.approx(112, abs=1)
+    forged = timed_result(assignment, student_ms=0.1, thresholds=thresholds)
+    assert forged.status == "error" and forged.trap == "faster-than-hardware" and forged.score == 0
+    assert forged.max_score == 2 and forged.student is not None and forged.student.median_ms == 0.1
+    assert "faster than this GPU can move the data" in forged.reason and "134%" in forged.reason
+    assert leaderboard([forged]) == []
+    assert graded(assignment, (forged,)).flags == ("faster-than-hardware",)
+    assert graded(assignment, (honest,)).flags == ()
 
 
 # ------------------------------------------------------------------------------------------ results and views
@@ -359,7 +375,7 @@ def test_measure_path_on_a_fake_clock(
     output check at the timed size (a bug only on rows >= 4 is caught there), speedups, bandwidth and
     threshold points."""
     from grader.running.processes.client import Worker, WorkerOptions
-    from grader.running.timing import performance
+    from grader.running.timing import runner as timing_runner
 
     source = planted(*bug) if bug else reference_source
     submission = tmp_path / "fused_layers.py"
@@ -374,7 +390,7 @@ def test_measure_path_on_a_fake_clock(
         thresholds=(Threshold(1.0, 1.0), Threshold(1.1, 2.0)),
         repeats=3,
     )
-    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=[perf])
+    runner = timing_runner.PerformanceRunner(assignment, 1, device="cpu", perfs=[perf])
     runner._copy_gb_per_s = H200.copy_gb_per_s
     timer_for = runner.contestants.timer_for
     monkeypatch.setattr(runner.contestants, "timer_for", lambda b: Clocked(timer_for(b), 0.1))
@@ -461,7 +477,7 @@ def clocked_runner(monkeypatch, assignment: Assignment, repo_root: Path, tmp_pat
     """A CUDA-shaped timing session on the CPU: the reference as the student, `cases` LayerNorm cases (p-ln1...),
     a timer (`timer`, default Clocked) whose samples read 0.1 ms, the reference's 0.12 ms, torch eager's 0.2 ms."""
     from grader.running.processes.client import Worker, WorkerOptions
-    from grader.running.timing import performance
+    from grader.running.timing import runner as timing_runner
 
     submission = tmp_path / "fused_layers.py"
     submission.write_text(reference_source, encoding="utf-8")
@@ -469,7 +485,7 @@ def clocked_runner(monkeypatch, assignment: Assignment, repo_root: Path, tmp_pat
     battery.backend = Backend.CUDA
     perfs = [PerformanceCase(id=f"p-ln{i}", target="layernorm", dims={"M": 6, "N": 37}, tolerance="rowwise",
                              repeats=3) for i in range(1, cases + 1)]
-    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=perfs)
+    runner = timing_runner.PerformanceRunner(assignment, 1, device="cpu", perfs=perfs)
     runner._copy_gb_per_s = H200.copy_gb_per_s
     timer_for = runner.contestants.timer_for
     wrap = timer or Clocked
@@ -517,7 +533,7 @@ def test_the_students_profiling_worker_prepares_beside_the_timing_checks(
     """The student's side of the profiled replay needs nothing of the checks, so it runs on a thread beside
     them; the reference's side waits for the plans the checks make; only the cases whose outputs were right at
     the timed size are profiled."""
-    from grader.running.timing import performance
+    from grader.running.timing import runner as timing_runner
 
     battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 2)
     checks: list[str] = []
@@ -526,7 +542,7 @@ def test_the_students_profiling_worker_prepares_beside_the_timing_checks(
     def noted_check(prepared, battery):
         checks.append(prepared.perf.id)
         if prepared.perf.id == "p-ln2":  # wrong at the timed size: timed and profiled never
-            return performance.errored(prepared.perf, "differs from F.layer_norm")
+            return timing_runner.errored(prepared.perf, "differs from F.layer_norm")
         return check(prepared, battery)
 
     monkeypatch.setattr(runner, "_check", noted_check)
@@ -552,7 +568,7 @@ def test_a_reference_started_with_the_correctness_cases_is_the_one_timed_in_turn
     monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
     """GradingRun starts the reference's worker as correctness starts (its imports off the timing phase's path);
     the timing phase adopts that worker instead of starting another, and closing the runner closes one never used."""
-    from grader.running.timing import performance
+    from grader.running.timing import runner as timing_runner
 
     battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 1)
     (perf,) = runner.perfs
@@ -575,7 +591,7 @@ def test_a_reference_started_with_the_correctness_cases_is_the_one_timed_in_turn
     assert len(started) == 1 and "timed in turn" in result.reason, result.reason
     assert result.reference is not None and result.reference.median_ms == pytest.approx(0.12)
 
-    unused = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=[perf])
+    unused = timing_runner.PerformanceRunner(assignment, 1, device="cpu", perfs=[perf])
     monkeypatch.setattr(unused.contestants, "new_reference", new_reference)
     unused.start_reference_early()
     early = started[-1]
@@ -585,9 +601,9 @@ def test_a_reference_started_with_the_correctness_cases_is_the_one_timed_in_turn
 
 def test_an_early_reference_that_cannot_start_is_tried_once_and_left_to_the_timing_phase(
         assignment: Assignment, monkeypatch) -> None:
-    from grader.running.timing import performance
+    from grader.running.timing import runner as timing_runner
 
-    runner = performance.PerformanceRunner(assignment, 1, device="cpu", perfs=[])
+    runner = timing_runner.PerformanceRunner(assignment, 1, device="cpu", perfs=[])
     tries: list[int] = []
 
     def broken():

@@ -216,3 +216,27 @@ def test_the_class_report_has_a_speed_table_on_a_gpu_batch(assignment: Assignmen
     page = class_report_html(stats)
     assert '<table id="speed">' in page and "<code>re-reading</code>" in page
     assert '<table id="speed">' not in class_report_html(class_stats(*sample_book(assignment), assignment))
+
+
+def test_forged_timings_flag_the_student_in_every_class_file(assignment: Assignment) -> None:
+    """A grade whose timing was refused as faster than the hardware (or tampered with) carries a flag: the row's
+    `flags`, gradebook.csv's column and the class report's "Flagged for review" table name the student."""
+    from grader.results import Measurement, PerformanceResult
+
+    book, results = sample_book(assignment)
+    forged = PerformanceResult("perf-ln", "layernorm", "ln", {"M": 8192}, "float32", "error",
+                               trap="faster-than-hardware", reason="faster than this GPU can move the data",
+                               student=Measurement("yours", (0.001,), 0.001, 0.0, pct_of_speed_of_light=9157.0))
+    ben = replace(results["ben"], performance=(forged,))
+    assert ben.flags == ("faster-than-hardware",)
+    record = {"finished_at": "2026-11-30T00:00:00+00:00", "device": "", "submission_sha256": "f" * 64}
+    rows = tuple(graded_row(Student("ben"), ben, record) if r.student == "ben" else r for r in book.rows)
+    book = replace(book, rows=rows)
+    assert gradebook_json(book)["rows"][1]["flags"] == ["faster-than-hardware"]
+    csv_rows = list(csv.DictReader(io.StringIO(gradebook_csv(book))))
+    assert csv_rows[1]["flags"] == "faster-than-hardware" and csv_rows[0]["flags"] == ""
+    stats = class_stats(book, {**results, "ben": ben}, assignment)
+    assert [r.student for r in stats.flagged] == ["ben"]
+    page = class_report_html(stats)
+    assert 'id="flagged"' in page and '<tr data-student="ben"><td><a href="ben/report.html">ben</a>' in page
+    assert 'id="flagged"' not in class_report_html(class_stats(*sample_book(assignment), assignment))

@@ -1,5 +1,5 @@
 """Bind a target to a case's inputs and encode its arguments for the worker, for correctness cases
-(grader.running.cases.battery) and performance cases (grader.running.timing.performance) alike.
+(grader.running.cases.battery) and performance cases (grader.running.timing.runner) alike.
 
 The problem says what each parameter gets (`kernel_args`: parameter -> In / Out / Stride / scalar;
 `call_args`: a wrapper's args and kwargs with tensors as `In`). A `Placement` says how the worker's

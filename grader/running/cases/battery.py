@@ -90,6 +90,9 @@ class Battery:
         case then finds its kernel compiled. Informational: a failure here is reported by the case itself."""
         if not self.backend.on_gpu or self.workers.ensure() is not None:
             return
+        host = self.workers.ensure_host()  # kernel cases launch there
+        if isinstance(host, str):
+            return
         launches = []
         for case in cases:
             spec = self.assignment.kernels.get(case.target)
@@ -103,11 +106,10 @@ class Battery:
         with self.clock.phase("compile"):
             try:  # compiling runs no kernel: another grade's timed replays may go on meanwhile
                 deadline = Deadline(cap_s=WARM_UP_TIMEOUT_S, run_s=self.workers.case_deadline().run_s)
-                reply = self.workers.worker.request(protocol.Warmup(launches=tuple(launches)), deadline,
-                                                    "compiling the kernels")
-                self.workers.note_compile("worker", reply)
+                reply = host.request(protocol.Warmup(launches=tuple(launches)), deadline, "compiling the kernels")
+                self.workers.note_compile("host", reply)
             except WorkerFailure:
-                self.workers.loaded = None  # the cases start a fresh worker and report what happens
+                self.workers.replace()  # the cases start fresh workers and report what happens
 
     def run_case(self, case: Case, seed: int | None = None) -> CaseResult:
         """Grade one case on the inputs of `seed` (default: the battery's own; a run graded at several seeds
@@ -181,13 +183,14 @@ class Battery:
 
     def _run(self, case: Case, problem: Problem, inputs: Mapping[str, Any],
              finite_guard: float | None = None) -> Observation:
-        """One run of the case in the submission's worker, observed."""
+        """One run of the case, observed (a kernel case in the kernel host, a wrapper case in the submission's
+        worker)."""
         placed, message, what = self._request_for(case, problem, inputs, finite_guard)
         request: protocol.Request[protocol.Launched] = message  # a call's reply is a launch's with more
         reply = self.workers.request(request, what)
         if isinstance(reply, Observation):
             return reply
-        tail = self.workers.worker.output_tail()
+        tail = self.workers.output_tail(message)
         if not reply.ok:
             return observe.raised(reply, what, self.submission.name, self.workers.hint_calls(), tail,
                                   reply.false_hint)

@@ -96,13 +96,17 @@ class Worker:
     with a tool in its options, it is a fresh process in a sandbox of its own (no zygote to wait for)."""
 
     def __init__(self, submission: Path, names: list[str], options: WorkerOptions,
-                 triton_cache: Path | None = None, sandbox: Sandbox | None = None) -> None:
+                 triton_cache: Path | None = None, sandbox: Sandbox | None = None,
+                 bundle: protocol.KernelBundle | None = None) -> None:
+        """`bundle`: a kernel host (grader.running.worker.kernel_host): it builds the submission's kernels from the
+        bundle and never imports the file (no copy of it is made); its folder is a clean one (Sandbox.clean_folder)."""
         self.submission = Path(submission)
         self.names = names
         self.options = options
+        self.bundle = bundle
         self.own_sandbox = sandbox is None
         self.sandbox_ref = sandbox if sandbox is not None else Sandbox(options, triton_cache)
-        self.folder = self.sandbox_ref.worker_folder()
+        self.folder = self.sandbox_ref.clean_folder() if bundle is not None else self.sandbox_ref.worker_folder()
         self.sandboxed_path = self.folder / self.submission.name
         self.process: subprocess.Popen[bytes] | None = None  # a fresh process (tool-wrapped workers)
         self.pid: int | None = None  # the worker's pid (and process group) as the grader sees it
@@ -134,10 +138,11 @@ class Worker:
         then this waits for it), or a fresh process under the options' tool. A fresh process dies with
         the thread that spawned it (PR_SET_PDEATHSIG); `finish_start` may wait for it on any thread."""
         self.stop()
-        shutil.copyfile(self.submission, self.sandboxed_path)
-        identity = self.sandbox_ref.identity
-        if identity is not None:
-            os.chown(self.sandboxed_path, identity.uid, identity.gid)
+        if self.bundle is None:
+            shutil.copyfile(self.submission, self.sandboxed_path)
+            identity = self.sandbox_ref.identity
+            if identity is not None:
+                os.chown(self.sandboxed_path, identity.uid, identity.gid)
         ours, theirs_socket = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         marks_read, marks_write = os.pipe()
         theirs = (theirs_socket.fileno(), marks_write)
@@ -175,6 +180,13 @@ class Worker:
         limit = self.options.import_timeout_s
         try:
             with traced("worker/load"):
+                if self.bundle is not None:
+                    loaded = self.request(protocol.LoadKernels(bundle=self.bundle, names=tuple(self.names)), limit,
+                                          what=f"building the kernels of {self.submission.name}")
+                    if loaded.ok and loaded.digest != self.bundle.digest:  # it built from something else
+                        raise WorkerFailure(trap_ids.TAMPERING, "the kernel host built from other kernels than the "
+                                            "grader sent")
+                    return loaded
                 return self.request(protocol.Load(path=str(self.sandboxed_path), names=tuple(self.names)), limit,
                                     what=f"importing {self.submission.name}")
         except WorkerFailure as failure:

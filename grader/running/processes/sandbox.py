@@ -128,6 +128,7 @@ class Sandbox:
         self.triton_cache.mkdir(parents=True, exist_ok=True)
         (self.root / "tmp").mkdir()
         self._own([self.root, self.root / "tmp", self.triton_cache])
+        self._clean_root: Path | None = None  # made at the first clean worker (clean_folder)
         self._zygote: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self._zygote_pid: int | None = None  # as the grader sees it
@@ -155,9 +156,35 @@ class Sandbox:
         self._own([folder, folder / "tmp"])
         return folder
 
+    def clean_folder(self) -> Path:
+        """A fresh folder for a worker that runs none of the submission's Python (a kernel host: the timer, the kernel
+        cases, the replays). It is not in the sandbox's folder, which the submission's worker owns and can write:
+        it sits in the grader's parent folder, which no worker can list, under a random name no worker is told (a
+        clean worker's environment, like its memory, is not readable by a worker of the same user: the zygote is not
+        dumpable), with the clean workers' own Triton cache beside it. So nothing a sandbox process writes (a
+        compiled kernel planted in a cache, a module planted on an import path, a file swapped mid-compile) reaches
+        a process that measures."""
+        if self._clean_root is None:
+            root = sandbox_parent() / f"grader-clean-{secrets.token_hex(16)}"
+            root.mkdir(mode=0o700)
+            (root / "triton-cache").mkdir(mode=0o700)
+            self._own([root, root / "triton-cache"])
+            self._clean_root = root
+        self._workers += 1
+        folder = self._clean_root / f"w{self._workers}"
+        (folder / "tmp").mkdir(parents=True)
+        self._own([folder, folder / "tmp"])
+        return folder
+
+    @property
+    def clean_cache(self) -> Path | None:
+        """The Triton cache of this sandbox's clean workers (None before the first: clean_folder)."""
+        return self._clean_root / "triton-cache" if self._clean_root is not None else None
+
     def environment(self, folder: Path, backend: str,
                     extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
-        """What a worker (or the zygote) in this sandbox runs with."""
+        """What a worker (or the zygote) in this sandbox runs with; a clean worker (its folder under clean_folder's)
+        compiles into the clean workers' Triton cache."""
         env = {k: v for k, v in os.environ.items() if k in PASSED_ENVIRONMENT}
         env[TOKEN_VARIABLE] = self.token
         env["TMPDIR"] = str(folder / "tmp")
@@ -169,7 +196,9 @@ class Sandbox:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONNOUSERSITE"] = "1"
-        env["TRITON_CACHE_DIR"] = str(self.triton_cache)
+        clean = self._clean_root is not None and self._clean_root in folder.parents
+        env["TRITON_CACHE_DIR"] = str(self._clean_root / "triton-cache" if clean and self._clean_root else
+                                      self.triton_cache)
         env["HOME"] = str(folder)
         env.update(dict(extra))
         return env
@@ -389,6 +418,8 @@ class Sandbox:
             self._stop_zygote()
             self._zygote = None
         shutil.rmtree(self.root, ignore_errors=True)
+        if self._clean_root is not None:
+            shutil.rmtree(self._clean_root, ignore_errors=True)
 
 
 def _gpu_locks() -> tuple[str, ...]:

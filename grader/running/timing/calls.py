@@ -15,12 +15,12 @@ from grader.authoring.spec import Assignment, PerformanceCase
 from grader.judging.compare import close_mask
 from grader.running import protocol
 from grader.running.cases import arguments
-from grader.running.timing.performance_plan import PerformancePlan
+from grader.running.timing.launch_plan import PerformancePlan
 
 
 @dataclass(frozen=True)
 class CallPlan:
-    """A target and its arguments as plain data for the worker's `Run` request (performance_timing.prepare_call)."""
+    """A target and its arguments as plain data for the worker's `Run` request (samplers.prepare_call)."""
 
     kind: str  # "kernel" | "function"
     target: str

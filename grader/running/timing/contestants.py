@@ -1,7 +1,8 @@
-"""The workers a grade's timed cases run in, and their requests: the timer, which loaded only the submission's
-kernels (grader.running.timing.kernel_source: no other line of the file runs there), and the reference solution's
-worker. Each runs a case's planned launches once (outputs back, launches kept), then, inside the exclusive slot,
-samples of CUDA-graph replays: the two in turn, sample for sample, so both see the same clocks."""
+"""The workers a grade's timed cases run in, and their requests: the timer, a kernel host that built the submission's
+kernels from data (grader.running.worker.kernel_host: no line of the file runs there, and nothing the sandbox can
+write reaches it), and the reference solution's worker. Each runs a case's planned launches once (outputs back,
+launches kept), then, inside the exclusive slot, samples of CUDA-graph replays: the two in turn, sample for sample,
+so both see the same clocks."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ from grader.running import protocol
 from grader.running.cases.battery import Battery
 from grader.running.processes.client import Deadline, Worker, WorkerFailure, WorkerOptions
 from grader.running.timing.calls import Prepared
-from grader.running.timing.kernel_source import KernelSource, kernels_only
-from grader.running.timing.performance_plan import PerformancePlan, plan_performance_run
-from grader.running.worker import performance_timing
+from grader.running.timing.launch_plan import PerformancePlan, plan_performance_run
+from grader.running.worker.measuring import samplers
+from grader.trap_ids import TIMED_OUTPUT_CHANGED
 
 # A launch at the timed size gets this long to finish, plus SLOWDOWN_ALLOWED x the bar. Measured in a class
 # batch on one H200 (10 concurrent grades, CPUs saturated): 3 s stopped an honest 14x-slower kernel's check.
@@ -69,36 +70,39 @@ class Contestants:
         """The first timing of a grade brings the clocks up from idle; the rest follow it closely."""
         first = not self._spun
         self._spun = True
-        return performance_timing.DEFAULT_SPIN_UP_MS if first else performance_timing.FOLLOW_UP_SPIN_UP_MS
+        return samplers.DEFAULT_SPIN_UP_MS if first else samplers.FOLLOW_UP_SPIN_UP_MS
 
     # ------------------------------------------------------------------ the timer
 
-    def new_timer(self, battery: Battery) -> tuple[Worker, KernelSource]:
-        """A worker (not started) that will load only the submission's kernels: no other line of it."""
-        reduced = kernels_only(battery.submission.read_text(encoding="utf-8", errors="replace"))
-        path = self.folder / battery.submission.name
-        path.write_text(reduced.text, encoding="utf-8")
-        worker = Worker(path, list(reduced.kernels), battery.sandbox.options, sandbox=battery.sandbox)
-        return worker, reduced
+    def new_timer(self, battery: Battery) -> Worker | str:
+        """A kernel host (not started) for the timed runs, built from the grade's bundle of the submission's kernels
+        (the one its kernel cases ran from), or why there is none."""
+        bundle = battery.workers.bundle
+        if bundle is None:
+            return battery.workers.bundle_problem or "the submission's kernels were not reported"
+        return Worker(battery.submission, list(self.assignment.required_symbols), battery.sandbox.options,
+                      sandbox=battery.sandbox, bundle=bundle)
 
-    def adopt_timer(self, worker: Worker, reduced: KernelSource, reply: protocol.Loaded) -> None:
+    def adopt_timer(self, worker: Worker | str, reply: protocol.Loaded | None) -> None:
+        if isinstance(worker, str) or reply is None:
+            self.timer_problem = f"your kernels could not be timed: {worker}"
+            return
         if reply.ok:
             self.timer = worker
             self.timer_problem = ""
             return
         worker.close()
-        dropped = "; ".join(f"line {line}: {what}" for line, what in reduced.dropped[:5])
-        self.timer_problem = (
-            "your kernels could not be loaded on their own (timed runs load only the @triton.jit functions and "
-            f"constants of your file): {error_message(reply.error, worker.submission.name)}"
-            + (f" (left out: {dropped})" if dropped else ""))
+        self.timer_problem = ("your kernels could not be built apart from your module's code (timed runs build "
+                              "only the @triton.jit functions, with the values of the module-level names they use): "
+                              + error_message(reply.error, worker.submission.name))
 
     def timer_for(self, battery: Battery) -> Worker | str:
         """The timer worker, started now if it is not running (after a failure, say)."""
         if self.timer is None:
-            worker, reduced = self.new_timer(battery)
-            worker.spawn()
-            self.adopt_timer(worker, reduced, finish_start(worker))
+            worker = self.new_timer(battery)
+            if not isinstance(worker, str):
+                worker.spawn()
+            self.adopt_timer(worker, finish_start(worker) if not isinstance(worker, str) else None)
         return self.timer if self.timer is not None else self.timer_problem
 
     def drop_timer(self) -> None:
@@ -140,6 +144,8 @@ class Contestants:
             return f"{what} raised " + error_message(reply.error, worker.submission.name)
         if reply.outputs is None:
             return f"{what}: the timer sent a malformed reply"
+        if reply.refused:
+            return f"{TIMED_OUTPUT_CHANGED}: {what}: {reply.refused}"
         return reply.outputs, reply.medians_ms
 
     # ------------------------------------------------------------------ the reference
@@ -269,6 +275,8 @@ class Contestants:
             return f"{failure.trap}: {what}: {failure.detail}"
         if not reply.ok:
             return f"{what} raised " + error_message(reply.error, worker.submission.name)
+        if reply.refused:
+            return f"{TIMED_OUTPUT_CHANGED}: {what}: {reply.refused}"
         return list(reply.medians_ms) if reply.medians_ms else f"{what}: no timing came back"
 
     def time_kept(self, worker: Worker, perf: PerformanceCase, what: str) -> list[float] | str:
@@ -282,6 +290,8 @@ class Contestants:
             return f"{failure.trap}: {what}: {failure.detail}"
         if not reply.ok:
             return f"{what} raised " + error_message(reply.error, worker.submission.name)
+        if reply.refused:
+            return f"{TIMED_OUTPUT_CHANGED}: {what}: {reply.refused}"
         return list(reply.medians_ms)
 
 

@@ -36,7 +36,6 @@ from grader.running.profiling.ncu import NOT_INSTALLED, classify_failure, parse_
 from grader.running.timing.calibration import CalibrationKey, CalibrationStore
 from grader.running.timing.calls import Prepared
 from grader.running.timing.contestants import Contestants, finish_start
-from grader.running.timing.kernel_source import kernels_only
 
 REPORT_WAIT_S = 60.0  # ncu writes its counters as the profiled worker exits: how long to wait for them
 # One case's launches under ncu: each kernel is replayed once per pass of the counters (several passes), with the
@@ -83,12 +82,13 @@ class Profiler:
         if not perf_ids:
             return
         battery, contestants = self.battery, self.contestants
-        reduced = kernels_only(battery.submission.read_text(encoding="utf-8", errors="replace"))
-        path = contestants.folder / battery.submission.name  # the kernels-only file the timer loads
-        if not path.is_file():
-            path.write_text(reduced.text, encoding="utf-8")
         options = dataclasses.replace(battery.sandbox.options, tool=self._tool(), tool_environment=())
-        self._spawn(self.student, Worker(path, list(reduced.kernels), options, sandbox=battery.sandbox))
+        bundle = battery.workers.bundle
+        if bundle is None:
+            self.student.problem = battery.workers.bundle_problem or "the submission's kernels were not reported"
+        else:  # a kernel host, like the timer: the profiled replay runs none of the submission's Python
+            self._spawn(self.student, Worker(battery.submission, list(contestants.assignment.required_symbols), options,
+                                             sandbox=battery.sandbox, bundle=bundle))
         for perf_id in perf_ids:
             cached = self._cached(self.keys.get(perf_id))
             if cached is not None:

@@ -1,7 +1,7 @@
 """Inside the worker: import the submission, launch its kernels, call its wrappers, replay recorded launches.
 
 One method per request type of grader.running.protocol (grader.running.worker.serve dispatches to them); the
-timed requests are grader.running.worker.timed's. Nothing here judges anything: replies carry plain data
+timed requests are grader.running.worker.measuring.handlers's. Nothing here judges anything: replies carry plain data
 (tensors copied to the CPU, strings, numbers) back to the grader, which does every comparison itself.
 """
 
@@ -13,16 +13,18 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 import triton
 
 from grader.running import protocol
-from grader.running.worker import fence, interpreter_compat, progress, timed, traffic
+from grader.running.worker import fence, interpreter_compat, kernel_host, progress, traffic
 from grader.running.worker.confinement import confine_imports
 from grader.running.worker.errors import describe_exception, is_fatal_device_error
 from grader.running.worker.hint_check import HintLog
+from grader.running.worker.kernel_report import describe_kernels
 from grader.running.worker.kernels import (
     add_compile_seconds,
     compile_for_gpu,
@@ -35,6 +37,7 @@ from grader.running.worker.kernels import (
     tuned_meta,
 )
 from grader.running.worker.launch_record import decode_value
+from grader.running.worker.measuring import handlers as measuring
 from grader.running.worker.recording import (
     Recorder,
     TorchOps,
@@ -45,6 +48,8 @@ from grader.running.worker.recording import (
 )
 
 SUBMISSION_MODULE = "submission"
+# The import paths a kernel host keeps besides the interpreter's own: the grader's checkout (never the sandbox's).
+TRUSTED_PATHS = (str(Path(__file__).resolve().parents[3]),)
 
 
 class Harness:
@@ -89,17 +94,45 @@ class Harness:
         except BaseException as exc:  # SystemExit and KeyboardInterrupt too: the worker stays up
             return protocol.failed(protocol.Loaded, describe_exception(exc, request.path))
         self.module = module
+        try:
+            kernels = describe_kernels(module)
+        except Exception:  # the module's objects are the submission's: one that cannot be described leaves no kernels
+            kernels = {}
         return protocol.Loaded(ok=True, symbols={name: describe_symbol(getattr(module, name, None))
-                                                 for name in request.names})
+                                                 for name in request.names}, kernels=kernels)
+
+    def load_kernels(self, request: protocol.LoadKernels) -> protocol.Loaded:
+        """Become a kernel host: build the submission's kernels from the bundle (grader.running.worker.kernel_host);
+        no line of the submission runs here, and no import path the sandbox can write stays."""
+        bundle = request.bundle
+        self.path = bundle.filename
+        digest = protocol.kernel_bundle_digest(bundle)
+        if digest != bundle.digest:
+            return protocol.failed(protocol.Loaded, protocol.WorkerError(
+                type="BundleError", message="the kernels arrived altered (their digest does not match)"))
+        kernel_host.forget_untrusted_paths(TRUSTED_PATHS)
+        try:
+            module, unavailable = kernel_host.build_module(bundle)
+        except kernel_host.KernelRefused as exc:
+            return protocol.failed(protocol.Loaded, protocol.WorkerError(type="KernelRefused", message=str(exc)))
+        except BaseException as exc:
+            return protocol.failed(protocol.Loaded, describe_exception(exc, bundle.filename))
+        confine_imports()
+        self.module = module
+        symbols = {name: ({"kind": "unavailable", "why": unavailable[name]} if name in unavailable
+                          else describe_symbol(getattr(module, name, None))) for name in request.names}
+        return protocol.Loaded(ok=True, symbols=symbols, digest=digest, unavailable=dict(unavailable))
 
     def launch(self, request: protocol.Launch) -> protocol.Launched:
         kernel = getattr(self.module, request.kernel)
         tensors = self._tensors(request.storages, request.views)
         args = [self._resolve(a, tensors) for a in request.args]
-        meta = _untuned(kernel, request.meta)
+        meta = {**_untuned(kernel, request.meta), **request.resolved}
         self._announce(request.announce_pointers)
         self.hints.reset()
         counted: list[traffic.LaunchTraffic] = []
+        recorder = Recorder(replayable=True, describe=_nothing) if request.resolve else None
+        Recorder.active = recorder
         try:
             with self._counting(request.count_traffic) as counted:
                 kernel[make_grid(request.grid)](*args, **meta)
@@ -107,8 +140,11 @@ class Harness:
         except BaseException as exc:
             return _failed(protocol.Launched, exc, self.path, request.announce_pointers,
                            device_ptrs=self._device_ptrs(), false_hint=self.hints.first)
+        finally:
+            Recorder.active = None
         return protocol.Launched(ok=True, storages=self._storages_back(), device_ptrs=self._device_ptrs(),
-                                 false_hint=self.hints.first, traffic=self._traffic(request.count_traffic, counted))
+                                 false_hint=self.hints.first, traffic=self._traffic(request.count_traffic, counted),
+                                 resolved=resolved_meta(kernel, recorder) if recorder is not None else None)
 
     def call(self, request: protocol.Call) -> protocol.Called:
         function = getattr(self.module, request.function)
@@ -210,19 +246,19 @@ class Harness:
                                        fatal=is_fatal_device_error(exc))
         return protocol.Replayed(ok=True, buffers={sid: b.detach().to("cpu").clone() for sid, b in buffers.items()})
 
-    # ------------------------------------------------------------------ performance (grader.running.worker.timed)
+    # ------------------------------------------------------------------ performance (grader.running.worker.measuring)
 
     def run(self, request: protocol.Run) -> protocol.Ran:
-        return timed.run_target(self.module, request, self.device, self.path)
+        return measuring.run_target(self.module, request, self.device, self.path)
 
     def time_launches(self, request: protocol.TimeLaunches) -> protocol.Timed:
-        return timed.time_planned(self.module, request, self.device, self.path)
+        return measuring.time_planned(self.module, request, self.device, self.path)
 
     def time_kept(self, request: protocol.TimeKept) -> protocol.Timed:
-        return timed.time_kept(request, self.device, self.path)
+        return measuring.time_kept(request, self.device, self.path)
 
     def profile_kept(self, request: protocol.ProfileKept) -> protocol.Profiled:
-        return timed.profile_kept(request, self.device, self.path)
+        return measuring.profile_kept(request, self.device, self.path)
 
     # ------------------------------------------------------------------ helpers
 
@@ -262,6 +298,23 @@ class Harness:
         if asked:
             print(f"{protocol.POINTERS_LINE} {' '.join(str(p) for p in self._device_ptrs())}", file=sys.stderr,
                   flush=True)
+
+
+def _nothing(tensor: torch.Tensor) -> None:
+    return None
+
+
+def resolved_meta(kernel: Any, recorder: Recorder) -> dict[str, Any]:
+    """What autotune or heuristics chose for the launch just made: the innermost JIT call's meta-parameters they set
+    and its launch options (num_warps, num_stages, ...), as plain values."""
+    if not recorder.launches:
+        return {}
+    record = recorder.launches[-1].get("replay") or {}
+    params = set(record.get("params") or [])
+    tuned = set(tuned_meta(kernel))
+    kwargs = record.get("kwargs") or {}
+    return {k: v for k, v in kwargs.items() if (k in tuned or k not in params)
+            and (v is None or type(v) in (bool, int, float, str))}
 
 
 def _untuned(kernel: Any, meta: Any) -> dict[str, Any]:

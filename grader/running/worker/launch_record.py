@@ -61,7 +61,8 @@ class LaunchRecord:
     def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any], keep: list[torch.Tensor],
                  describe: Callable[[torch.Tensor], Any] = storage_bytes) -> None:
         """`describe(tensor)`: what to keep of a storage as the launch begins; by default its bytes
-        (the replay check reloads them), for a timed run a description (grader.running.worker.performance_run)."""
+        (the replay check reloads them), for a timed run a description
+        (grader.running.worker.measuring.planned_launches)."""
         self.snapshots: dict[int, Any] = {}
         self.final: dict[str, Any] | None = None
         self.grid: Any = None

@@ -18,7 +18,7 @@ from grader.running.protocol import ALLOCATION_LINE
 from grader.running.worker import fence, progress
 from grader.running.worker.kernels import TUNERS, kernel_function
 from grader.running.worker.launch_record import LaunchRecord, describe_tensor, storage_bytes
-from grader.running.worker.performance_run import note_freshness
+from grader.running.worker.measuring.planned_launches import note_freshness
 
 
 class Recorder:

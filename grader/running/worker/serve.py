@@ -25,6 +25,7 @@ def handlers(harness: Any) -> dict[type[protocol.Request[Any]], Callable[[Any], 
     """The worker's dispatch table: one handler per request type (grader.running.protocol)."""
     return {
         protocol.Load: harness.load,
+        protocol.LoadKernels: harness.load_kernels,
         protocol.Launch: harness.launch,
         protocol.Call: harness.call,
         protocol.Compile: harness.compile,

@@ -278,10 +278,10 @@ def test_the_key_covers_the_reference_and_oracle_source(tmp_path: Path, repo_roo
 def test_the_seed_is_not_in_the_key(assignment: Assignment, perf: PerformanceCase, key: CalibrationKey,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """Every grade of a course shares the bars: two runners on different seeds ask for the same key."""
-    from grader.running.timing import performance
+    from grader.running.timing import runner as timing_runner
 
-    monkeypatch.setattr(performance, "this_machine", lambda device: H200)
-    runners = [performance.PerformanceRunner(assignment, seed, device="cpu") for seed in (1, 2)]
+    monkeypatch.setattr(timing_runner, "this_machine", lambda device: H200)
+    runners = [timing_runner.PerformanceRunner(assignment, seed, device="cpu") for seed in (1, 2)]
     try:
         assert runners[0]._calibration_key(perf) == runners[1]._calibration_key(perf) == key
     finally:
@@ -294,17 +294,17 @@ def test_runners_on_other_seeds_reuse_the_bars(tmp_path: Path, assignment: Assig
     """PerformanceRunner._bars through the store: the first grade measures (torch eager, reference), a later
     one (another seed, another store object: another run) reads them; bars without the reference's
     time are used but not stored (the reference's failure may have been passing)."""
-    from grader.running.timing import performance
+    from grader.running.timing import runner as timing_runner
 
-    monkeypatch.setattr(performance, "this_machine", lambda device: H200)
+    monkeypatch.setattr(timing_runner, "this_machine", lambda device: H200)
     spec = assignment.kernels.get(perf.target) or assignment.functions[perf.target]
     problem = load_problems(assignment)[spec.problem]
     prepared = Prepared(perf, problem, None, {}, None)  # only what _bars reads
     timed: list[int] = []
-    made: list[performance.PerformanceRunner] = []
+    made: list[timing_runner.PerformanceRunner] = []
 
     def bars(seed: int, reference: list[float] | None, cached: bool = True) -> Calibration | str:
-        runner = performance.PerformanceRunner(assignment, seed, device="cpu",
+        runner = timing_runner.PerformanceRunner(assignment, seed, device="cpu",
                                                calibration=CalibrationStore(tmp_path) if cached else None)
         made.append(runner)
         runner._copy_gb_per_s = 4000.0

@@ -14,7 +14,7 @@ from grader.running.timing.contestants import (
     Contestants,
     timed_deadline,
 )
-from grader.running.worker import performance_timing
+from grader.running.worker.measuring import samplers
 from tests.conftest import ROOT
 
 PERF = PerformanceCase(id="p", target="layernorm", dims={"M": 4096, "N": 4096}, tolerance="rowwise", timeout_s=90)
@@ -29,8 +29,8 @@ def test_timed_deadline() -> None:
 def test_the_first_timing_spins_the_clocks_up_and_the_rest_follow(tmp_path: Path) -> None:
     assignment = load_assignment(ROOT / "assignments" / "fused_layers" / "assignment.toml")
     contestants = Contestants(assignment, "cpu", tmp_path, lambda perf: timed_deadline(perf, None))
-    assert contestants.spin_up_ms() == performance_timing.DEFAULT_SPIN_UP_MS
-    assert contestants.spin_up_ms() == contestants.spin_up_ms() == performance_timing.FOLLOW_UP_SPIN_UP_MS
+    assert contestants.spin_up_ms() == samplers.DEFAULT_SPIN_UP_MS
+    assert contestants.spin_up_ms() == contestants.spin_up_ms() == samplers.FOLLOW_UP_SPIN_UP_MS
     assert contestants.timer is None and contestants.timer_problem  # started by the runner, not here
     assert contestants.reference_problem == ""  # the course has a reference solution to time
 
@@ -64,7 +64,7 @@ def test_the_reference_compiles_once_per_course_in_a_cache_student_code_cannot_s
         alone = Contestants(assignment, "cuda", tmp_path, lambda perf: timed_deadline(perf, None))
         workers.append(alone.new_reference())
         assert workers[-1].triton_cache != shared  # no store: a cache of the worker's own
-        from grader.running.timing.performance import PerformanceRunner
+        from grader.running.timing.runner import PerformanceRunner
 
         runner = PerformanceRunner(assignment, 3, device="cpu", calibration=store)
         assert runner.contestants.reference_cache == shared  # what a grade's runner hands its contestants

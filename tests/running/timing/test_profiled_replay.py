@@ -165,10 +165,10 @@ class SpawnedWorker(FakeWorker):
     made: list[SpawnedWorker] = []
 
     def __init__(self, submission: Path, names: list[str], options: Any, sandbox: Any = None,
-                 triton_cache: Path | None = None) -> None:
+                 triton_cache: Path | None = None, bundle: Any = None) -> None:
         super().__init__("", tool=tuple(options.tool))
         self.submission, self.names, self.sandbox, self.spawned, self.alive = submission, names, sandbox, False, True
-        self.triton_cache = triton_cache
+        self.triton_cache, self.bundle = triton_cache, bundle
         SpawnedWorker.made.append(self)
 
     def spawn(self) -> None:
@@ -208,12 +208,13 @@ def test_spawn_then_prepare_keeps_each_case_in_both_workers_under_the_shared_slo
     reference_path = tmp_path / "reference.py"
     contestants = SimpleNamespace(
         folder=folder, reference_plans={"perf-a": "plan-a"}, reference_cache=tmp_path / "course-reference-cache",
-        assignment=SimpleNamespace(reference_solution=reference_path),
+        assignment=SimpleNamespace(reference_solution=reference_path, required_symbols=("softmax",)),
         new_reference=lambda tool=(): SpawnedWorker(reference_path, ["softmax"],
                                                     dataclasses.replace(OPTIONS, tool=tool),
                                                     triton_cache=contestants.reference_cache),
         run_plan=run_plan)
-    battery = SimpleNamespace(submission=submission, workers=SimpleNamespace(shared_gpu=shared_gpu),
+    bundle = protocol.KernelBundle(filename="softmax.py", source="", digest="d")
+    battery = SimpleNamespace(submission=submission, workers=SimpleNamespace(shared_gpu=shared_gpu, bundle=bundle),
                               sandbox=SimpleNamespace(options=OPTIONS))
     replay = Profiler(contestants, battery, None, {}, command=("ncu", "--x"), find=False)  # type: ignore[arg-type]
     replay.spawn(["perf-a", "perf-b"])
@@ -222,7 +223,8 @@ def test_spawn_then_prepare_keeps_each_case_in_both_workers_under_the_shared_slo
     # the reference's profiled worker loads the course's compiled reference kernels; the student's, its sandbox's
     assert reference.triton_cache == contestants.reference_cache and student.triton_cache is None
     assert student.options.tool == reference.options.tool == ("ncu", "--x")  # both run under the profiler
-    assert (folder / "softmax.py").read_text().count("print") == 0  # the kernels-only file: no student Python
+    # the student's side is a kernel host: it builds the grade's bundle and never imports the file
+    assert student.bundle is bundle and reference.bundle is None
     cases = [Case(SimpleNamespace(id=p, target="softmax")) for p in ("perf-a", "perf-b")]
     # The student's side needs nothing of the timing checks: it runs beside them, before the reference's launches
     # are planned; the reference's side runs after, on the plans the checks made.
@@ -247,8 +249,9 @@ def test_a_kept_reference_profile_spares_the_reference_worker(tmp_path, monkeypa
     submission.write_text("import triton\n")
     store = CalibrationStore(tmp_path)
     contestants = SimpleNamespace(folder=tmp_path, reference_plans={}, assignment=SimpleNamespace(
-        reference_solution=tmp_path / "reference.py"))
-    battery = SimpleNamespace(submission=submission, sandbox=SimpleNamespace(options=OPTIONS))
+        reference_solution=tmp_path / "reference.py", required_symbols=("softmax",)))
+    battery = SimpleNamespace(submission=submission, sandbox=SimpleNamespace(options=OPTIONS),
+                              workers=SimpleNamespace(bundle=protocol.KernelBundle(filename="softmax.py", source="")))
     first = Profiler(contestants, battery, store, {"perf-softmax": KEY}, command=("ncu",), find=False)  # type: ignore[arg-type]
     first._store(KEY, SideProfile((), {"k": StaticFacts(False, True, 40, 0)}))
     first.spawn(["perf-softmax"])
@@ -268,11 +271,12 @@ def test_a_reference_profile_kept_meanwhile_by_another_grade_spares_the_replay(t
     ran: list[str] = []
     contestants = SimpleNamespace(
         folder=tmp_path, reference_plans={"perf-softmax": "plan"}, reference_cache=None,
-        assignment=SimpleNamespace(reference_solution=tmp_path / "reference.py"),
+        assignment=SimpleNamespace(reference_solution=tmp_path / "reference.py", required_symbols=("softmax",)),
         new_reference=lambda tool=(): SpawnedWorker(tmp_path / "reference.py", ["softmax"],
                                                     dataclasses.replace(OPTIONS, tool=tool)),
         run_plan=lambda worker, prepared, what, keep="", profiled=False, outputs=True: ran.append(keep) or ((), ()))
-    battery = SimpleNamespace(submission=submission, sandbox=SimpleNamespace(options=OPTIONS))
+    battery = SimpleNamespace(submission=submission, sandbox=SimpleNamespace(options=OPTIONS),
+                              workers=SimpleNamespace(bundle=protocol.KernelBundle(filename="softmax.py", source="")))
     mine = Profiler(contestants, battery, store, {"perf-softmax": KEY}, command=("ncu",), find=False)  # type: ignore[arg-type]
     mine.spawn(["perf-softmax"])
     student, reference = SpawnedWorker.made  # nothing kept yet: both sides spawned

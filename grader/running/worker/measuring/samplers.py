@@ -83,7 +83,7 @@ class GraphSampler:
     sample replays the graph back to back for about `sample_ms` and gives the time per call, between CUDA events.
     Nothing but the captured kernels runs between the events, so the Python around a call (launch overhead, a
     patched clock) is not measured. Held across requests, it lets the grader time two contestants in turn
-    (grader.running.timing.performance: the student's sample, the reference's, and so on). `run` must already have run
+    (grader.running.timing.runner: the student's sample, the reference's, and so on). `run` must already have run
     once outside the capture (compilation, autotuning, allocations)."""
 
     def __init__(self, run: Callable[[], Any], calls: int = 1, sample_ms: float = SAMPLE_MS) -> None:
@@ -119,6 +119,104 @@ class GraphSampler:
     def samples(self, repeats: int, spin_up_ms: float = 0.0) -> Timing:
         self.spin_up(spin_up_ms)
         return Timing(tuple(self._replays(self.count) / (self.count * self.calls) for _ in range(repeats)))
+
+
+Step = tuple[Callable[[], None], Callable[[], None]]  # (prepare, work): one timed call
+
+
+class FreshSampler:
+    """Timed calls that each do fresh work, captured in one CUDA graph. A call is a pair of steps: `prepare` (poison its
+    outputs, restore what must start from a value) runs outside the timed interval, `work` (the kernel launches) runs
+    between two external CUDA events recorded inside the graph; the graph holds `rounds` passes over the calls, so
+    one replay lasts about `REPLAY_MS`. A sample replays it until about `sample_ms` of GPU time passed and gives the
+    mean time per call inside the intervals. After every sample `check()` looks at what the last replay left (the
+    outputs, the inputs' bytes) and says what is wrong, if anything: a sample whose check fails is no time.
+
+    Nothing but the captured kernels runs between the events, so the Python around a call (launch overhead, a patched
+    clock) is not measured, and a kernel that skips work once its output looks done finds its output poisoned again
+    before every call. `work` must already have run once outside the capture (compilation, allocations)."""
+
+    REPLAY_MS = 2.0
+    MAX_ROUNDS = 256
+
+    def __init__(self, steps: list[Step], check: Callable[[], str] | None = None,
+                 sample_ms: float = SAMPLE_MS) -> None:
+        self.steps = steps
+        self.check = check
+        self.sample_ms = sample_ms
+        self.calls = len(steps)
+        self.graph, self.starts, self.ends = self._capture(1)
+        self.wall_a, self.wall_b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        one = max(self._replay_wall(), 1e-4)
+        rounds = max(1, min(self.MAX_ROUNDS, int(self.REPLAY_MS / one)))
+        if rounds > 1:
+            self.graph, self.starts, self.ends = self._capture(rounds)
+            one = max(self._replay_wall(), 1e-4)
+        self.rounds = rounds
+        self.count = max(1, int(sample_ms / one))
+
+    def _capture(self, rounds: int) -> tuple[Any, list[Any], list[Any]]:
+        starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(rounds * self.calls)]
+        ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(rounds * self.calls)]
+
+        def body(timed: bool) -> None:
+            index = 0
+            for _ in range(rounds):
+                for prepare, work in self.steps:
+                    prepare()
+                    if timed:
+                        starts[index].record()
+                    work()
+                    if timed:
+                        ends[index].record()
+                    index += 1
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            body(False)  # warm-up on the capture stream, as torch.cuda.graph recommends
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            body(True)
+        return graph, starts, ends
+
+    def _replay_wall(self) -> float:
+        self.wall_a.record()
+        self.graph.replay()
+        self.wall_b.record()
+        self.wall_b.synchronize()
+        return float(self.wall_a.elapsed_time(self.wall_b))
+
+    def _replay(self) -> float:
+        """One replay: the GPU time inside the calls' intervals (ms)."""
+        self.graph.replay()
+        self.ends[-1].synchronize()
+        return float(sum(start.elapsed_time(end) for start, end in zip(self.starts, self.ends, strict=True)))
+
+    def spin_up(self, spin_up_ms: float) -> None:
+        """Replays, discarded, for about `spin_up_ms`: bring the clocks up from idle."""
+        spent, spun = 0.0, 0
+        while spent < spin_up_ms and spun < 10_000:
+            spent += self._replay_wall()
+            spun += 1
+
+    def sample(self) -> float:
+        """Mean ms per call over about `sample_ms` of replays."""
+        inside = sum(self._replay() for _ in range(self.count))
+        return inside / (self.count * self.rounds * self.calls)
+
+    def samples(self, repeats: int, spin_up_ms: float = 0.0) -> tuple[Timing, str]:
+        """`repeats` samples after the spin-up, and what the check after a sample found wrong ("" for nothing)."""
+        self.spin_up(spin_up_ms)
+        medians = []
+        for _ in range(repeats):
+            medians.append(self.sample())
+            problem = self.check() if self.check is not None else ""
+            if problem:
+                return Timing(tuple(medians)), problem
+        return Timing(tuple(medians)), ""
 
 
 def time_graph(

@@ -1,4 +1,4 @@
-"""grader/running/timing/performance_plan.py: a timed run's launches whose every buffer is accounted for (an
+"""grader/running/timing/launch_plan.py: a timed run's launches whose every buffer is accounted for (an
 input, a fresh buffer, a fill, a copy of an input), else the values came from outside the kernels."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from grader.running.timing.performance_plan import PerformancePlan, plan_performance_run
+from grader.running.timing.launch_plan import PerformancePlan, plan_performance_run
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -1,14 +1,14 @@
-"""grader/running/worker/performance_timing.py: do_bench medians with the GPU spun up first (faked here:
+"""grader/running/worker/measuring/samplers.py: do_bench medians with the GPU spun up first (faked here:
 timing itself needs a GPU, tests/e2e/test_gpu_performance.py), and what a Timing reports."""
 
 from __future__ import annotations
 
-from grader.running.worker.performance_timing import Timing
+from grader.running.worker.measuring.samplers import Timing
 
 
 def test_bench_spins_the_gpu_up_and_discards_it(monkeypatch) -> None:
-    """performance_timing.bench: one discarded do_bench of `spin_up_ms` first, then `repeats` medians over the sets."""
-    from grader.running.worker import performance_timing
+    """samplers.bench: one discarded do_bench of `spin_up_ms` first, then `repeats` medians over the sets."""
+    from grader.running.worker.measuring import samplers
 
     calls: list[tuple[float, float]] = []
     answers = iter([99.0, 1.0, 2.0, 3.0])
@@ -20,14 +20,14 @@ def test_bench_spins_the_gpu_up_and_discards_it(monkeypatch) -> None:
         return next(answers)
 
     sets_used: list[int] = []
-    monkeypatch.setattr(performance_timing, "do_bench", fake_do_bench)
-    measured = performance_timing.bench(sets_used.append, sets=2, repeats=3, warmup_ms=7.0, rep_ms=11.0)
+    monkeypatch.setattr(samplers, "do_bench", fake_do_bench)
+    measured = samplers.bench(sets_used.append, sets=2, repeats=3, warmup_ms=7.0, rep_ms=11.0)
     assert measured.medians_ms == (1.0, 2.0, 3.0)  # the spin-up's 99 is not a median
-    assert calls == [(performance_timing.DEFAULT_SPIN_UP_MS, 1)] + [(7.0, 11.0)] * 3
+    assert calls == [(samplers.DEFAULT_SPIN_UP_MS, 1)] + [(7.0, 11.0)] * 3
     assert sets_used == [0, 1] * 4  # input copies rotate through the spin-up too
     calls.clear()
     answers = iter([5.0])
-    assert performance_timing.bench(sets_used.append, repeats=1, spin_up_ms=0).medians_ms == (5.0,)
+    assert samplers.bench(sets_used.append, repeats=1, spin_up_ms=0).medians_ms == (5.0,)
     assert len(calls) == 1
 
 

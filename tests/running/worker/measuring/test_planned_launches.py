@@ -1,18 +1,19 @@
-"""grader/running/worker/performance_run.py: timed runs execute none of the submission's Python: recorded
-launches replayed in a timer worker that loaded only its kernels (on the interpreter here, untimed)."""
+"""grader/running/worker/measuring/planned_launches.py: timed runs execute none of the submission's Python: recorded
+launches replayed in a timer worker that built only its kernels, from data (on the interpreter here, untimed)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import torch
 
 from grader.authoring.spec import Assignment, load_assignment
 from grader.running import protocol
-from grader.running.timing.kernel_source import kernels_only
-from grader.running.timing.performance_plan import PerformancePlan, plan_performance_run
+from grader.running.bundle import build_bundle
+from grader.running.timing.launch_plan import PerformancePlan, plan_performance_run
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 
@@ -23,7 +24,7 @@ def fused_layers() -> Assignment:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("perf_id", ["p-layernorm", "p-stats-kernel"])
-def test_recorded_launches_replay_in_a_worker_that_loaded_only_the_kernels(
+def test_recorded_launches_replay_in_a_worker_that_built_only_the_kernels(
         fused_layers: Assignment, tmp_path: Path, perf_id: str) -> None:
     """Record in the student's worker, plan, replay in a timer worker on the interpreter: the timer's
     outputs are the oracle's."""
@@ -45,12 +46,12 @@ def test_recorded_launches_replay_in_a_worker_that_loaded_only_the_kernels(
     reference = ROOT / "reference" / "fused_layers" / "reference.py"
     options = WorkerOptions(backend="interpreter", import_timeout_s=60)
     student = Worker(reference, list(fused_layers.required_symbols), options)
-    reduced = tmp_path / "fused_layers.py"
-    kernels = kernels_only(reference.read_text(encoding="utf-8"))
-    reduced.write_text(kernels.text, encoding="utf-8")
-    timer = Worker(reduced, list(kernels.kernels), options)
+    timer = None
     try:
-        assert student.start().ok
+        loaded = student.start()
+        assert loaded.ok
+        bundle = build_bundle(reference.read_text(encoding="utf-8"), reference.name, loaded.kernels)
+        timer = Worker(reference, list(fused_layers.required_symbols), options, bundle=bundle)
         reply = student.request(call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True),
                                 120, "record")
         assert reply.ok, reply
@@ -68,7 +69,8 @@ def test_recorded_launches_replay_in_a_worker_that_loaded_only_the_kernels(
         assert profiled.ok and profiled.launches == len(plan.launches) and profiled.kernels == {}, profiled
     finally:
         student.close()
-        timer.close()
+        if timer is not None:
+            timer.close()
     expected = problem.expected(inputs)
     for name, got in zip(call.output_names, timed.outputs, strict=True):
         assert bool(close_mask(got, expected[name], 1e-5, 1e-5).all()), name
@@ -93,7 +95,7 @@ class _Jit:
 def test_compiled_facts_read_every_specialisation_through_an_autotuner() -> None:
     from types import SimpleNamespace
 
-    from grader.running.worker.performance_run import compiled_facts
+    from grader.running.worker.measuring.planned_launches import compiled_facts
 
     matmul = _Jit("mm_kernel", _Binary("ld.global.v4.f32 {%r1}; wgmma.mma_async.sync", 168, 0),
                   _Binary("mma.sync.aligned", 255, 24))
@@ -102,3 +104,67 @@ def test_compiled_facts_read_every_specialisation_through_an_autotuner() -> None
     facts = compiled_facts([autotuned, rows, object()])
     assert facts == {"mm_kernel": {"registers": 255, "spills": 24, "tensor_cores": True, "vector_loads": True},
                      "row_kernel": {"registers": 40, "spills": 0, "tensor_cores": False, "vector_loads": False}}
+
+
+# ------------------------------------------------------------------------------------------ fresh work per timed run
+
+
+class _FakeKernel:
+    """`kernel[grid](x, out)` as a timed launch calls it; `work(x, out, calls)` does what the "kernel" does."""
+
+    def __init__(self, work) -> None:
+        self.work, self.calls = work, 0
+
+    def __getitem__(self, grid):
+        def launch(x, out):
+            self.calls += 1
+            self.work(x, out, self.calls)
+        return launch
+
+
+def _planned(work, sets: int = 3):
+    from grader.running.worker.measuring.planned_launches import PlannedRun
+
+    x = torch.arange(8, dtype=torch.float32)
+    view = {"sid": 2, "offset": 0, "shape": [8], "stride": [1], "dtype": "float32"}
+    request = protocol.TimeLaunches(
+        inputs=(x,), buffers={1: {"input": 0, "nbytes": 32}, 2: {"fresh": True, "nbytes": 32}},
+        launches=({"kernel": "k", "grid": [1], "args": [{"tensor": {**view, "sid": 1}}, {"tensor": view}],
+                   "kwargs": {}},), outputs=(view,), sets=sets)
+    kernel = _FakeKernel(work)
+    planned = PlannedRun(lambda name: kernel, request, torch.device("cpu"), sets)
+    planned.run(0)
+    planned.keep_first_outputs()
+    return planned
+
+
+def _timed_runs(planned) -> str:
+    """What the sampler does on a GPU: every set prepared and launched (twice over), then the check."""
+    for _ in range(2):
+        for prepare, work in planned.steps():
+            prepare()
+            work()
+    return planned.check()
+
+
+def test_every_timed_run_starts_from_poisoned_outputs_and_is_checked_after() -> None:
+    def honest(x, out, calls):
+        out.copy_(x * 2)
+
+    def stale(x, out, calls):  # does the work only where its output still holds the poison
+        if torch.isnan(out).all():
+            out.copy_(x * 2)
+
+    def drifts(x, out, calls):  # right once, then something else
+        out.copy_(x * 2 if calls == 1 else x * 3)
+
+    def scribbles(x, out, calls):  # keeps state in its input (-0.0 over 0.0: the same value, other bytes)
+        out.copy_(x * 2)
+        x[0] = -0.0
+
+    assert _timed_runs(_planned(honest)) == ""
+    stale_run = _planned(stale)
+    assert _timed_runs(stale_run) == ""  # poisoned before every run, so it works every time
+    assert stale_run.built[1][2][0].numel() == 32  # the output buffer is among those poisoned
+    assert "differs from the checked run's at 7 of 8 elements" in _timed_runs(_planned(drifts))
+    assert "input 1 of input set 1 changed" in _timed_runs(_planned(scribbles))

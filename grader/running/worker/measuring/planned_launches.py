@@ -4,16 +4,19 @@
    at the timed size: one of the inputs the grader sent, a fresh uninitialised allocation, or (for
    anything else) its size, first bytes and SHA-256, which the grader checks against what it can
    rebuild (a constant fill, a copy of an input). No bytes travel: at 8192 x 8192 they are 256 MB.
-2. In a timer worker, which loaded only the submission's kernels (grader.running.timing.kernel_source) or
-   the trusted reference, `time_launches` rebuilds those buffers for several input sets, runs the
-   launches once (their outputs go back to the grader, which checks them), captures the launches of
-   all sets in one CUDA graph and times its replays (grader.running.worker.performance_timing.time_graph).
+2. In a timer worker, a kernel host that built only the submission's kernels from data
+   (grader.running.worker.kernel_host), or the trusted reference, `time_launches` rebuilds those buffers for several
+   input sets, runs the launches once (their outputs go back to the grader, which checks them), and times every
+   set's launches on freshly poisoned outputs, between CUDA events inside one graph
+   (grader.running.worker.measuring.samplers.FreshSampler); after every sample each set's outputs must still be the
+   checked run's and its inputs their original bytes (`PlannedRun.check`), or the timing is refused.
 
 Only torch and triton are imported (the worker may load this after it confined imports).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -23,8 +26,9 @@ import torch
 from grader.evidence.kernel_profiles import uses_tensor_cores, vectorised_loads
 from grader.evidence.tensor_views import tensor_from
 from grader.running import protocol
-from grader.running.worker import performance_timing, progress
+from grader.running.worker import progress
 from grader.running.worker.launch_record import decode_value, storage_id
+from grader.running.worker.measuring import samplers
 
 # Torch operators that make views: they neither initialise nor write a storage.
 VIEW_OPS = frozenset(f"aten.{name}" for name in (
@@ -90,89 +94,139 @@ def storage_describer(inputs: list[torch.Tensor], fresh: set[int]) -> Callable[[
 
 
 def _build_set(buffers: Mapping[int, Mapping[str, Any]], inputs: list[torch.Tensor],
-               device: torch.device) -> tuple[dict[int, torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]]]:
-    """One input set: a uint8 buffer per storage id, and the (destination, source) copies that
-    initialise buffers before each run (constant fills, copies of an input)."""
+               device: torch.device) -> tuple[dict[int, torch.Tensor], list[tuple[torch.Tensor, torch.Tensor]],
+                                              list[torch.Tensor]]:
+    """One input set: a uint8 buffer per storage id, the (destination, source) copies that initialise buffers before
+    each run (constant fills, copies of an input), and the buffers poisoned before each run (every other one that is
+    not an input: the outputs and scratch a run must write afresh)."""
     flat_inputs = [torch.empty(0, dtype=torch.uint8, device=device).set_(t.untyped_storage()) for t in inputs]
     built: dict[int, torch.Tensor] = {}
     inits: list[tuple[torch.Tensor, torch.Tensor]] = []
+    poisoned: list[torch.Tensor] = []
     for sid, spec in buffers.items():
         if "input" in spec:
             built[sid] = flat_inputs[int(spec["input"])]
             continue
-        buffer = torch.full((int(spec["nbytes"]),), 0xFF, dtype=torch.uint8, device=device)  # NaN poison
+        buffer = torch.full((int(spec["nbytes"]),), POISON_BYTE, dtype=torch.uint8, device=device)  # NaN poison
         built[sid] = buffer
         if "fill" in spec:
             pattern = torch.tensor(list(spec["fill"]), dtype=torch.uint8, device=device)
             inits.append((buffer, pattern.repeat(buffer.numel() // pattern.numel())))
         elif "copy_of" in spec:
             inits.append((buffer, flat_inputs[int(spec["copy_of"])]))
-    return built, inits
+        else:
+            poisoned.append(buffer)
+    return built, inits, poisoned
+
+
+POISON_BYTE = 0xFF  # every float NaN
+CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-5  # a timed run's outputs against the checked run's (atomics may reorder sums)
+
+
+class PlannedRun:
+    """Planned launches bound to `sets` input sets on the device: each set's `prepare` (poison its outputs and scratch,
+    initialise what starts from a value) and `launch`, the first run's outputs kept on the device, the inputs' original
+    bytes, and `check()`: do the outputs every set holds now equal the first run's, and do the inputs still hold
+    their bytes? What the grader checked is the first run; every timed run must compute the same."""
+
+    def __init__(self, find_kernel: Callable[[str], Any], request: protocol.TimeLaunches, device: torch.device,
+                 sets: int) -> None:
+        first = [t.to(device) for t in request.inputs]
+        self.pristine = [t.detach().clone() for t in first]
+        buffers = {int(k): v for k, v in request.buffers.items()}
+        launches = list(request.launches)
+        kernels = [find_kernel(launch["kernel"]) for launch in launches]
+        self.inputs = [first] + [[t.clone() for t in first] for _ in range(sets - 1)]
+        self.built = [_build_set(buffers, inputs, device) for inputs in self.inputs]
+        self.bound = []
+        for storages, _, _ in self.built:
+            self.bound.append([
+                (kernel, tuple(launch["grid"]),
+                 [decode_value(a, storages) for a in launch["args"]],
+                 {k: decode_value(v, storages) for k, v in launch["kwargs"].items()})
+                for kernel, launch in zip(kernels, launches, strict=True)
+            ])
+        self.kernels = kernels
+        self.views = list(request.outputs)
+        self.sets = sets
+        self.expected: list[torch.Tensor] = []
+
+    def prepare(self, index: int) -> None:
+        _, inits, poisoned = self.built[index]
+        for buffer in poisoned:
+            buffer.fill_(POISON_BYTE)
+        for destination, source in inits:
+            destination.copy_(source)
+
+    def launch(self, index: int) -> None:
+        for kernel, grid, args, kwargs in self.bound[index]:
+            kernel[grid](*args, **kwargs)
+
+    def run(self, index: int) -> None:
+        self.prepare(index)
+        self.launch(index)
+
+    def outputs(self, index: int) -> list[torch.Tensor]:
+        return [tensor_from(self.built[index][0], view) for view in self.views]
+
+    def keep_first_outputs(self) -> None:
+        self.expected = [t.detach().clone() for t in self.outputs(0)]
+
+    def steps(self) -> list[samplers.Step]:
+        return [(functools.partial(self.prepare, i), functools.partial(self.launch, i)) for i in range(self.sets)]
+
+    def check(self) -> str:
+        """"" when every set's outputs equal the first run's and every input holds its bytes; else what differs."""
+        for index in range(self.sets):
+            for number, (got, want) in enumerate(zip(self.outputs(index), self.expected, strict=True)):
+                if torch.equal(got, want):
+                    continue
+                close = torch.isclose(got, want, rtol=CHECK_RTOL, atol=CHECK_ATOL, equal_nan=True) \
+                    if got.is_floating_point() else got == want
+                wrong = int((~close).sum())
+                if wrong:
+                    return (f"output {number + 1} of input set {index + 1} differs from the checked run's at {wrong} "
+                            f"of {got.numel()} elements after a timed sample")
+            for number, (got, want) in enumerate(zip(self.inputs[index], self.pristine, strict=True)):
+                if not torch.equal(got.view(-1).view(torch.uint8), want.view(-1).view(torch.uint8)):
+                    return f"input {number + 1} of input set {index + 1} changed during a timed sample"
+        return ""
 
 
 def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunches,
                   device: torch.device) -> protocol.Timed:
-    """Run the planned launches on fresh input sets: outputs of the first run, then (CUDA, `time`)
-    the medians of CUDA-graph replays of every set's launches; with `keep`, kept for `time_kept` instead."""
-    first = [t.to(device) for t in request.inputs]
+    """Run the planned launches on fresh input sets: outputs of the first run, then (CUDA, `time`) samples of every
+    set's launches, each on freshly poisoned outputs and timed between events inside a CUDA graph
+    (samplers.FreshSampler); with `keep`, kept for `time_kept` instead."""
     buffers = {int(k): v for k, v in request.buffers.items()}
-    launches = list(request.launches)
-    kernels = [find_kernel(launch["kernel"]) for launch in launches]
     set_bytes = sum(int(spec["nbytes"]) for spec in buffers.values())
     sets = max(request.sets, 1)
     if (request.time or request.keep) and request.rotate:
         sets = min(max(sets, -(-L2_FLUSH_BYTES // max(set_bytes, 1))), MAX_SETS)
-    all_inputs = [first] + [[t.clone() for t in first] for _ in range(sets - 1)]
-    built = [_build_set(buffers, inputs, device) for inputs in all_inputs]
-    bound = []
-    for storages, _ in built:
-        bound.append([
-            (kernel, tuple(launch["grid"]),
-             [decode_value(a, storages) for a in launch["args"]],
-             {k: decode_value(v, storages) for k, v in launch["kwargs"].items()})
-            for kernel, launch in zip(kernels, launches, strict=True)
-        ])
-
-    def copy_in(index: int) -> None:
-        for destination, source in built[index][1]:
-            destination.copy_(source)
-
-    def launch(index: int) -> None:
-        for kernel, grid, args, kwargs in bound[index]:
-            kernel[grid](*args, **kwargs)
-
-    def run(index: int) -> None:
-        copy_in(index)
-        launch(index)
-
-    run(0)
+    planned = PlannedRun(find_kernel, request, device, sets)
+    planned.run(0)
     if device.type == "cuda":
         torch.cuda.synchronize()
     progress.mark(progress.STEP)  # the launches finished: copying their outputs out is work, not a spin
-    outputs = tuple(tensor_from(built[0][0], view).detach().to("cpu").clone() for view in request.outputs
-                    if request.return_outputs)
+    planned.keep_first_outputs()
+    outputs = tuple(t.detach().to("cpu").clone() for t in planned.expected) if request.return_outputs else ()
     progress.mark(progress.STEP)
-
-    def run_all() -> None:
-        for index in range(sets):
-            run(index)
-
     medians: tuple[float, ...] = ()
+    refused = ""
     if request.keep:  # timed later, by `time_kept`, when the GPU is this grade's alone
-        _KEPT[request.keep] = (run_all, sets)
-        _ONE_SET[request.keep] = (lambda: copy_in(0), lambda: launch(0), [kernel for kernel, *_ in bound[0]])
+        _KEPT[request.keep] = planned
     elif request.time and device.type == "cuda":
-        run_all()  # every set compiled and warm before the capture
-        spin_up_ms = request.spin_up_ms if request.spin_up_ms is not None else performance_timing.DEFAULT_SPIN_UP_MS
-        medians = performance_timing.time_graph(run_all, calls=sets, repeats=request.repeats,
-                                                spin_up_ms=spin_up_ms).medians_ms
-    return protocol.Timed(ok=True, outputs=outputs, sets=sets, medians_ms=medians)
+        for index in range(sets):  # every set compiled and warm before the capture
+            planned.run(index)
+        spin_up_ms = request.spin_up_ms if request.spin_up_ms is not None else samplers.DEFAULT_SPIN_UP_MS
+        timing, refused = samplers.FreshSampler(planned.steps(), planned.check).samples(request.repeats,
+                                                                                                  spin_up_ms)
+        medians = timing.medians_ms
+    return protocol.Timed(ok=True, outputs=outputs, sets=sets, medians_ms=medians, refused=refused)
 
 
-_KEPT: dict[str, tuple[Callable[[], None], int]] = {}  # key -> (run every set once, number of sets)
-# key -> (copy the first set's inputs in, launch its kernels, those kernels)
-_ONE_SET: dict[str, tuple[Callable[[], None], Callable[[], None], list[Any]]] = {}
-_HELD: dict[str, performance_timing.GraphSampler] = {}  # key -> its captured graph, sampled request by request
+_KEPT: dict[str, PlannedRun] = {}  # key -> launches run once and kept, for time_kept or profile_kept
+_HELD: dict[str, samplers.FreshSampler] = {}  # key -> its captured graph, sampled request by request
 
 
 def held_graphs() -> bool:
@@ -184,42 +238,42 @@ def time_kept(request: protocol.TimeKept, device: torch.device) -> protocol.Time
     """Time launches an earlier `time_launches(keep=key)` ran and kept (their outputs already checked): only the
     CUDA-graph capture and its replays happen here, inside the grade's exclusive slot. `repeats` samples; with
     `hold`, the captured graph stays for the next request with the same key, so the grader can take one sample
-    here and one of another contestant in turn (without it the graph is let go)."""
+    here and one of another contestant in turn (without it the graph is let go). A sample whose check fails ends the
+    request with the reply's `refused` saying why."""
     key = request.key
     sampler = _HELD.pop(key, None)
     if sampler is None:
-        run_all, sets = _KEPT.pop(key)
-        _ONE_SET.pop(key, None)  # the timer never profiles: its one-set run lets its buffers go
+        planned = _KEPT.pop(key)
         if device.type != "cuda":  # nothing to time (the interpreter): a held run stays for the next request
             if request.hold:
-                _KEPT[key] = (run_all, sets)
-            return protocol.Timed(ok=True, sets=sets)
-        run_all()  # every set compiled and warm before the capture
-        sampler = performance_timing.GraphSampler(run_all, calls=sets)
-    timing = sampler.samples(request.repeats, request.spin_up_ms)
-    if request.hold:
+                _KEPT[key] = planned
+            return protocol.Timed(ok=True, sets=planned.sets)
+        for index in range(planned.sets):  # every set compiled and warm before the capture
+            planned.run(index)
+        sampler = samplers.FreshSampler(planned.steps(), planned.check)
+    timing, refused = sampler.samples(request.repeats, request.spin_up_ms)
+    if request.hold and not refused:
         _HELD[key] = sampler
-    return protocol.Timed(ok=True, sets=sampler.calls, medians_ms=timing.medians_ms)
+    return protocol.Timed(ok=True, sets=sampler.calls, medians_ms=timing.medians_ms, refused=refused)
 
 
 def profile_kept(request: protocol.ProfileKept, device: torch.device) -> protocol.Profiled:
     """Run the first input set of the launches kept under the key once, alone inside the CUDA profiler's range
     (the worker runs under `ncu --profile-from-start off`: only this range is profiled), after one run outside
     it so nothing in the range compiles or warms up; then what the compiler says of each kernel it launched."""
-    copy_in, launch, kernels = _ONE_SET[request.key]
+    planned = _KEPT[request.key]
     if device.type == "cuda":
-        copy_in()
-        launch()
-        copy_in()  # the inputs as the timed runs see them; the copies run outside the range, so only the
+        planned.run(0)
+        planned.prepare(0)  # outputs poisoned, as before every timed run; this runs outside the range, so only the
         torch.cuda.synchronize()  # kernels' launches are profiled (the reply's count splits ncu's report)
         torch.cuda.profiler.start()
         try:
-            launch()
+            planned.launch(0)
             torch.cuda.synchronize()
         finally:
             torch.cuda.profiler.stop()
     progress.mark(progress.STEP)
-    return protocol.Profiled(ok=True, kernels=compiled_facts(kernels), launches=len(kernels))
+    return protocol.Profiled(ok=True, kernels=compiled_facts(planned.kernels), launches=len(planned.kernels))
 
 
 def compiled_facts(kernels: list[Any]) -> dict[str, dict[str, Any]]:

@@ -1,11 +1,11 @@
 """Performance cases on CUDA, the measuring part. Timed runs execute none of the submission's Python:
 
 1. record: the student's worker calls the target once at the timed size (compiling and autotuning it),
-   then once more with every kernel launch recorded by layout (grader.running.worker.performance_run);
+   then once more with every kernel launch recorded by layout (grader.running.worker.measuring.planned_launches);
 2. plan: every buffer of those launches must be an input, a fresh buffer, a constant fill or a copy of
-   an input (grader.running.timing.performance_plan), else the values came from outside the kernels;
+   an input (grader.running.timing.launch_plan), else the values came from outside the kernels;
 3. time: the student's workers are stopped; inside the GPU's exclusive slot (grader.running.processes.gpu_slot)
-   a timer worker that loaded only the submission's kernels (grader.running.timing.kernel_source) runs the
+   a timer worker that built only the submission's kernels, from data (grader.running.worker.kernel_host), runs the
    launches on fresh inputs, sends their outputs back (checked here against torch eager), and times
    CUDA-graph replays of them. The reference solution is timed the same way in a worker of its own,
    torch eager here; both once per assignment, GPU and versions, cached on disk
@@ -55,11 +55,11 @@ from grader.running.timing.calibration import (
 )
 from grader.running.timing.calls import Prepared, baseline_outputs, compare_outputs, encode_call
 from grader.running.timing.contestants import Contestants, finish_start, timed_deadline
-from grader.running.timing.performance_plan import plan_performance_run
+from grader.running.timing.launch_plan import plan_performance_run
 from grader.running.timing.profiled_replay import Profiler
-from grader.running.worker import performance_timing
+from grader.running.worker.measuring import samplers
 from grader.seeds import case_seed
-from grader.trap_ids import CRASH, NOT_FUSED, OUT_OF_MEMORY, RUNTIME_ERROR, TIMEOUT
+from grader.trap_ids import CRASH, NOT_FUSED, OUT_OF_MEMORY, RUNTIME_ERROR, TIMED_OUTPUT_CHANGED, TIMEOUT
 
 
 class PerformanceRunner:
@@ -126,7 +126,7 @@ class PerformanceRunner:
         found = versions()
         if copy_gb_per_s is None:
             if self._copy_gb_per_s is None:
-                self._copy_gb_per_s = performance_timing.copy_bandwidth_gbs()
+                self._copy_gb_per_s = samplers.copy_bandwidth_gbs()
             copy_gb_per_s = self._copy_gb_per_s
         return DeviceInfo(gpu=torch.cuda.get_device_name(0) if self.device == "cuda" else self.device,
                           copy_gb_per_s=copy_gb_per_s, torch=found.get("torch", "?"), triton=found.get("triton", "?"),
@@ -140,7 +140,7 @@ class PerformanceRunner:
             return None
         key = (prepared.perf.dtype, bool(baseline.tf32))
         if key not in self._roofs:
-            self._roofs[key] = performance_timing.matmul_tflops(getattr(torch, key[0]), key[1])
+            self._roofs[key] = samplers.matmul_tflops(getattr(torch, key[0]), key[1])
         return self._roofs[key]
 
     def run(self, perf: PerformanceCase, battery: Battery, cases: Sequence[CaseResult]) -> PerformanceResult:
@@ -168,8 +168,9 @@ class PerformanceRunner:
         # The timer (and, without a calibration, the reference) start while the student's worker records:
         # spawned here (a worker dies with the thread that spawned it), awaited on the pool's threads.
         contestants = self.contestants
-        timer, reduced = contestants.new_timer(battery)
-        timer.spawn()
+        timer = contestants.new_timer(battery)
+        if not isinstance(timer, str):
+            timer.spawn()
         profiler = self._profiler(battery)
         if profiler is not None:  # its workers import torch while the student's records and the timer checks
             profiler = self._guarded(profiler, profiler.spawn, [perf.id for perf in todo])
@@ -184,7 +185,7 @@ class PerformanceRunner:
                 reference = contestants.new_reference()
                 reference.spawn()
         with ThreadPoolExecutor(max_workers=2) as pool:
-            timer_reply = pool.submit(finish_start, timer)
+            timer_reply = pool.submit(finish_start, timer) if not isinstance(timer, str) else None
             reference_reply = pool.submit(finish_start, reference) if reference is not None else None
             for perf in todo:
                 with clock.phase("timing/record"):
@@ -195,7 +196,7 @@ class PerformanceRunner:
                     ready.append(prepared)
             battery.workers.stop()  # nothing of the student's runs while anything is timed
             with clock.phase("timing/start-workers"):
-                contestants.adopt_timer(timer, reduced, timer_reply.result())
+                contestants.adopt_timer(timer, timer_reply.result() if timer_reply is not None else None)
                 if reference is not None and reference_reply is not None:
                     contestants.adopt_reference(reference, reference_reply.result())
         checked = []
@@ -360,6 +361,9 @@ class PerformanceRunner:
             student_medians: list[float] | str = ""
             if perf.id in contestants.reference_kept and not self._in_turn_failed:
                 in_turn = contestants.time_in_turn(timer, perf, what)
+                if isinstance(in_turn, str) and in_turn.startswith(TIMED_OUTPUT_CHANGED):
+                    contestants.drop_timer()
+                    return _failed(perf, in_turn, device)
                 if isinstance(in_turn, str):  # never expected: time alone, against the bars, and say so
                     self._in_turn_failed = in_turn
                     contestants.drop_timer()
@@ -424,7 +428,7 @@ class PerformanceRunner:
         except Exception as exc:  # torch eager itself failed (out of memory): no bar to compare with
             return f"torch eager could not be timed at {perf.shape}: {type(exc).__name__}: {exc}"[:400]
         reference, note = self.contestants.time_reference(prepared)
-        copy = self._copy_gb_per_s if self._copy_gb_per_s is not None else performance_timing.copy_bandwidth_gbs()
+        copy = self._copy_gb_per_s if self._copy_gb_per_s is not None else samplers.copy_bandwidth_gbs()
         self._copy_gb_per_s = copy
         now = time.time()
         return Calibration(id=f"{key.digest}@{int(now)}", reference=tuple(reference) if reference else None,
@@ -434,7 +438,7 @@ class PerformanceRunner:
     def _eager_outputs(self, baseline: Baseline, inputs: Mapping[str, Any],
                        perf: PerformanceCase) -> dict[str, torch.Tensor]:
         on_device = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-        with performance_timing.tf32_matmul(baseline.tf32):
+        with samplers.tf32_matmul(baseline.tf32):
             return baseline_outputs(baseline, baseline.run(on_device))
 
     def _time_eager(self, baseline: Baseline, inputs: Mapping[str, Any], perf: PerformanceCase) -> list[float]:
@@ -444,13 +448,13 @@ class PerformanceRunner:
                             for _ in range(perf.input_sets - 1)]
         if self.device != "cuda":
             return []
-        with performance_timing.tf32_matmul(baseline.tf32):
+        with samplers.tf32_matmul(baseline.tf32):
             def run_all() -> None:
                 for copy in copies:
                     baseline.run(copy)
 
             run_all()
-            measured = performance_timing.time_graph(run_all, calls=len(copies), repeats=perf.repeats,
+            measured = samplers.time_graph(run_all, calls=len(copies), repeats=perf.repeats,
                                                      spin_up_ms=self.contestants.spin_up_ms())
         torch.cuda.empty_cache()
         return list(measured.medians_ms)
@@ -465,6 +469,8 @@ IN_TURN_NOTE = "the reference was timed in turn with your kernels, sample for sa
 def _failed(perf: PerformanceCase, detail: str, device: DeviceInfo | None = None) -> PerformanceResult:
     """A case that failed at the timed size, named for what happened (timeout, out of memory, a crash)."""
     lowered = detail.lower()
+    if detail.startswith(TIMED_OUTPUT_CHANGED):
+        return errored(perf, detail.removeprefix(TIMED_OUTPUT_CHANGED + ": "), device, trap=TIMED_OUTPUT_CHANGED)
     if detail.startswith("timeout") or "did not finish" in lowered:
         return errored(perf, detail, device, trap=TIMEOUT)
     if detail.startswith(OUT_OF_MEMORY) or "out of memory" in lowered or "outofmemoryerror" in lowered:

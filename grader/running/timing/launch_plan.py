@@ -1,7 +1,7 @@
 """What a timer worker runs for one timed case, checked from the student's launch record. Pure.
 
 The student's worker records, at the timed size, every kernel launch its target made and where each
-buffer came from (grader.running.worker.performance_run): an input the grader sent, a fresh allocation, or
+buffer came from (grader.running.worker.measuring.planned_launches): an input the grader sent, a fresh allocation, or
 the size, first bytes and SHA-256 of anything else. Here every buffer must be accounted for by
 something the grader can rebuild on its own: an input, a fresh buffer, a constant fill, or a copy of
 an input. A buffer holding anything else (a cached answer, a result computed by torch) means the

@@ -1,6 +1,6 @@
-"""grader/running/worker/timed.py on the CPU (nothing is timed there): a target run once at the timed size, its
-launches recorded by layout for a timer, its outputs sent back when asked; what raises is an error reply, never an
-exception out of the worker. (Timing itself: tests/e2e/test_gpu_performance.py on a GPU.)"""
+"""grader/running/worker/measuring/handlers.py on the CPU (nothing is timed there): a target run once at the timed
+size, its launches recorded by layout for a timer, its outputs sent back when asked; what raises is an error reply,
+never an exception out of the worker. (Timing itself: tests/e2e/test_gpu_performance.py on a GPU.)"""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import types
 import torch
 
 from grader.running import protocol
-from grader.running.worker.timed import run_target, time_kept
+from grader.running.worker.measuring.handlers import run_target, time_kept
 from tests.running.worker.interpreted import run_interpreted
 
 
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent('''
     import json, torch, triton, triton.language as tl, types
     from grader.running import protocol
     from grader.running.worker import recording
-    from grader.running.worker.timed import run_target
+    from grader.running.worker.measuring.handlers import run_target
 
     recording.patch_kernel_runs()
 

@@ -1,4 +1,4 @@
-"""grader/running/timing/performance.py without a GPU: a case that failed at the timed size is named for what
+"""grader/running/timing/runner.py without a GPU: a case that failed at the timed size is named for what
 happened. (The runner at work on a fake clock: tests/judging/test_performance.py; on a GPU:
 tests/e2e/test_gpu_performance.py.)"""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from grader import trap_ids
 from grader.authoring.spec import PerformanceCase
-from grader.running.timing.performance import _failed
+from grader.running.timing.runner import _failed
 
 PERF = PerformanceCase(id="p", target="layernorm", dims={"M": 4096, "N": 4096}, tolerance="rowwise")
 
