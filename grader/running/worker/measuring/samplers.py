@@ -128,46 +128,65 @@ class FreshSampler:
     """Timed calls that each do fresh work, captured in one CUDA graph. A call is a pair of steps: `prepare` (poison its
     outputs, restore what must start from a value) runs outside the timed interval, `work` (the kernel launches) runs
     between two external CUDA events recorded inside the graph; the graph holds `rounds` passes over the calls, so
-    one replay lasts about `REPLAY_MS`. A sample replays it until about `sample_ms` of GPU time passed and gives the
-    mean time per call inside the intervals. After every sample `check()` looks at what the last replay left (the
-    outputs, the inputs' bytes) and says what is wrong, if anything: a sample whose check fails is no time.
+    one replay lasts about `REPLAY_MS`. A sample replays the graph back to back for about `sample_ms` and gives the
+    mean time per call inside the intervals of its last replay (the replays before it keep the GPU as busy as the
+    timed one; events are read only after the last, so no gap of the CPU's falls between replays). After every sample
+    `check()` looks at what the last replay left (the outputs, the inputs' bytes) and says what is wrong, if anything:
+    a sample whose check fails is no time.
+
+    Where CUDA events cannot be recorded inside a graph (`events` False, or the capture refuses them), a sample is the
+    difference of two graphs' back-to-back replays, [prepare, work] and [prepare] alone, per call (`mode` says which).
 
     Nothing but the captured kernels runs between the events, so the Python around a call (launch overhead, a patched
     clock) is not measured, and a kernel that skips work once its output looks done finds its output poisoned again
     before every call. `work` must already have run once outside the capture (compilation, allocations)."""
 
-    REPLAY_MS = 2.0
-    MAX_ROUNDS = 256
+    REPLAY_MS = 5.0
+    MAX_ROUNDS = 512
 
     def __init__(self, steps: list[Step], check: Callable[[], str] | None = None,
-                 sample_ms: float = SAMPLE_MS) -> None:
+                 sample_ms: float = SAMPLE_MS, events: bool = True) -> None:
         self.steps = steps
         self.check = check
         self.sample_ms = sample_ms
         self.calls = len(steps)
-        self.graph, self.starts, self.ends = self._capture(1)
         self.wall_a, self.wall_b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        one = max(self._replay_wall(), 1e-4)
-        rounds = max(1, min(self.MAX_ROUNDS, int(self.REPLAY_MS / one)))
-        if rounds > 1:
-            self.graph, self.starts, self.ends = self._capture(rounds)
-            one = max(self._replay_wall(), 1e-4)
-        self.rounds = rounds
+        self.mode = "events" if events else "subtracted"
+        self.prepare_only: Any = None
+        try:
+            self.graph, self.starts, self.ends = self._capture(1, timed=events, work=True)
+            if events:
+                self._inside()  # an event recorded by a graph must be readable
+        except RuntimeError:
+            torch.cuda.synchronize()
+            self.mode = "subtracted"
+            self.graph, self.starts, self.ends = self._capture(1, timed=False, work=True)
+        one = max(self._replays(self.graph, 1), 1e-4)
+        self.rounds = max(1, min(self.MAX_ROUNDS, int(self.REPLAY_MS / one)))
+        timed = self.mode == "events"
+        if self.rounds > 1:
+            self.graph, self.starts, self.ends = self._capture(self.rounds, timed=timed, work=True)
+            one = max(self._replays(self.graph, 1), 1e-4)
+        if not timed:
+            self.prepare_only = self._capture(self.rounds, timed=False, work=False)[0]
         self.count = max(1, int(sample_ms / one))
 
-    def _capture(self, rounds: int) -> tuple[Any, list[Any], list[Any]]:
-        starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(rounds * self.calls)]
-        ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(rounds * self.calls)]
+    def _capture(self, rounds: int, timed: bool, work: bool) -> tuple[Any, list[Any], list[Any]]:
+        starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(rounds * self.calls)] if timed \
+            else []
+        ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(rounds * self.calls)] if timed \
+            else []
 
-        def body(timed: bool) -> None:
+        def body(record: bool) -> None:
             index = 0
             for _ in range(rounds):
-                for prepare, work in self.steps:
+                for prepare, launch in self.steps:
                     prepare()
-                    if timed:
+                    if record:
                         starts[index].record()
-                    work()
-                    if timed:
+                    if work:
+                        launch()
+                    if record:
                         ends[index].record()
                     index += 1
 
@@ -179,19 +198,20 @@ class FreshSampler:
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            body(True)
+            body(timed)
         return graph, starts, ends
 
-    def _replay_wall(self) -> float:
+    def _replays(self, graph: Any, count: int) -> float:
+        """`count` replays of `graph` back to back: their wall time on the GPU (ms)."""
         self.wall_a.record()
-        self.graph.replay()
+        for _ in range(count):
+            graph.replay()
         self.wall_b.record()
         self.wall_b.synchronize()
         return float(self.wall_a.elapsed_time(self.wall_b))
 
-    def _replay(self) -> float:
-        """One replay: the GPU time inside the calls' intervals (ms)."""
-        self.graph.replay()
+    def _inside(self) -> float:
+        """The GPU time inside the calls' intervals of the last replay (ms)."""
         self.ends[-1].synchronize()
         return float(sum(start.elapsed_time(end) for start, end in zip(self.starts, self.ends, strict=True)))
 
@@ -199,13 +219,19 @@ class FreshSampler:
         """Replays, discarded, for about `spin_up_ms`: bring the clocks up from idle."""
         spent, spun = 0.0, 0
         while spent < spin_up_ms and spun < 10_000:
-            spent += self._replay_wall()
+            spent += self._replays(self.graph, 1)
             spun += 1
 
     def sample(self) -> float:
-        """Mean ms per call over about `sample_ms` of replays."""
-        inside = sum(self._replay() for _ in range(self.count))
-        return inside / (self.count * self.rounds * self.calls)
+        """Mean ms per call: inside the events of the last of about `sample_ms` of back-to-back replays, or (no events)
+        the replays' time less the same replays without the launches."""
+        per_replay = self.rounds * self.calls
+        if self.mode == "events":
+            self._replays(self.graph, self.count)
+            return self._inside() / per_replay
+        with_work = self._replays(self.graph, self.count)
+        without = self._replays(self.prepare_only, self.count)
+        return max(with_work - without, 1e-6) / (self.count * per_replay)
 
     def samples(self, repeats: int, spin_up_ms: float = 0.0) -> tuple[Timing, str]:
         """`repeats` samples after the spin-up, and what the check after a sample found wrong ("" for nothing)."""
