@@ -12,6 +12,7 @@ from grader.cli.grading import find_assignment_noting, require_spec
 from grader.cli.parser import calibration_settings
 from grader.environment import github_repo, installed_from_github
 from grader.operations.requests import UsageError
+from grader.publishing.plurals import counted
 
 
 def cmd_batch(args: argparse.Namespace, root: Path) -> int:
@@ -58,8 +59,8 @@ def cmd_similarity(args: argparse.Namespace, root: Path) -> int:
         comparison, paths = run_similarity(args.submissions, assignment, args.out, tuple(args.allowed))
     except BatchError as exc:
         raise UsageError(str(exc)) from None
-    print(f"{len(comparison.documents)} submissions, {len(comparison.pairs)} pairs sharing code beyond the template, "
-          f"{len(comparison.flagged)} flagged:")
+    print(f"{counted(len(comparison.documents), 'submission')}, {counted(len(comparison.pairs), 'pair')} sharing "
+          f"code beyond the template, {len(comparison.flagged)} flagged:")
     for pair in comparison.pairs[:10]:
         print(f"  {pair.score:.2f}  {pair.a}  {pair.b}{'  flagged' if pair.flagged else ''}")
     for path in paths:
@@ -93,8 +94,8 @@ def cmd_classroom_workflow(args: argparse.Namespace, root: Path) -> int:
         raise UsageError(f"{assignment.id} has no public cases: a GitHub Classroom workflow would grade nothing")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_text(args.out, classroom_workflow(assignment, grader_repo, args.submission, args.timeout))
-    points = sum(s.points for s in steps)
-    print(f"wrote {args.out}: {len(steps)} autograding steps, {points:g} points: the public cases, on the CPU "
+    worth = f"{counted(len(steps), 'autograding step')}, {counted(sum(s.points for s in steps), 'point')}"
+    print(f"wrote {args.out}: {worth}: the public cases, on the CPU "
           f"interpreter (the Classroom score covers public cases only). Commit it to the assignment's template "
           f"repository with the student bundle's files at its root ({assignment.submission_file}, README.md, "
           f"assignments/{assignment.id}/: `grader student-bundle`); {grader_repo} must hold no course secrets")

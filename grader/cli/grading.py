@@ -15,6 +15,7 @@ from grader.authoring.spec import Assignment
 from grader.backends import detect_backend
 from grader.cli.parser import calibration_settings
 from grader.operations.requests import CheckFile, GradeFiles, UsageError
+from grader.publishing.plurals import counted
 from grader.seeds import fresh_seed
 
 # Imported where used, not here: grader.operations.grade, .interactive, grader.publishing.report and .files
@@ -97,7 +98,8 @@ def cmd_mutant(args: argparse.Namespace, root: Path) -> int:
     if args.list:
         if args.ids or args.all or args.write or args.diff:
             raise UsageError("--list takes no mutant ids, --all, --write or --diff")
-        print(f"{assignment.id}: {len(mutants)} mutants and variants (id, kind, [expected traps], mistake)")
+        corpus = counted(len(mutants), "mutant or variant", "mutants and variants")
+        print(f"{assignment.id}: {corpus} (id, kind, [expected traps], mistake)")
         print(_mutant_table(list(mutants.values())))
         return 0
     if bool(args.ids) == args.all or not (args.write or args.diff):
@@ -152,13 +154,13 @@ def cmd_list(args: argparse.Namespace, root: Path) -> int:
         return 1
     for assignment_id in ids:
         a = find_assignment_noting(assignment_id, root)
-        print(f"{a.id}: {a.title}  ({a.max_score:g} points, {len(a.cases)} cases)")
+        print(f"{a.id}: {a.title}  ({counted(a.max_score, 'point')}, {counted(len(a.cases), 'case')})")
         for target in a.targets:
             points = sum(c.points for c in a.cases if c.target == target)
             kind = "kernel  " if target in a.kernels else "function"
-            print(f"  {kind} {target:28} {points:g} points")
+            print(f"  {kind} {target:28} {counted(points, 'point')}")
         for perf in a.performance:  # timed on CUDA only
-            worth = f"up to {perf.max_score:g} points" if perf.thresholds else "leaderboard only"
+            worth = f"up to {counted(perf.max_score, 'point')}" if perf.thresholds else "leaderboard only"
             print(f"  timed    {perf.target:28} {perf.shape} {perf.dtype} ({worth})")
     return 0
 

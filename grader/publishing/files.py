@@ -1,8 +1,9 @@
 """Write one grading run's files into its output folder, each atomically.
 
 report.md and report.html are the full (instructor) view; results.json carries the student view
-(hidden cases: name and pass/fail only) as Gradescope's top-level output. Every report is rendered
-under a size budget (grader.publishing.size_budget steps down to less detail), so none exceeds what LMSs accept.
+(hidden cases: a count and their points only) as Gradescope's top-level output, and prairielearn.json
+only that view. Every report is rendered under a size budget (grader.publishing.size_budget steps down to less
+detail), so none exceeds what LMSs accept.
 """
 
 from __future__ import annotations
@@ -33,5 +34,5 @@ def write_outputs(
     write_text(out_dir / "report.md", report.markdown(result, assignment, max_chars=MAX_REPORT_CHARS))
     write_text(out_dir / "report.html", report.html(result, assignment, max_chars=MAX_REPORT_CHARS))
     if prairielearn:
-        write_json(out_dir / "prairielearn.json", prairielearn_json(result, student_markdown))
+        write_json(out_dir / "prairielearn.json", prairielearn_json(result, assignment, student_markdown))
     write_json(out_dir / "results.json", results_json(result, assignment, student_markdown))

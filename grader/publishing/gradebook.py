@@ -130,6 +130,11 @@ def target_points(assignment: Assignment, backend: str) -> dict[str, float]:
     return points
 
 
+def max_points(assignment: Assignment, backend: str) -> float:
+    """A gradebook's max_score: what canvas.csv's Points Possible row says."""
+    return sum(target_points(assignment, backend).values())
+
+
 def graded_row(student: Student, result: GradeResult, record: Mapping[str, Any],
                current: bool = True) -> GradebookRow:
     return GradebookRow(
@@ -297,7 +302,8 @@ def canvas_csv(book: Gradebook, column: str | None = None) -> str:
 
     `column` (else the book's `canvas_column`) names the assignment as Canvas does, `Name (canvas assignment
     id)`, e.g. `Fused layers (12345)`: with the id Canvas updates that assignment, without it Canvas offers to
-    create a new one (default: the assignment's title). Canvas matches students on `ID`, `SIS User ID` or
+    create a new one (default: the assignment's title; `grader batch` passes the roster's assignment column when
+    its Canvas export has exactly one). Canvas matches students on `ID`, `SIS User ID` or
     `SIS Login ID`; the lines are `canvas_rows`' (current scores only: never a blank that would clear a grade).
     Text cells a spreadsheet would run as a formula get a `'`."""
     buffer = io.StringIO()

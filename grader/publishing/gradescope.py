@@ -2,7 +2,7 @@
 
 What a student sees, and when (docs/formats.md says the same): the top level (`output`, `leaderboard`,
 `extra_data`) is there from the moment of grading, so it carries the public part of the result only
-(grader.publishing.hidden_cases.public_part): public cases by name, hidden ones as a count with their points.
+(grader.publishing.hidden_cases.before_due_date): public cases by name, hidden ones as a count with their points.
 Each case is a test of its own with the visibility the spec gives it: public cases `visible`, hidden ones
 the spec's hidden_visibility (Gradescope shows them after the due date, when published, or never).
 """
@@ -14,7 +14,7 @@ from typing import Any
 from grader.authoring.course_seed import COURSE, fingerprint
 from grader.authoring.spec import Assignment
 from grader.judging.performance import leaderboard, summary_dict
-from grader.publishing.hidden_cases import hidden_summary, public_part
+from grader.publishing.hidden_cases import before_due_date
 from grader.publishing.performance_view import performance_line
 from grader.results import GradeResult
 
@@ -35,6 +35,7 @@ def test_visibility(visibility: str, assignment: Assignment) -> str:
 def results_json(result: GradeResult, assignment: Assignment, summary: str) -> dict[str, Any]:
     """`summary`: the student view's Markdown (grader.publishing.report.markdown(..., show_hidden_details=False)),
     the visible top-level output."""
+    seen = before_due_date(result, assignment)  # what the visible top level may carry
     tests = []
     for number, case in enumerate(result.cases, start=1):
         tests.append({
@@ -77,8 +78,8 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
             "format_version": result.format_version,
             "assignment": result.assignment,
             "max_score": result.max_score,
-            "traps": list(public_part(result).traps),  # a hidden case's traps are in its own test
-            "hidden_cases": _hidden(result, assignment),
+            "traps": list(seen.public.traps),  # a hidden case's traps are in its own test
+            "hidden_cases": seen.hidden_dict,  # how many and their points (no score: that tells their results)
             # the course's seed is as secret as its hidden cases: named by its fingerprint only (grade.json has it)
             "seed": None if result.seed_source == COURSE else result.seed,
             "seed_source": result.seed_source,
@@ -96,8 +97,3 @@ def results_json(result: GradeResult, assignment: Assignment, summary: str) -> d
         out["leaderboard"] = board
     return out
 
-
-def _hidden(result: GradeResult, assignment: Assignment) -> dict[str, float]:
-    """How many hidden cases there are and what they are worth (no score: that would tell their results)."""
-    summary = hidden_summary(result, assignment)
-    return {"count": summary.count, "points": summary.points} if summary else {"count": 0, "points": 0.0}

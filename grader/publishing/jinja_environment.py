@@ -1,11 +1,12 @@
 """The one jinja2 environment every view of grader/publishing/ renders with (a grade's reports, the class
 report, the similarity page): templates from grader/publishing/templates/, HTML autoescaped, undefined
-names an error, and the filters the templates share (`md`, `fence`, `num`, `value`)."""
+names an error, and the filters the templates share (`md`, `fence`, `num`, `value`, `counted`)."""
 
 from __future__ import annotations
 
 import jinja2
 
+from grader.publishing.plurals import counted
 from grader.publishing.safe_text import md_fence, md_inline
 
 
@@ -23,4 +24,5 @@ def template_environment() -> jinja2.Environment:
     env.filters["fence"] = md_fence
     env.filters["num"] = lambda x: f"{x:g}"
     env.filters["value"] = lambda x: f"{x:.7g}" if isinstance(x, float) else str(x)
+    env.filters["counted"] = counted  # {{ n | counted('case') }}: "1 case", "2 cases"
     return env

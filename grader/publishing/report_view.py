@@ -13,8 +13,9 @@ from grader.authoring.spec import Assignment, TrapText
 from grader.judging.error_maps import CODES, LEGEND
 from grader.publishing.case_view import CaseView, case_view
 from grader.publishing.error_map_view import MAP_COLOURS
-from grader.publishing.hidden_cases import HiddenSummary, hidden_summary, public_part
+from grader.publishing.hidden_cases import HiddenSummary, before_due_date
 from grader.publishing.performance_view import PerformanceRow, SlowReason, device_line, performance_row
+from grader.publishing.plurals import counted
 from grader.publishing.safe_text import clean
 from grader.publishing.size_budget import DETAIL_LEVELS, MAX_MESSAGE_CHARS, Detail
 from grader.publishing.trap_view import TrapView
@@ -146,7 +147,7 @@ class ReportView:
         if not perf or any(p.status != "skipped" for p in perf):
             return ""
         reasons = sorted({p.reason for p in perf})
-        return f"{len(perf)} performance case(s) not measured: {'; '.join(reasons)}."
+        return f"{counted(len(perf), 'performance case')} not measured: {'; '.join(reasons)}."
 
     @property
     def slow_reasons(self) -> tuple[SlowReason, ...]:
@@ -179,7 +180,7 @@ def view(
 ) -> ReportView:
     hidden = None
     if not show_hidden_details:  # the student view: built from the public part only
-        hidden = hidden_summary(result, assignment)
-        result = public_part(result)
+        seen = before_due_date(result, assignment)
+        result, hidden = seen.public, seen.hidden
     cases = tuple(case_view(c, assignment, show_hidden_details, detail) for c in result.cases)
     return ReportView(result, assignment, trap_catalog(assignment), show_hidden_details, detail, cases, hidden)

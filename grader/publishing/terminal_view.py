@@ -1,9 +1,10 @@
 """What `grader check` prints, the point first (TerminalView): the score, the notes on the whole file, then the first
-failure in full with its trap's advice and fix, then every case, the repetitive folded. A case that failed exactly as
-one already shown (the same message), or the third and later with the same traps, is its first line alone; error maps
-are printed as grids for the first MAX_MAPPED_CASES cases with one, and a map whose elements are all the same (an
-untouched template's `U`s) as one line; what was folded is counted in one line that says where the rest is (`-v`,
-`--out DIR`). Verbose: nothing folded. Reads the ReportView; the template lays it out."""
+failure in full with its trap's advice and fix, then every case, the repetitive folded. A case that failed the same
+way as one already shown (the same message, or the same traps) is its first line alone; error maps are printed as
+grids for the first MAX_MAPPED_CASES cases with one, and a map whose elements are all the same (an untouched
+template's `U`s) as one line; what was folded (a case whose details were left out, a grid) is counted in one line
+that says where the rest is (`-v`, `--out DIR`), and there is no such line when nothing was. Verbose: nothing
+folded. Reads the ReportView; the template lays it out."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from functools import cached_property
 from grader.judging.error_maps import LEGEND
 from grader.publishing.case_view import CaseView
 from grader.publishing.error_map_view import MapView
+from grader.publishing.plurals import counted
 from grader.publishing.report_view import ReportView
 from grader.publishing.trap_view import TrapView
 
 MAX_MAPPED_CASES = 2  # cases whose error maps are printed as grids (-v: all)
-SAME_TRAPS_SHOWN = 2  # failing cases with the same traps shown in full (-v: all)
+SAME_TRAPS_SHOWN = 1  # failing cases with the same (named) traps shown in full (-v: all)
 TEXT_MAP_SIZE = (24, 64)  # rows, columns of the largest grid printed
 MAP_LEGEND = ". right, 1-4 wrong by <=10x/1e3x/1e5x/more than tolerance, N NaN, R out-of-bounds read, U unwritten"
 
@@ -47,7 +49,8 @@ def map_text(m: MapView) -> MapText | None:
     codes = {ch for row in m.grid for ch in row}
     if len(codes) == 1:
         (code,) = codes
-        return MapText(f"where {m.output} is wrong: all {m.total} elements {code} ({LEGEND.get(code, code)})")
+        every = counted(m.total, "element")
+        return MapText(f"where {m.output} is wrong: all {every} {code} ({LEGEND.get(code, code)})")
     lines = m.text_lines(*TEXT_MAP_SIZE)
     if not lines:
         return None
@@ -74,10 +77,10 @@ class TerminalView:
                 if result.passed:
                     lines.append(CaseLine(case, full=False))
                     continue
-                full = self.verbose or case is lead or (
-                    case.message not in shown_messages and same_traps.get(result.traps, 0) < SAME_TRAPS_SHOWN)
-                if not full:
-                    folded += 1
+                same_way = case.message in shown_messages or (
+                    bool(result.traps) and same_traps.get(result.traps, 0) >= SAME_TRAPS_SHOWN)
+                if not (self.verbose or case is lead) and same_way:
+                    folded += bool(case.message.strip() or case.maps)  # one with no details loses nothing
                     lines.append(CaseLine(case, full=False))
                     continue
                 shown_messages.add(case.message)
@@ -130,7 +133,7 @@ class TerminalView:
         elif folded:
             parts.append(f"{folded} more cases failed the same way as ones above (only their first lines are shown)")
         if maps_left:
-            parts.append(f"{maps_left} more error {'map' if maps_left == 1 else 'maps'} not printed")
+            parts.append(f"{counted(maps_left, 'more error map')} not printed")
         if not parts:
             return ""
         full = (f"the full report is in {self.written_to}" if self.written_to else "`--out DIR` writes the full report")

@@ -50,6 +50,18 @@ def test_list_prints_the_assignment(repo_root: Path, capsys: pytest.CaptureFixtu
     assert "timed    layernorm                    8192x8192 float32 (leaderboard only)" in out
 
 
+def test_list_says_1_point_not_1_points(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "assignments"
+    assert main(["--assignments", str(root), "new-assignment", "rowsum"]) == 0
+    spec = root / "rowsum" / "assignment.toml"
+    spec.write_text(spec.read_text(encoding="utf-8").replace("points = 1\n", "points = 0.5\n"), encoding="utf-8")
+    capsys.readouterr()
+    assert main(["--assignments", str(root), "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith("(1 point, 2 cases)")
+    assert out[1] == "  kernel   row_sum_kernel               1 point"
+
+
 def test_list_with_no_assignments(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--assignments", str(tmp_path), "list"]) == 1
     assert "no assignments under" in capsys.readouterr().out

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from grader.authoring.spec import Assignment, load_assignment
-from grader.publishing.hidden_cases import HiddenSummary, hidden_summary, public_part
+from grader.publishing.hidden_cases import HiddenSummary, StudentView, before_due_date, hidden_summary, public_part
 from tests.publishing.test_performance_view import timed
 from tests.publishing.test_report import sample_result
 
@@ -42,3 +42,12 @@ def test_hidden_cases_are_counted_with_their_points(assignment: Assignment) -> N
 def test_the_summary_line() -> None:
     assert HiddenSummary(1, 1.0, "results not shown").line == "1 hidden case worth 1 point: results not shown"
     assert HiddenSummary(18, 27.5, "later").line == "18 hidden cases worth 27.5 points: later"
+
+
+def test_before_the_due_date_a_student_sees_the_public_part_and_the_hidden_count(assignment: Assignment) -> None:
+    result = sample_result()
+    seen = before_due_date(result, assignment)
+    assert seen == StudentView(public_part(result), HiddenSummary(1, 2.0, "results after the due date"))
+    assert seen.hidden is not None and seen.hidden.counted == "1 hidden case worth 2 points"
+    assert seen.hidden_dict == {"count": 1, "points": 2.0}
+    assert before_due_date(seen.public, assignment).hidden_dict == {"count": 0, "points": 0.0}

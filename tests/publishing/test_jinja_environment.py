@@ -35,3 +35,5 @@ def test_the_shared_filters() -> None:
     assert filters["fence"]("x ``` y") == "````"
     assert (filters["num"](2.0), filters["num"](2.5), filters["num"](1e-6)) == ("2", "2.5", "1e-06")
     assert (filters["value"](0.123456789), filters["value"](3), filters["value"]("nan")) == ("0.1234568", "3", "nan")
+    assert template_environment().from_string("{{ 1 | counted('case') }}, {{ 2 | counted('case') }}").render() == (
+        "1 case, 2 cases")

@@ -61,7 +61,7 @@ def test_a_zero_point_check_is_not_counted(assignment: Assignment) -> None:
 def test_nothing_measured_is_one_line(assignment: Assignment) -> None:
     skipped = timed(status="skipped", reason="needs CUDA", student=None)
     result = dataclasses.replace(sample_result(), performance=(skipped, dataclasses.replace(skipped, perf_id="b")))
-    assert view(result, assignment).performance_skipped == "2 performance case(s) not measured: needs CUDA."
+    assert view(result, assignment).performance_skipped == "2 performance cases not measured: needs CUDA."
     measured = dataclasses.replace(result, performance=(skipped, timed()))
     assert view(measured, assignment).performance_skipped == ""
     assert [row.status for row in view(measured, assignment).performance] == ["skipped", "timed"]

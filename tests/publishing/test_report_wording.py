@@ -92,7 +92,7 @@ def test_a_zero_point_check_is_marked_apart_and_not_counted(assignment: Assignme
     (target,) = view(result, assignment).targets
     assert target.passed == 0 and len(target.scored) == 1 and len(target.cases) == 2
     terminal = report.terminal(result, assignment)
-    assert "(0 of 1 cases)" in terminal and "1 of 2" not in terminal
+    assert "(0 of 1 case)" in terminal and "1 of 2" not in terminal
     assert "ok    layernorm_forward_kernel: compiles for the grading GPU (sm_90)  (a check, no points)" in terminal
     assert "PASS" not in terminal
     assert "| `layernorm_forward_kernel` | kernel | 0 / 1 | 0 / 1 |" in report.markdown(result, assignment)

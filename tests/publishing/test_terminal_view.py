@@ -91,10 +91,12 @@ def test_the_template_leads_with_its_fix_and_prints_no_grids_of_u(assignment: As
     assert "UUUU" not in text  # no grid of U anywhere
     assert text.count("== Output elements never written") == 1  # explained once, with the first failure
     assert text.count("Exposed by: Every case: the kernel stores nothing yet.") == 1
-    # the third case with the same traps is its first line alone, and the fold says where the rest is
-    assert "FAIL  layernorm_forward_kernel: ln  [unwritten-output]\nFAIL  layernorm: wrap  [runtime-error]\n" in text
-    assert ("\u2026 1 more case failed the same way as one above (only its first line is shown): `grader check -v` "
-            "prints everything, `--out DIR` writes the full report") in lines
+    # a second case with the same traps is its first line alone, and the fold says where the rest is
+    assert ("FAIL  row_mean_var_kernel: stats  [unwritten-output]\nFAIL  layernorm_forward_kernel: ln  "
+            "[unwritten-output]\nFAIL  layernorm: wrap  [runtime-error]\n") in text
+    assert "where out is wrong: all 40 elements U" not in text  # stats' own details are folded
+    assert ("\u2026 2 more cases failed the same way as ones above (only their first lines are shown): `grader check "
+            "-v` prints everything, `--out DIR` writes the full report") in lines
 
 
 def test_grids_fold_after_the_first_few_and_verbose_prints_them_all(assignment: Assignment) -> None:
@@ -116,10 +118,46 @@ def test_cases_that_failed_the_same_way_fold_into_one_line(assignment: Assignmen
     same = [wrong_rows(f"c{i}", "fused_linear_gelu_kernel") for i in range(5)]
     view_ = TerminalView(view(result(*same), assignment, True), written_to="out")
     assert [c.full for c in view_.cases] == [True] * SAME_TRAPS_SHOWN + [False] * (5 - SAME_TRAPS_SHOWN)
-    assert view_.fold_line == ("\u2026 3 more cases failed the same way as ones above (only their first lines are "
+    assert view_.fold_line == ("\u2026 4 more cases failed the same way as ones above (only their first lines are "
                                "shown): `grader check -v` prints everything, the full report is in out")
     verbose = TerminalView(view(result(*same), assignment, True), verbose=True)
     assert all(c.full for c in verbose.cases) and verbose.fold_line == ""
+
+
+def test_a_second_case_with_the_same_trap_is_one_line(assignment: Assignment) -> None:
+    """As the README says: a case that failed the same way as one above (the same trap, another message) is one
+    line; failures with no trap named are not the same way unless their messages are."""
+    graded = result(case("c0", "layernorm", ("runtime-error",), "layernorm(...) raised ValueError: first"),
+                    case("c1", "layernorm", ("runtime-error",), "layernorm(...) raised KeyError: second"),
+                    case("c2", "layernorm", (), "Failed: wrong values in c2"),
+                    case("c3", "layernorm", (), "Failed: wrong values in c3"))
+    term = TerminalView(view(graded, assignment, True))
+    assert [c.full for c in term.cases] == [True, False, True, True]
+    text = report.terminal(graded, assignment)
+    assert "KeyError: second" not in text and "wrong values in c2" in text and "wrong values in c3" in text
+    assert "FAIL  layernorm: c1  [runtime-error]\nFAIL  layernorm: c2\n" in text
+    assert "\u2026 1 more case failed the same way as one above" in text
+
+
+def test_no_fold_line_when_every_case_is_shown_whole(assignment: Assignment) -> None:
+    """A case whose one line is all there is to it (no message, no map) hides nothing: no line says it was folded."""
+    graded = result(case("c0", "layernorm", ("runtime-error",), "layernorm(...) raised ValueError"),
+                    case("c1", "row_mean_var", ("unknown",), ""), case("c2", "row_mean_var", ("unknown",), ""))
+    term = TerminalView(view(graded, assignment, True))
+    assert term.fold_line == ""
+    text = report.terminal(graded, assignment)
+    assert "more case" not in text and "\u2026" not in text
+    assert "FAIL  row_mean_var: c1  [unknown]" in text and "FAIL  row_mean_var: c2  [unknown]" in text
+
+
+def test_counts_in_the_terminal_are_singular_for_one(assignment: Assignment) -> None:
+    graded = result(case("c0", "layernorm", ("runtime-error",), "layernorm(...) raised ValueError"),
+                    case("c1", "row_mean_var", (), "", passed=True), case("c2", "row_mean_var", (), "", passed=True))
+    lines = lines_of(report.terminal(graded, assignment))
+    assert "  layernorm                        0 / 1   (0 of 1 case)" in lines
+    assert "  row_mean_var                     2 / 2   (2 of 2 cases)" in lines
+    (one,) = [map_text(map_view("out", data, None)) for data in grid(1, 1, "U").values()]
+    assert one is not None and one.heading == "where out is wrong: all 1 element U (never written)"
 
 
 def test_an_import_that_hung_is_said_once(assignment: Assignment) -> None:

@@ -20,6 +20,7 @@ from grader.publishing.gradebook import (
     GradebookRow,
     class_stats,
     graded_row,
+    max_points,
     target_points,
     ungraded_row,
     write_gradebook,
@@ -45,7 +46,7 @@ def build_gradebook(out: Path, submissions: Sequence[Submission], assignment: As
     submission), and the results behind scored rows."""
     canvas = canvas or CanvasOptions()
     points = target_points(assignment, manifest.backend)
-    max_score = sum(points.values())
+    max_score = max_points(assignment, manifest.backend)
     match = match_roster(canvas.roster, submissions) if canvas.roster is not None else None
     matched = match.by_submission if match is not None else {}
     rows: list[GradebookRow] = []

@@ -11,6 +11,10 @@ Two kinds of file, told apart by their header:
 - **A two-column map**: `file stem or email, student` per line; the student is their SIS User ID, unless a header
   line names the column it fills (`key,SIS Login ID`, `stem,ID`; `student` means SIS User ID).
 
+A Canvas export's assignment columns (`Name (assignment id)`, e.g. `Softmax (12345)`) are kept with their
+`Points Possible`: when there is exactly one, it is canvas.csv's column unless one is given
+(`Roster.assignment_column`), and `points_warning` says when its points differ from the grade's maximum.
+
 Parsing (`parse_roster`) and matching (`match_roster`) are pure; `read_roster` reads the file (BatchError for one
 the grader cannot read). A submission matching two roster students by its file name, or two submissions matching
 one student, is a conflict: that score is written nowhere and the gradebook says why. A Gradescope group
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import csv
 import io
+import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +35,7 @@ from grader.operations.batch.folder import BatchError
 from grader.operations.batch.submissions import Submission, student_id
 from grader.publishing.gradebook import RosterSummary
 from grader.publishing.people import RosterStudent, Student
+from grader.publishing.plurals import counted
 
 CANVAS = "canvas"
 MAP = "map"
@@ -38,7 +45,19 @@ MAP_TARGETS = {"student": "sis_user_id", "sis user id": "sis_user_id", "sis logi
                "id": "canvas_id"}
 MAP_KEYS = {"file", "stem", "file stem", "email", "key", "submission", "login", "username"}
 # Canvas rows that are not students: the points row, the posting-policy row, the course's test student
-NOT_STUDENTS = {"points possible", "", "student, test", "test student"}
+POINTS_POSSIBLE = "points possible"
+NOT_STUDENTS = {POINTS_POSSIBLE, "", "student, test", "test student"}
+# Canvas names an assignment's column `Name (assignment id)`; its other columns (totals, grades) carry no id
+ASSIGNMENT_COLUMN = re.compile(r"^(?P<name>.*\S)\s*\((?P<id>\d+)\)$")
+
+
+@dataclass(frozen=True)
+class RosterAssignment:
+    """One assignment column of a Canvas export: its header as Canvas wrote it, and its Points Possible (None:
+    not a number)."""
+
+    column: str
+    points_possible: float | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +67,23 @@ class Roster:
     students: tuple[RosterStudent, ...]
     # MAP only: each key (file stem or email, lower case) -> index in `students`
     keys: Mapping[str, int] = field(default_factory=dict)
+    assignments: tuple[RosterAssignment, ...] = ()  # CANVAS only: its assignment columns, in order
+
+    @property
+    def assignment_column(self) -> str | None:
+        """The export's assignment column when it has exactly one (canvas.csv's default column), else None."""
+        return self.assignments[0].column if len(self.assignments) == 1 else None
+
+    def points_warning(self, column: str, max_score: float) -> str | None:
+        """One line when the export's Points Possible for `column` is not `max_score` (canvas.csv's scores are out of
+        `max_score`; Canvas keeps its own points, so each percentage would be wrong); None when they agree or the
+        export does not have the column."""
+        found = next((a for a in self.assignments if _same_column(a.column, column)), None)
+        if found is None or found.points_possible is None or math.isclose(found.points_possible, max_score):
+            return None
+        return (f"warning: the roster {self.source} says {found.column} has {counted(found.points_possible, 'point')} "
+                f"possible, but this assignment's grades are out of {max_score:g}: set its points in Canvas to "
+                f"{max_score:g} before importing canvas.csv")
 
 
 @dataclass(frozen=True)
@@ -103,7 +139,29 @@ def _canvas(rows: list[list[str]], header: list[str], source: str) -> Roster:
     if not students:
         raise BatchError(f"the roster {source} (a Canvas gradebook export) lists no students with an ID, "
                          "SIS User ID or SIS Login ID")
-    return Roster(source, CANVAS, tuple(students))
+    return Roster(source, CANVAS, tuple(students), assignments=_assignments(rows, where["name"]))
+
+
+def _assignments(rows: list[list[str]], name_column: int | None) -> tuple[RosterAssignment, ...]:
+    """The export's assignment columns (header `Name (id)`) with their number in the Points Possible row."""
+    points_row = next((row for row in rows[1:] if _cell(row, name_column).lower() == POINTS_POSSIBLE), [])
+    found = []
+    for index, header in enumerate(rows[0]):
+        if ASSIGNMENT_COLUMN.match(header.strip()):
+            try:
+                points: float | None = float(_cell(points_row, index))
+            except ValueError:
+                points = None
+            found.append(RosterAssignment(header.strip(), points))
+    return tuple(found)
+
+
+def _same_column(a: str, b: str) -> bool:
+    """Canvas matches a column by its assignment id when it has one, else by its name."""
+    first, second = ASSIGNMENT_COLUMN.match(a.strip()), ASSIGNMENT_COLUMN.match(b.strip())
+    if first and second:
+        return first.group("id") == second.group("id")
+    return a.strip() == b.strip()
 
 
 def _map(rows: list[list[str]], source: str) -> Roster:

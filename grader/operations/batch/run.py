@@ -9,7 +9,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -34,7 +34,9 @@ from grader.operations.batch.roster import Roster, identified, read_roster
 from grader.operations.batch.signals import Interrupts, catching_interrupts, interrupt_point
 from grader.operations.batch.submissions import Submission, discover_submissions
 from grader.operations.executors import EXECUTORS, Executor, ExecutorSettings, GradeJob, JobOutcome
+from grader.publishing.gradebook import max_points
 from grader.publishing.people import Student
+from grader.publishing.plurals import counted
 from grader.publishing.similarity import SimilaritySummary
 from grader.publishing.similarity import summary as similarity_summary
 from grader.running.timing.calibration import CalibrationStore
@@ -101,9 +103,7 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
     out = Path(options.out).resolve()
     started = time.monotonic()
     summary = BatchSummary()
-    given = CanvasSettings(options.canvas_column, options.roster, options.missing_score)
-    settings, changes = settle_canvas_settings(kept_canvas_settings(out), given, options.assignment.title)
-    roster = _roster(settings.roster, given.roster is None)  # a bad one: before DIR is made
+    settings, changes, roster = _canvas_settings(out, options)  # a bad roster: before DIR is made
     with catching_interrupts() as interrupts, locked(out):
         scratch = out / SCRATCH
         shutil.rmtree(scratch, ignore_errors=True)
@@ -115,6 +115,10 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
                                        new_seed or (lambda: ensure_course_seed(assignment.course_root)[0].seed))
             keep_canvas_settings(out, settings)
             stream.writelines(f"{line}\n" for line in changes)
+            warning = roster.points_warning(settings.column or assignment.title,
+                                            max_points(assignment, manifest.backend)) if roster else None
+            if warning:
+                stream.write(f"{warning}\n")
             summary.seed = manifest.seed
             summary.students = len(submissions)
             todo = plan(out, submissions, manifest)
@@ -134,6 +138,19 @@ def run_batch(options: BatchOptions, stream: IO[str] | None = None,
     summary.interrupted = summary.interrupted or interrupts.received
     summary.wall_s = round(time.monotonic() - started, 3)
     return summary
+
+def _canvas_settings(out: Path, options: BatchOptions) -> tuple[CanvasSettings, list[str], Roster | None]:
+    """This run's canvas.csv settings (given, else kept in DIR), a line for each given one that replaces a kept one,
+    and the roster read. A first run without a column takes the roster's assignment column when the roster (a
+    Canvas export) has exactly one, so the import updates that assignment; else the assignment's title."""
+    given = CanvasSettings(options.canvas_column, options.roster, options.missing_score)
+    kept = kept_canvas_settings(out)
+    settings, changes = settle_canvas_settings(kept, given, options.assignment.title)
+    roster = _roster(settings.roster, given.roster is None)
+    if given.column is None and kept.column is None and roster is not None and roster.assignment_column:
+        settings = replace(settings, column=roster.assignment_column)
+    return settings, changes, roster
+
 
 def _roster(path: Path | None, kept: bool) -> Roster | None:
     """The roster this run matches students with: given on the command line, or kept from an earlier run."""
@@ -194,8 +211,8 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
     log.write("run-start", executor=executor.describe(), to_grade=len(todo), seed=manifest.seed,
               backend=manifest.backend, generation=manifest.generation)
     seed_text = f"the course seed {fingerprint(manifest.seed)}" if source == COURSE else f"seed {manifest.seed}"
-    progress.line(f"grading {len(todo)} of {summary.students} submissions ({summary.skipped} already graded, "
-                  f"{summary.no_submission} without a file) on {executor.describe()}; {seed_text}")
+    progress.line(f"grading {len(todo)} of {counted(summary.students, 'submission')} ({summary.skipped} already "
+                  f"graded, {summary.no_submission} without a file) on {executor.describe()}; {seed_text}")
 
     def on_start(job: GradeJob, device: str) -> None:
         log.write("start", student=job.student, device=device)

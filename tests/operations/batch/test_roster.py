@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grader.operations.batch.folder import BatchError
-from grader.operations.batch.roster import match_roster, missing_id, parse_roster, read_roster
+from grader.operations.batch.roster import RosterAssignment, match_roster, missing_id, parse_roster, read_roster
 from grader.operations.batch.submissions import Submission
 from grader.publishing.gradebook import Student
 
@@ -37,6 +37,24 @@ def test_a_canvas_export_is_read_as_canvas_writes_it() -> None:
     ada = roster.students[0]
     assert (ada.canvas_id, ada.sis_user_id, ada.sis_login_id, ada.section) == ("1001", "S-100", "ada@uni.edu",
                                                                              "Sec 1, Tuesday")
+
+
+def test_a_canvas_exports_assignment_columns_and_their_points_possible() -> None:
+    """One assignment column (`Name (id)`; Canvas's totals are not assignments): canvas.csv's default column, and
+    one line when its Points Possible is not the grade's maximum (matched by the assignment id)."""
+    roster = parse_roster(CANVAS_EXPORT, "export.csv")
+    assert roster.assignments == (RosterAssignment("Fused layers (12345)", 40.0),)
+    assert roster.assignment_column == "Fused layers (12345)"
+    assert roster.points_warning("Fused layers (12345)", 40.0) is None
+    assert roster.points_warning("Renamed in Canvas (12345)", 27.0) == (
+        "warning: the roster export.csv says Fused layers (12345) has 40 points possible, but this assignment's "
+        "grades are out of 27: set its points in Canvas to 27 before importing canvas.csv")
+    assert roster.points_warning("Another (999)", 27.0) is None  # not in the export: nothing to compare
+    two = parse_roster(CANVAS_EXPORT.replace(",Current Score", ",Softmax (777)"), "export.csv")
+    assert [a.column for a in two.assignments] == ["Fused layers (12345)", "Softmax (777)"]
+    assert two.assignments[1].points_possible is None  # "(read only)"
+    assert two.assignment_column is None  # two: which one is this batch's is not the roster's to say
+    assert parse_roster("stem,student\nann,S-1\n").assignment_column is None  # a map has no assignments
 
 
 def test_read_roster_takes_a_bom_and_windows_1252(tmp_path: Path) -> None:

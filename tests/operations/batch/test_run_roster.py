@@ -97,6 +97,32 @@ def test_a_batch_with_a_canvas_export_as_roster(tmp_path: Path, repo_root: Path,
     assert "Hopper, Grace · S-200 · Sec 2" in (out / "similarity.html").read_text(encoding="utf-8")
 
 
+def test_the_rosters_one_assignment_column_heads_canvas_csv(tmp_path: Path, repo_root: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A Canvas export with one assignment column: canvas.csv imports onto it without --canvas-column (not a new
+    column named after the title), and the batch says once that its Points Possible is not the grade's maximum;
+    --canvas-column still wins."""
+    reference = (repo_root / "reference" / "fused_layers" / "reference.py").read_text(encoding="utf-8")
+    write(tmp_path / "subs" / "ada@uni.edu.py", reference)
+    roster = write(tmp_path / "export.csv", CANVAS_EXPORT.replace("40.00", "5"))
+    monkeypatch.setattr(batch.run, "make_executor", lambda options, scratch: HandGrades("nobody"))
+    argv = ["--assignments", str(repo_root / "assignments"), "batch", str(tmp_path / "subs"), "--assignment",
+            "fused_layers", "--backend", "interpreter", "--seed", "3", "--roster", str(roster)]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    header, points = list(csv.reader(io.StringIO((tmp_path / "out" / "canvas.csv").read_text(encoding="utf-8"))))[:2]
+    assert header[-1] == "Fused layers (12345)" and points[-1] == "40"
+    printed = capsys.readouterr()
+    warnings = [line for line in (printed.out + printed.err).splitlines() if "points possible" in line]
+    assert warnings == ["warning: the roster export.csv says Fused layers (12345) has 5 points possible, but this "
+                        "assignment's grades are out of 40: set its points in Canvas to 40 before importing "
+                        "canvas.csv"]
+    assert main([*argv, "--out", str(tmp_path / "given"), "--canvas-column", "Layers (555)"]) == 0
+    given = (tmp_path / "given" / "canvas.csv").read_text(encoding="utf-8")
+    assert given.splitlines()[0].endswith(",Layers (555)")
+    assert "points possible" not in capsys.readouterr().out  # the export has no column 555 to compare
+
+
 def test_a_roster_that_cannot_be_read_is_a_usage_error(tmp_path: Path, repo_root: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     write(tmp_path / "subs" / "ann.py")
