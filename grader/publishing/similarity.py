@@ -19,7 +19,7 @@ from grader.publishing.people import Student
 SIMILARITY_CSV = "similarity.csv"
 SIMILARITY_HTML = "similarity.html"
 CSV_COLUMNS = ("rank", "a", "b", "score", "share_a", "share_b", "shared_lines_a", "shared_lines_b", "flagged",
-               "regions", "name_a", "sid_a", "section_a", "name_b", "sid_b", "section_b")
+               "regions", "name_a", "sid_a", "section_a", "name_b", "sid_b", "section_b", "match")
 DETAILED = 20  # pairs shown with their code (flagged ones too, up to DETAILED_MAX in all: the page stays readable)
 DETAILED_MAX = 100
 LISTED = 200  # pairs in the HTML table (the CSV has every pair sharing any fingerprint)
@@ -31,8 +31,9 @@ def regions_text(pair: Pair) -> str:
 
 
 def similarity_csv(comparison: Comparison, people: Mapping[str, Student] | None = None) -> str:
-    """One line per pair; `people` (student id -> who) fills each side's name, SIS id and section. Text cells that
-    a spreadsheet would run as a formula get a `'`."""
+    """One line per pair; `people` (student id -> who) fills each side's name, SIS id and section; `match` says
+    when the two files are one (`identical`: the same bytes; `same tokens`: the same once names, comments and
+    layout are set aside). Text cells that a spreadsheet would run as a formula get a `'`."""
     people = people or {}
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
@@ -40,7 +41,7 @@ def similarity_csv(comparison: Comparison, people: Mapping[str, Student] | None 
     for rank, p in enumerate(comparison.pairs, start=1):
         who = [_text(getattr(people.get(s) or Student(s), f)) for s in (p.a, p.b) for f in ("name", "sid", "section")]
         writer.writerow([rank, p.a, p.b, f"{p.score:.4f}", f"{p.share_a:.4f}", f"{p.share_b:.4f}", p.shared_lines_a,
-                         p.shared_lines_b, "yes" if p.flagged else "", regions_text(p), *who])
+                         p.shared_lines_b, "yes" if p.flagged else "", regions_text(p), *who, p.match])
     return buffer.getvalue()
 
 

@@ -37,6 +37,24 @@ def test_the_command_ranks_a_folder_of_students(tmp_path: Path, repo_root: Path)
     assert "student_template/softmax/softmax.py" in (tmp_path / "o" / "similarity.html").read_text(encoding="utf-8")
 
 
+def test_a_file_three_students_handed_in_is_flagged(tmp_path: Path, repo_root: Path) -> None:
+    """A class of six, three of them one file, the other three sharing most of its code (fused_layers' reference
+    and correct variants: edits of one another): every pair of the three is flagged at 1.0, identical."""
+    folder = repo_root / "reference" / "fused_layers"
+    (tmp_path / "class").mkdir()
+    for name, path in (("ann", folder / "reference.py"), ("bob", folder / "variants" / "correct_autotune.py"),
+                       ("cat", folder / "variants" / "correct_chunked_two_pass.py"),
+                       *((n, folder / "variants" / "correct_welford.py") for n in ("dan", "eve", "fay"))):
+        (tmp_path / "class" / f"{name}.py").write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    code, printed = run(repo_root, str(tmp_path / "class"), "--assignment", "fused_layers", "--out",
+                        str(tmp_path / "o"))
+    assert code == 0 and "6 submissions" in printed, printed
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "o" / "similarity.csv").read_text(encoding="utf-8"))))
+    assert [(r["a"], r["b"], r["score"], r["flagged"], r["match"]) for r in rows[:3]] == [
+        ("dan", "eve", "1.0000", "yes", "identical"), ("dan", "fay", "1.0000", "yes", "identical"),
+        ("eve", "fay", "1.0000", "yes", "identical")]
+
+
 def test_allowed_sources_are_discounted(tmp_path: Path, repo_root: Path) -> None:
     """Two students who both pasted the course's tutorial kernel: flagged, unless the tutorial is allowed."""
     texts = planted_class()

@@ -24,6 +24,9 @@ def test_csv_ranks_every_pair_with_its_shared_lines() -> None:
     assert tuple(rows[0]) == CSV_COLUMNS and len(rows) == len(comparison.pairs)
     assert [r["rank"] for r in rows] == [str(n) for n in range(1, len(rows) + 1)]
     assert {rows[0]["a"], rows[0]["b"]} in ({"bob", "eve"}, {"cat", "fay"}) and rows[0]["flagged"] == "yes"
+    match = {frozenset((r["a"], r["b"])): r["match"] for r in rows}  # eve: bob renamed; fay: cat reordered
+    assert match[frozenset(("bob", "eve"))] == "same tokens" and match[frozenset(("cat", "fay"))] == ""
+    assert compare({"x": planted_class()["ann"], "y": planted_class()["ann"]}).pairs[0].match == "identical"
     assert rows[0]["regions"].startswith("a:") and "=b:" in rows[0]["regions"]
     assert [float(r["score"]) for r in rows] == sorted((float(r["score"]) for r in rows), reverse=True)
     assert all(r["flagged"] == "" for r in rows[2:])
