@@ -69,3 +69,12 @@ def test_both_files_name_each_student_as_the_roster_does() -> None:
     assert '<div class="small muted known-as">Builder, Bob · S-100 · Sec 1</div>' in html
     assert "(Builder, Bob · S-100 · Sec 1)" in html  # in the pair's heading too
     assert "Cat; Fay · S-3; S-4" in html and "=Eve · S-200" in html
+
+
+
+def test_the_page_says_which_pairs_are_copies() -> None:
+    texts = planted_class()
+    texts["ann2"] = texts["ann"]  # a byte-identical copy
+    html = similarity_html(compare(texts, {"template": TEMPLATE.read_text(encoding="utf-8")}), "Softmax")
+    assert '<span class="flag">identical</span>' in html and '<span class="flag">same tokens</span>' in html
+    assert "always flagged" in html
