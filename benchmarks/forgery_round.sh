@@ -8,6 +8,7 @@
 #   env          who the sandbox user is, whether the drop to it is active, Triton's and torch's versions
 #   fresh        fresh_samples.py: ways of timing fresh work per launch, side by side
 #   attacks      the GPU timing attacks (tests/e2e/test_gpu_timing_hostile.py, both tests) on this checkout
+#   attacks47    issue 47's four attacks alone (the second test of that file)
 #   forged       grader grade of tests/hostile/forges_kernels_at_import.py on cuda (its honest score is 0)
 #   identical    identical_timings.py --copies 2 on this checkout (the reference and a slow variant, timed in a batch)
 #   base-*       the same step in .baseline/ (the commit before, unpacked there: `git archive b8d9887 | tar -x -C
@@ -33,6 +34,8 @@ for step in "$@"; do
           && echo "drop to nobody: active" || echo "drop to nobody: not active" ;;
       fresh) python3 benchmarks/fresh_samples.py ;;
       attacks) python3 -m pytest -m gpu -p no:cacheprovider -s -rA -n 0 tests/e2e/test_gpu_timing_hostile.py ;;
+      attacks47) python3 -m pytest -m gpu -p no:cacheprovider -s -rA -n 0 \
+        tests/e2e/test_gpu_timing_hostile.py::test_forged_work_and_kernels_change_no_leaderboard_entry ;;
       forged)
         rm -rf /tmp/forged && mkdir -p /tmp/forged && cp tests/hostile/forges_kernels_at_import.py /tmp/forged/fused_layers.py
         python3 -m grader grade /tmp/forged/fused_layers.py --assignment fused_layers --backend cuda --seed 3 \
