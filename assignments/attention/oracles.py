@@ -394,10 +394,18 @@ def trap_fp16_accumulation(inputs: dict[str, Any]) -> list[Signature] | None:
 
 def trap_exp2_without_log2e(inputs: dict[str, Any]) -> list[Signature]:
     """tl.exp2 in place of tl.exp without folding log2(e) into the scale: the weights are 2^(s - m) =
-    e^((s - m) ln 2), a softmax of the scores times ln 2 = 0.69, too flat. lse as m + ln(sum), or anything."""
-    out, lse = _softmax(scores(inputs, inputs["sm_scale"]), inputs["v"].double(), base=2.0)
+    e^((s - m) ln 2), a softmax of the scores times ln 2 = 0.69, too flat. lse as m + ln(sum), as m + log2(sum)
+    (base 2 throughout, tl.log2 for tl.log: on all-zero queries the output is right and lse is log2(N_KV)), or
+    anything."""
+    s = scores(inputs, inputs["sm_scale"])
+    out, lse = _softmax(s, inputs["v"].double(), base=2.0)
+    m = s.max(dim=-1).values
+    empty = torch.isinf(m) & (m < 0)
+    m0 = m.masked_fill(empty, 0.0)
+    log2_sum = (m0 + (lse - m0) / LN2).masked_fill(empty, -INF)  # m + log2(sum 2^(s - m))
     everywhere = torch.ones_like(lse, dtype=torch.bool)
-    return [Signature({"out": out, "lse": lse}), Signature({"out": out, "lse": lse}, unconstrained={"lse": everywhere})]
+    return [Signature({"out": out, "lse": lse}), Signature({"out": out, "lse": log2_sum}),
+            Signature({"out": out, "lse": lse}, unconstrained={"lse": everywhere})]
 
 
 def trap_lse_base_2(inputs: dict[str, Any]) -> Signature:

@@ -19,10 +19,20 @@ from grader.authoring.problem import Signature, TrapFunction
 from grader.authoring.spec import Tolerance
 from grader.judging.compare import Comparison, close_mask
 
-PRECISION_FACTOR = 100.0
+# "precision" (no known mistake fits) only where rounding could have made the error: every failing output within
+# PRECISION_FACTOR times its tolerance at its worst element, and no NaN/inf disagreement; beyond it, "unknown".
+# Each tolerance is the worst error of a correct kernel's own roundings (every profile's `why`; a correct attention
+# kernel stays under half of it). Rounding more than that, with the formula right, is one notch coarser: another
+# summation order, approximate exp, or an intermediate one format down, e.g. attention's p rounded to bfloat16
+# instead of float16 (2^-8 against 2^-11 relative per weight: 8x the float16 tolerance, which is made of that
+# rounding). 10x holds that. A formula is further off: attention normalising by the running sum in every key block
+# is 15x to 440x its tolerance on 9 of the 10 cases it fails (a student's was called `precision` at 99x; 4.5x where
+# the last key block holds nearly all the weight). The cost: a kernel that keeps an intermediate in float16 under a
+# float32 profile (1e-5: 2^-11 relative is ~50x) is `unknown`, not `precision`.
+PRECISION_FACTOR = 10.0
 # A band signature that constrains no position at all is evidence only if it demands at least this
 # deviation from the oracle (otherwise it would match any failure on such inputs).
-MIN_UNCONSTRAINED_DEVIATION = 0.01  # within 100x the tolerance and no NaN/inf disagreement: "precision"
+MIN_UNCONSTRAINED_DEVIATION = 0.01
 
 
 @dataclass(frozen=True)
@@ -123,17 +133,20 @@ def distinguishable(sig: Signature, expected: Mapping[str, torch.Tensor], tol: T
 
 
 def explain_away(case_traps: list[tuple[str, ...]], formula_traps: set[str]) -> list[tuple[str, ...]]:
-    """Across one submission's cases: where a case matches several formula traps (an input on which
-    those mistakes coincide, e.g. N = 1 where 0/0 is NaN under several), keep the ones that some other
-    case names alone. Structural traps are never removed."""
-    confirmed = set()
-    for traps in case_traps:
-        formula = [t for t in traps if t in formula_traps]
-        if len(formula) == 1:
-            confirmed.add(formula[0])
+    """Across one submission's cases: where a case matches several formula traps (an input on which those
+    mistakes coincide), keep the ones confirmed elsewhere and drop the rest. A trap is confirmed when some other
+    case names it alone (N = 1, where 0/0 is NaN under several mistakes), or when every failed case names it:
+    one mistake then explains the whole submission, and the traps that fit only some cases fit where they
+    coincide with it (exp2 without log2 e on all-zero queries: every score is 0, so the output is right and the
+    lse is log2(N_KV), which two lse traps predict as well). A passed case (no trap) counts for neither.
+    Structural traps are never removed."""
+    formulas = [[t for t in traps if t in formula_traps] for traps in case_traps]
+    confirmed = {formula[0] for formula in formulas if len(formula) == 1}
+    failed = [set(formula) for traps, formula in zip(case_traps, formulas, strict=True) if traps]
+    if failed:
+        confirmed |= set.intersection(*failed)
     out = []
-    for traps in case_traps:
-        formula = [t for t in traps if t in formula_traps]
+    for traps, formula in zip(case_traps, formulas, strict=True):
         keep = [t for t in formula if t in confirmed]
         if len(formula) > 1 and keep:
             traps = tuple(t for t in traps if t not in formula_traps or t in confirmed)
@@ -183,7 +196,7 @@ def inherit_kernel_traps(
     """A wrapper case that failed without a named cause (`unknown`/`precision`) in a submission whose
     kernel for the same problem has structural findings (out-of-bounds, unwritten) inherits them:
     the wrapper launches that kernel, on an output it allocated itself, where the grader has no
-    guards. `case_problems` gives each case's (problem, is_wrapper).
+    guards; a passed case (no trap) inherits nothing. `case_problems` gives each case's (problem, is_wrapper).
 
     Out-of-bounds writes race: a program storing past its row overwrites a neighbour's elements,
     and on a GPU which store lands last changes from run to run. So `nondeterministic` is no cause
@@ -196,6 +209,9 @@ def inherit_kernel_traps(
                     found[problem].append(t)
     out = []
     for traps, (problem, is_wrapper) in zip(case_traps, case_problems, strict=True):
+        if not traps:  # a passed case: nothing to explain, so it carries no trap of its kernel's
+            out.append(traps)
+            continue
         inherited = found.get(problem, []) if is_wrapper else []
         if RACING_WRITE in traps or RACING_WRITE in inherited:
             traps = tuple(t for t in traps if t != RACE) or (() if RACING_WRITE in traps else (trap_ids.UNKNOWN,))
@@ -225,7 +241,8 @@ def refute_interpreter_limits(case_traps: list[tuple[str, ...]], case_problems: 
 
 
 def classify_unmatched(comparisons: list[Comparison]) -> str:
-    """'precision' when every failing output is only slightly off, otherwise 'unknown'."""
+    """'precision' when every failing output is off by no more than rounding can do (PRECISION_FACTOR times its
+    tolerance at its worst element, every NaN and inf where the oracle has it), otherwise 'unknown'."""
     for c in comparisons:
         if c.ok:
             continue

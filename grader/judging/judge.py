@@ -216,10 +216,12 @@ def trap_inputs(inputs: Mapping[str, Any], observation: Observation, case: Case)
     """The case's inputs plus what the run itself decided, for trap functions (see Problem):
     `_row_strides`, each input's row stride as placed, `_strides`, each input's strides as placed, and
     `_launches`, the launches that computed the outputs: the grader's own for a kernel case (its kernel, the
-    case's `meta`), each recorded launch for a wrapper case (its kernel, grid and constexpr values,
-    grader/judging/replay.py launch_meta)."""
+    meta-parameters it ran with: the case's `meta` under the observation's `block_meta`, where the launch records
+    what autotune or heuristics chose instead), each recorded launch for a wrapper case (its kernel, grid and
+    constexpr values, grader/judging/replay.py launch_meta)."""
     if observation.launches is None:
-        launches: tuple[dict[str, Any], ...] = ({"kernel": case.target, "grid": None, "meta": dict(case.meta)},)
+        ran = {**case.meta, **observation.block_meta}
+        launches: tuple[dict[str, Any], ...] = ({"kernel": case.target, "grid": None, "meta": ran},)
     else:
         launches = launch_meta(observation.launches)
     return {**inputs, "_row_strides": dict(observation.row_strides), "_strides": dict(observation.strides),

@@ -19,7 +19,7 @@ from grader.authoring.mutants import load_mutants
 from grader.authoring.oracle_loader import load_problems
 from grader.authoring.spec import load_assignment
 from grader.judging.compare import compare
-from grader.judging.diagnosis import match_traps
+from grader.judging.diagnosis import explain_away, match_traps
 from grader.seeds import case_seed
 from tests.conftest import all_traps, corpus_mutant
 from tests.corpus import corpus_results
@@ -30,6 +30,7 @@ SEEDS = (0, 1, 2)
 # Each trap's mutant (reference/attention/mutants.toml).
 TRAP_MUTANTS = {
     "no_rescale": "no-rescale",
+    "no_rescale_autotuned": "no-rescale",
     "scale_after_softmax": "scale-after-softmax",
     "scale_twice": "scale-twice",
     "causal_excludes_diagonal": "causal-off-by-one",
@@ -40,6 +41,7 @@ TRAP_MUTANTS = {
     "masked_row_nan": "masked-row-nan",
     "fp16_accumulation": "fp16-accumulation",
     "exp2_without_log2e": "exp2-without-log2e",
+    "exp2_log2_without_log2e": "exp2-without-log2e",
     "lse_without_max": "lse-without-max",
     "lse_base_2": "lse-base-2",
     "causal_mask_minus_1e6": "masked-row-nan",
@@ -201,6 +203,30 @@ def test_each_trap_prediction_fails_the_oracle_and_is_named_where_exposed(spec, 
         assert trap in named, (case.id, trap, seed, named)
 
 
+def base_2_throughout(inputs: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """exp2 for exp and log2 for log, log2(e) nowhere: a softmax of the scores times ln 2, lse = log2(sum 2^s)."""
+    q, k, v = (inputs[n].double() for n in ("q", "k", "v"))
+    s = inputs["sm_scale"] * (q @ k.transpose(-1, -2))  # the cases used here are not causal
+    weights = torch.softmax(s * math.log(2.0), dim=-1)
+    return {"out": weights @ v, "lse": torch.logsumexp(s * math.log(2.0), dim=-1) / math.log(2.0)}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_exp2_in_base_2_throughout_is_one_mistake_on_all_zero_queries_too(spec, problem, seed: int) -> None:
+    """On all-zero queries every score is 0: the output is right and lse is log2(N_KV), which both lse traps
+    predict as well; exp2-without-log2e predicts it too, and it alone explains every case."""
+    named = []
+    for case_id in ("kernel-basic", "kernel-large-values", "attention-large-values", "attention-basic"):
+        case = spec.case(case_id)
+        inputs = inputs_for(case, problem, seed)
+        tol = spec.tolerances[case.tolerance].lookup("interpreter", case.dtype)
+        got = realise(base_2_throughout(inputs), inputs["q"].dtype)
+        named.append(tuple(m.trap for m in match_traps(problem.traps, inputs, got, problem.expected(inputs), tol)))
+        assert "exp2-without-log2e" in named[-1], (case_id, named[-1])
+    assert set(named[1]) == {"exp2-without-log2e", "lse-without-max", "lse-base-2"}
+    assert explain_away(named, set(spec.traps)) == [("exp2-without-log2e",)] * 4
+
+
 def test_float16_accumulation_is_invisible_without_overflow(spec, problem) -> None:
     """On unit-scale inputs a float16 accumulator is rounding the tolerance hides: the trap predicts nothing."""
     inputs = inputs_for(spec.case("attention-basic"), problem, 0)
@@ -233,6 +259,18 @@ def test_each_trap_is_named_on_its_mutant(spec, mutant: str) -> None:
             named_somewhere = True
             assert test["status"] == "failed" and test["score"] == 0, case_id
     assert named_somewhere, (mutant, {i: by_id[i]["tags"] for i in exposing})
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("selftest-attention")
+@pytest.mark.parametrize("mutant", ["store_mask_off", "batch_heads_flattened"])
+def test_a_passed_wrapper_case_carries_no_trap_of_its_kernel(mutant: str) -> None:
+    """The kernel writes out of bounds; wrapper cases whose own outputs pass are not tagged with its traps."""
+    results = corpus_results("attention", mutant)
+    passed = [t for t in results["tests"] if t["status"] == "passed" and t["extra_data"]["case_id"].startswith(
+        "attention-")]
+    assert passed
+    assert [(t["extra_data"]["case_id"], t["tags"]) for t in passed if t["extra_data"]["traps"] or t["tags"]] == []
 
 
 # ------------------------------------------------------------------------------------ the tolerances

@@ -170,6 +170,22 @@ def test_explain_away_keeps_the_trap_another_case_names_alone() -> None:
     assert kept[2] == ("oob-read", "eps-missing", "gelu-tanh")
 
 
+def test_explain_away_keeps_the_one_trap_every_failed_case_names() -> None:
+    # exp2 without log2 e: every failed case fits it; on all-zero queries the two lse traps fit too, and on
+    # another input a third trap coincides with it. No case names it alone, yet it explains them all.
+    formula = {"exp2-without-log2e", "lse-without-max", "lse-base-2", "scale-twice"}
+    cases = [("exp2-without-log2e", "lse-without-max", "lse-base-2"), (), ("exp2-without-log2e", "scale-twice"),
+             ("exp2-without-log2e", "lse-base-2")]
+    kept = explain_away(cases, formula)
+    assert kept == [("exp2-without-log2e",), (), ("exp2-without-log2e",), ("exp2-without-log2e",)]
+    # a failed case that none of them fits (here a structural finding alone): no trap explains every case
+    unexplained = [*cases, ("oob-read",)]
+    assert explain_away(unexplained, formula) == unexplained
+    # two traps that every failed case names both stay
+    both = [("lse-without-max", "lse-base-2"), ("lse-without-max", "lse-base-2", "scale-twice")]
+    assert explain_away(both, formula) == [("lse-without-max", "lse-base-2")] * 2
+
+
 def test_a_signature_must_explain_a_failing_element_where_it_constrains() -> None:
     expected = {"out": f64(1.0, 2.0, 3.0)}
     # matches the student's output at position 0, leaves 1 and 2 unconstrained; the failure is at 2
@@ -198,6 +214,15 @@ def test_races_from_out_of_bounds_writes_are_the_out_of_bounds_write() -> None:
     out = inherit_kernel_traps([("oob-read",), ("nondeterministic",)], [("ln", False), ("ln", True)],
                                {"oob-write", "oob-read", "unwritten-output"})
     assert out == [("oob-read",), ("nondeterministic",)]
+
+
+def test_a_passed_wrapper_case_inherits_no_trap_of_its_kernel() -> None:
+    # the kernel writes out of bounds and reads unwritten memory; its wrapper passes on some inputs: those
+    # cases stay without a trap (nothing failed there for the kernel's trap to explain)
+    traps = [("oob-write",), (), ("unknown",), ("unwritten-output",), ()]
+    problems = [("attention", False), ("attention", True), ("attention", True), ("stats", False), ("stats", True)]
+    out = inherit_kernel_traps(traps, problems, {"oob-write", "oob-read", "unwritten-output"})
+    assert out == [("oob-write",), (), ("oob-write",), ("unwritten-output",), ()]
 
 
 def test_a_signature_equal_to_the_oracle_is_no_evidence() -> None:
@@ -231,6 +256,16 @@ def test_far_off_is_unknown() -> None:
     allowed = 1e-5 + 1e-5 * 1.0
     assert classify_unmatched([comparison(1.0 + 1.1 * PRECISION_FACTOR * allowed)]) == "unknown"
     assert classify_unmatched([comparison(5.0)]) == "unknown"
+
+
+def test_precision_is_only_what_rounding_can_do() -> None:
+    # attention normalising by the running sum in every key block was called precision at 99x its tolerance;
+    # rounding one format coarser (p in bfloat16 instead of float16) is 8x: the bound lies between
+    tol = 2e-3  # attention's float16 profile
+    allowed = tol + tol * 1.0
+    assert 8 < PRECISION_FACTOR < 99
+    assert classify_unmatched([comparison(1.0 + 99 * allowed, atol=tol, rtol=tol)]) == "unknown"
+    assert classify_unmatched([comparison(1.0 + 8 * allowed, atol=tol, rtol=tol)]) == "precision"
 
 
 def test_nan_or_inf_is_unknown() -> None:
