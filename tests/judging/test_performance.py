@@ -460,7 +460,7 @@ def test_a_timer_that_fails_in_turn_is_timed_alone_against_the_bars(
 
 def test_nothing_measured_is_one_line_not_a_table(assignment: Assignment) -> None:
     result = graded(assignment, tuple(skipped(p) for p in assignment.performance))
-    line = f"{len(assignment.performance)} performance case(s) not measured: needs a CUDA GPU"
+    line = f"{len(assignment.performance)} performance cases not measured: needs a CUDA GPU"
     for text in (
         report.markdown(result, assignment),
         report.html(result, assignment),

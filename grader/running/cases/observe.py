@@ -49,7 +49,7 @@ def launched(placed: Placed, reply: protocol.Launched, case: Case, output_tail: 
         launches=launches,
         output_tail=output_tail,
         elapsed_s=reply.elapsed_s,
-        block_meta=dict(case.meta),
+        block_meta={**case.meta, **_plain_meta(reply.resolved)},  # what autotune/heuristics chose wins
         row_strides=placed.row_strides(),
         strides=placed.strides(),
         false_hint=reply.false_hint,
@@ -189,3 +189,9 @@ def _traffic(counted: Sequence[Any] | None) -> tuple[Mapping[str, Any], ...] | N
     if counted is None:
         return None
     return tuple(dict(launch) for launch in counted if isinstance(launch, dict))
+
+
+def _plain_meta(resolved: Mapping[str, Any] | None) -> dict[str, int]:
+    """The integer meta-parameters autotune or heuristics chose for a kernel case's launch (num_warps and other launch
+    options too: a trap's signature reads only the block sizes it knows)."""
+    return {k: v for k, v in (resolved or {}).items() if type(v) is int}

@@ -285,6 +285,8 @@ class SubmissionWorkers:
         if reply.fatal:
             host.stop()
             self.host_loaded = None
+        if resolved and reply.ok:  # the host ran the bare kernel with these: the case was launched with them
+            reply = dataclasses.replace(reply, resolved=resolved)
         return reply
 
     def output_tail(self, message: protocol.Request[Any]) -> str:
