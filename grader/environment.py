@@ -1,4 +1,4 @@
-"""Facts about where grading runs: the backend and library versions (read, never changed)."""
+"""Facts about where grading runs: the backend, library versions, the Triton the grader pins (read, never changed)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import importlib.metadata
 import json
 import platform
 import re
+import sys
+from pathlib import Path
 
 from grader.backends import Backend
 
@@ -24,12 +26,75 @@ def backend_label(backend: Backend) -> str:
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for package in ("torch", "triton", "numpy"):
-        try:
-            out[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            out[package] = "not installed"
+        out[package] = installed_version(package) or "not installed"
     out["kernel-grader"] = grader_version()
     return out
+
+
+def installed_version(module: str) -> str | None:
+    """The version of the distribution that provides `module` (read from its metadata, without importing it):
+    `triton`, or `pytorch-triton` where an image ships Triton under that name; None when none does."""
+    try:
+        return importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    for distribution in importlib.metadata.packages_distributions().get(module, []):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def declared_requirements() -> list[str] | None:
+    """The grader's runtime dependencies as pyproject.toml declares them (a checkout, editable or not), else as
+    the installed distribution's metadata records them (extras left out); None when neither is there (the copy
+    of the package a Gradescope bundle runs)."""
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    if pyproject.is_file():
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # pragma: no cover
+            import tomli as tomllib
+        return list(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"])
+    try:
+        declared = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return [r for r in declared if "extra ==" not in r]
+
+
+def requirement_name(requirement: str) -> str:
+    """The distribution a requirement names, lower-case: `triton==3.6.0` -> `triton`."""
+    name = requirement.split(";")[0].strip()
+    for stop in "<>=!~[ ":
+        name = name.split(stop)[0]
+    return name.lower()
+
+
+def pinned_version(package: str, requirements: list[str] | None) -> str | None:
+    """The version `requirements` pin `package` to with `==` (markers ignored), or None."""
+    for requirement in requirements or []:
+        spec = requirement.split(";")[0].replace(" ", "")
+        if requirement_name(spec) == package and spec[len(package):].startswith("=="):
+            return spec[len(package) + 2:]
+    return None
+
+
+def triton_mismatch(installed: str | None = None, pinned: str | None = None) -> str | None:
+    """One line when the running Triton is not the one pyproject.toml pins (the grading GPU's: its interpreter and
+    its compiler accept different code), None when they agree or either is unknown. A local build label
+    (`3.6.0+git1234`) is the same version."""
+    installed = installed or installed_version("triton")
+    if pinned is None:
+        try:
+            pinned = pinned_version("triton", declared_requirements())
+        except (OSError, ValueError, KeyError):  # an unreadable pyproject.toml: nothing to compare with
+            return None
+    if installed is None or pinned is None or installed.split("+")[0] == pinned.split("+")[0]:
+        return None
+    return (f"warning: Triton {installed} is running, but this grader pins triton=={pinned} (the grading GPU's): "
+            "what the interpreter runs and the GPU compile check accepts may differ from the grading machine's")
 
 
 def grader_version() -> str:

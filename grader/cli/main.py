@@ -1,5 +1,6 @@
 """`grader` as a function: `main(argv) -> int` parses the command line (grader.cli.parser), runs the subcommand
-(grader.cli.grading, grader.cli.course) and turns a user's mistake into one line and exit code 2."""
+(grader.cli.grading, grader.cli.course) and turns a user's mistake into one line and exit code 2. A command that
+runs kernels first says, in one line, when the running Triton is not the one the grader pins."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from grader.authoring.mutants import MutantError
 from grader.authoring.spec import SpecError
 from grader.cli import course, grading
 from grader.cli.parser import build_parser
+from grader.environment import triton_mismatch
 from grader.operations.notebook import NotebookError
 from grader.operations.requests import UsageError
 
@@ -30,11 +32,15 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "classroom-workflow": course.cmd_classroom_workflow,
     "student-bundle": course.cmd_student_bundle,
 }
+# the commands that run kernels: Triton's version decides what its interpreter runs and its compiler accepts
+RUNS_KERNELS = frozenset({"grade", "check", "selftest", "batch"})
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     root: Path = assignments_root(args.assignments)
+    if args.command in RUNS_KERNELS and (mismatch := triton_mismatch()):
+        print(f"grader: {mismatch}", file=sys.stderr)  # a warning only: the grade goes on
     try:
         return COMMANDS[args.command](args, root)
     except _user_errors() as exc:

@@ -43,6 +43,7 @@ from typing import Any
 from grader.atomic import write_json, write_zip
 from grader.authoring.spec import Assignment, course_library_path
 from grader.backends import Backend
+from grader.environment import declared_requirements, requirement_name
 
 BUNDLE_FORMAT_VERSION = 1
 PROJECT_DIR = "kernel-grader"
@@ -83,30 +84,12 @@ def contract_files(assignment: Assignment) -> tuple[Path, ...]:
 
 def grader_requirements(torch_version: str) -> list[str]:
     """The grader's runtime dependencies (pyproject.toml, else the installed metadata), torch pinned."""
-    pyproject = package_root().parent / "pyproject.toml"
-    if pyproject.is_file():
-        if sys.version_info >= (3, 11):
-            import tomllib
-        else:  # pragma: no cover
-            import tomli as tomllib
-        requirements = list(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"])
-    else:
-        from importlib.metadata import PackageNotFoundError, requires
-
-        try:
-            requirements = [r for r in requires("kernel-grader") or [] if "extra ==" not in r]
-        except PackageNotFoundError:
-            raise BundleError("cannot tell the grader's dependencies: no pyproject.toml, "
-                              "and kernel-grader is not installed") from None
-    pinned = [r for r in requirements if not _is_torch(r)]
+    requirements = declared_requirements()
+    if requirements is None:
+        raise BundleError("cannot tell the grader's dependencies: no pyproject.toml, "
+                          "and kernel-grader is not installed")
+    pinned = [r for r in requirements if requirement_name(r) != "torch"]
     return [f"torch=={torch_version}", *pinned]
-
-
-def _is_torch(requirement: str) -> bool:
-    name = requirement.split(";")[0].strip()
-    for stop in "<>=!~[ ":
-        name = name.split(stop)[0]
-    return name.lower() == "torch"
 
 
 def bundle_files(options: BundleOptions) -> dict[str, tuple[bytes, int]]:

@@ -72,6 +72,7 @@ def test_bundle_contents(bundle: Path, tmp_path: Path, assignment: Assignment, r
     assert requirements[1] == "torch==2.13.0"
     assert not [r for r in requirements[2:] if r.startswith("torch")]
     assert any(r.startswith("pytest-json-report") for r in requirements)
+    assert "triton==3.6.0" in requirements  # the Triton pyproject.toml pins: the image grades with the GPU's
     assert "--index-url https://download.pytorch.org/whl/cpu \"torch==2.13.0\"" in setup
     assert 'chmod -R go-rwx "$SRC/kernel-grader/assignments"' in setup
     assert run.startswith("#!/usr/bin/env bash\n") and 'ROOT="${AUTOGRADER_ROOT:-/autograder}"' in run

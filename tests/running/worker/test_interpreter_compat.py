@@ -440,8 +440,11 @@ def grade(source: Path, tmp_path: Path) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["liger_layer_norm", "liger_rms_norm_style", "tutorial_matmul_gelu_alias"])
+@pytest.mark.parametrize("name", ["liger_layer_norm", "liger_rms_norm_style", "tutorial_matmul_gelu_alias",
+                                  "tutorial_block_pointer_matmul"])
 def test_public_kernel_gets_full_marks_on_the_cpu(name: str, tmp_path: Path) -> None:
+    """tutorial_block_pointer_matmul (tl.make_block_ptr, tl.advance) needs the pinned Triton 3.6: 3.9 has no block
+    pointers, neither its interpreter nor its compiler (9 of 40 there: runtime-error, gpu-incompatible)."""
     results = grade(PUBLIC_KERNELS / f"{name}.py", tmp_path)
     failed = [(t["name"], t["tags"], t["output"][:300]) for t in results["tests"] if t["status"] != "passed"]
     assert failed == []
