@@ -27,6 +27,18 @@ def speedup(bar_ms: float, student_ms: float) -> float:
     return bar_ms / student_ms
 
 
+def paired_speedup(bar_ms: Sequence[float], student_ms: Sequence[float]) -> float:
+    """Samples timed in turn, pair by pair (the bar's i-th beside the student's i-th, under the same clocks): the
+    median of the pairs' speedups. A clock that wanders between rounds moves both samples of a pair alike and
+    cancels in its ratio, where a ratio of the two medians can set a fast round's sample against a slow one's
+    (benchmarks/timing_noise.py: identical 4096^3 tf32 matmuls in turn, median pair ratio +-0.15%)."""
+    if len(bar_ms) != len(student_ms) or not bar_ms:
+        raise ValueError(f"pairs need equal, non-empty samples, got {len(bar_ms)} and {len(student_ms)}")
+    ratios = sorted(speedup(bar, mine) for bar, mine in zip(bar_ms, student_ms, strict=True))
+    n = len(ratios)
+    return ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+
+
 def gb_per_s(nbytes: int, ms: float) -> float:
     return nbytes / (ms * 1e-3) / 1e9
 
@@ -149,13 +161,19 @@ def evaluate(
     torch: Measurement | None,
     device: DeviceInfo | None,
     note: str = "",
+    reference_in_turn: bool = False,
 ) -> PerformanceResult:
     """A timed case: speedups against torch eager and the reference, and the threshold points; refused (no time, no
-    points, flagged) when it beats the physical floor."""
+    points, flagged) when it beats the physical floor. `reference_in_turn`: the reference's samples were taken in turn
+    with the student's, pair by pair, so its speedup is the median pair's (paired_speedup)."""
     if beats_hardware(student):
         return refused_as_too_fast(perf, student, reference, torch, device)
     vs_torch = speedup(torch.median_ms, student.median_ms) if torch else None
-    vs_reference = speedup(reference.median_ms, student.median_ms) if reference else None
+    vs_reference = None
+    if reference is not None:
+        paired = reference_in_turn and len(reference.medians_ms) == len(student.medians_ms)
+        vs_reference = paired_speedup(reference.medians_ms, student.medians_ms) if paired \
+            else speedup(reference.median_ms, student.median_ms)
     ratio = vs_reference if perf.relative_to == "reference" else vs_torch
     base = _base(perf, "timed", note, perf.max_score, device)
     return replace(

@@ -25,6 +25,7 @@ from grader.judging.performance import (
     leaderboard,
     measurement,
     not_run,
+    paired_speedup,
     skipped,
     speedup,
     tflops,
@@ -59,6 +60,29 @@ def test_speedup_is_their_time_over_yours() -> None:
     assert speedup(1.0, 4.0) == 0.25
     with pytest.raises(ValueError):
         speedup(1.0, 0.0)
+
+
+def test_samples_in_turn_compare_pair_by_pair() -> None:
+    """A clock that wanders between rounds moves both samples of a round alike: the median pair's ratio is 1 for
+    identical kernels, where the ratio of the two medians sets one round's sample against another's."""
+    reference = [0.400, 0.430, 0.415, 0.445, 0.405]  # power-capped rounds, identical kernels: each pair agrees
+    student = [0.401, 0.429, 0.416, 0.444, 0.404]
+    assert paired_speedup(reference, student) == pytest.approx(1.0, abs=0.003)
+    assert paired_speedup([2.0, 4.0], [1.0, 1.0]) == 3.0  # an even count: the mean of the two middle ratios
+    with pytest.raises(ValueError):
+        paired_speedup([1.0], [1.0, 1.0])
+
+
+def test_evaluate_pairs_a_reference_timed_in_turn(assignment: Assignment) -> None:
+    perf = perf_case(assignment, "perf-layernorm")
+    # The same kernel on both sides, the clock drifting 10% over five rounds; one jitter in round 3 makes the
+    # reference's median round 4 while the student's is round 3: the medians' ratio reads 2.4%, the pairs' 0.
+    reference = measurement("reference", [0.40, 0.41, 0.435, 0.43, 0.44], None, None, None)
+    student = measurement("yours", [0.40, 0.41, 0.42, 0.43, 0.44], None, None, None)
+    apart = evaluate(perf, student, reference, None, H200)
+    in_turn = evaluate(perf, student, reference, None, H200, reference_in_turn=True)
+    assert apart.speedup_vs_reference == pytest.approx(0.43 / 0.42)
+    assert in_turn.speedup_vs_reference == pytest.approx(1.0)
 
 
 def test_bandwidth_and_tflops_units() -> None:

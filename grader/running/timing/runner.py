@@ -357,6 +357,7 @@ class PerformanceRunner:
             return errored(perf, timer, device)
         reference_medians: Sequence[float] | None = bars.reference
         note = bars.reference_note
+        paired = False  # the reference's samples taken in turn with the student's, pair by pair
         with battery.clock.phase("timing/student"):
             student_medians: list[float] | str = ""
             if perf.id in contestants.reference_kept and not self._in_turn_failed:
@@ -373,7 +374,7 @@ class PerformanceRunner:
                 else:
                     student_medians, beside = in_turn
                     if beside:
-                        reference_medians, note = beside, IN_TURN_NOTE
+                        reference_medians, note, paired = beside, IN_TURN_NOTE, True
             if not student_medians:
                 student_medians = contestants.time_kept(timer, perf, what)
                 contestants.timer_kept.discard(perf.id)
@@ -396,7 +397,8 @@ class PerformanceRunner:
         mine = measured(f"your {perf.target}", student_medians)
         assert mine is not None
         eager = measured(baseline.label + (" (tf32 allowed)" if baseline.tf32 else ""), bars.torch)
-        result = evaluate(perf, mine, measured("reference", reference_medians), eager, device, note)
+        result = evaluate(perf, mine, measured("reference", reference_medians), eager, device, note,
+                          reference_in_turn=paired)
         return dataclasses.replace(result, calibration=bars.id)
 
     def _bars(self, prepared: Prepared, battery: Battery) -> Calibration | str:

@@ -128,9 +128,11 @@ class FreshSampler:
     """Timed calls that each do fresh work, captured in one CUDA graph. A call is a pair of steps: `prepare` (poison its
     outputs, restore what must start from a value) runs outside the timed interval, `work` (the kernel launches) runs
     between two external CUDA events recorded inside the graph; the graph holds `rounds` passes over the calls, so
-    one replay lasts about `REPLAY_MS`. A sample replays the graph back to back for about `sample_ms` and gives the
-    mean time per call inside the intervals of its last replay (the replays before it keep the GPU as busy as the
-    timed one; events are read only after the last, so no gap of the CPU's falls between replays). After every sample
+    one replay lasts about `REPLAY_MS` (= `sample_ms`). A sample replays the graph (once, unless one replay is shorter
+    than `sample_ms`) and gives the mean time per call inside the intervals of its last replay: the whole sample's
+    calls, so a clock that wanders under a power cap within the sample is averaged as GraphSampler averages it (read
+    over only the last 5 ms of a 25 ms sample, two copies of a 4096^3 tf32 matmul timed in turn on an H100 read
+    0.95-1.035 of each other; docs/performance.md). After every sample
     `check()` looks at what the last replay left (the outputs, the inputs' bytes) and says what is wrong, if anything:
     a sample whose check fails is no time.
 
@@ -141,8 +143,8 @@ class FreshSampler:
     clock) is not measured, and a kernel that skips work once its output looks done finds its output poisoned again
     before every call. `work` must already have run once outside the capture (compilation, allocations)."""
 
-    REPLAY_MS = 5.0
-    MAX_ROUNDS = 512
+    REPLAY_MS = SAMPLE_MS  # one replay is a sample: its intervals span it, as GraphSampler's events span its replays
+    MAX_CALLS = 4096  # per graph: the capture launches each from Python (tens of us each)
 
     def __init__(self, steps: list[Step], check: Callable[[], str] | None = None,
                  sample_ms: float = SAMPLE_MS, events: bool = True) -> None:
@@ -155,14 +157,15 @@ class FreshSampler:
         self.prepare_only: Any = None
         try:
             self.graph, self.starts, self.ends = self._capture(1, timed=events, work=True)
-            if events:
-                self._inside()  # an event recorded by a graph must be readable
+            if events:  # an event a graph recorded must be readable once the graph ran
+                self._replays(self.graph, 1)
+                self._inside()
         except RuntimeError:
             torch.cuda.synchronize()
             self.mode = "subtracted"
             self.graph, self.starts, self.ends = self._capture(1, timed=False, work=True)
         one = max(self._replays(self.graph, 1), 1e-4)
-        self.rounds = max(1, min(self.MAX_ROUNDS, int(self.REPLAY_MS / one)))
+        self.rounds = max(1, min(self.MAX_CALLS // self.calls, int(self.REPLAY_MS / one)))
         timed = self.mode == "events"
         if self.rounds > 1:
             self.graph, self.starts, self.ends = self._capture(self.rounds, timed=timed, work=True)
@@ -229,8 +232,8 @@ class FreshSampler:
         if self.mode == "events":
             self._replays(self.graph, self.count)
             return self._inside() / per_replay
+        without = self._replays(self.prepare_only, self.count)  # first: the last replay must leave the work's outputs
         with_work = self._replays(self.graph, self.count)
-        without = self._replays(self.prepare_only, self.count)
         return max(with_work - without, 1e-6) / (self.count * per_replay)
 
     def samples(self, repeats: int, spin_up_ms: float = 0.0) -> tuple[Timing, str]:
