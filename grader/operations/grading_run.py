@@ -16,6 +16,7 @@ fault compute-sanitizer could not name.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -172,9 +173,14 @@ class GradingRun:
             result = performance.skipped(perf, self.untimed)
         else:
             self.cpu_hint_evidence()  # the CPU check of the promises ends first: nothing else runs while timing
-            with self.battery.clock.phase("timing"):
-                result = self._runner().run(perf, self.battery, self.cases)
-            self.profiles.update(self._performance_runner.profiles)
+            try:
+                with self.battery.clock.phase("timing"):
+                    result = self._runner().run(perf, self.battery, self.cases)
+            except Exception as exc:  # a defect of the grader's: the case says which, not "the case was not run"
+                traceback.print_exc()  # the whole of it in the grade's log, for whoever fixes the grader
+                result = performance.errored(perf, f"the grader failed while timing this case ({type(exc).__name__}: "
+                                                   f"{str(exc)[:300]}): a grader problem, not your code")
+            self.profiles.update(self._performance_runner.profiles if self._performance_runner else {})
         self.performance[perf.id] = result
         return result
 

@@ -109,3 +109,27 @@ def test_on_a_gpu_a_check_lists_its_performance_cases_untimed_and_says_how_to_ti
     assert results and all(r.status == "skipped" and r.reason == NOT_TIMED_BY_CHECK for r in results)
     assert all(r.max_score == 0 for r in results)  # never passed, never failed, worth nothing either way
     assert "`grader check --timed`" in NOT_TIMED_BY_CHECK and "`grader grade` always does" in NOT_TIMED_BY_CHECK
+
+
+def test_a_grader_defect_while_timing_names_itself_in_the_case(assignment: Assignment, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Timing that raises (a grader defect, e.g. on a kernel slower than anything it was tried on) leaves the case
+    an error that names the exception, not "the case was not run"; the traceback goes to the grade's log."""
+
+    class Broken:
+        profiles: dict = {}
+
+        def run(self, perf, battery, cases):
+            raise ZeroDivisionError("float division by zero")
+
+    run = GradingRun(assignment, template_copy(assignment, tmp_path), "cuda", 3, public_only=True)
+    monkeypatch.setattr(run, "_runner", lambda: Broken())
+    try:
+        result = run.grade_performance(assignment.performance[0])
+    finally:
+        run.close()
+    assert result.status == "error" and run.performance[assignment.performance[0].id] is result
+    assert result.reason == ("the grader failed while timing this case (ZeroDivisionError: float division by zero): "
+                             "a grader problem, not your code")
+    assert "Traceback" in capsys.readouterr().err

@@ -39,6 +39,7 @@ from grader.publishing.people import Student
 from grader.publishing.plurals import counted
 from grader.publishing.similarity import SimilaritySummary
 from grader.publishing.similarity import summary as similarity_summary
+from grader.running.processes.cpu_share import MAX_STRETCH
 from grader.running.timing.calibration import CalibrationStore
 
 
@@ -77,9 +78,10 @@ class BatchSummary:
     counts: dict[str, int] = field(default_factory=dict)
 
 def default_grade_timeout(assignment: Assignment, backend: Backend) -> float:
-    """A safety net far above what the grader's own limits allow (every case hanging, every restart)."""
+    """A safety net far above what the grader's own limits allow (every case hanging, every restart, each deadline
+    stretched as far as a busy machine may stretch it: cpu_share.MAX_STRETCH)."""
     cases = len(assignment.cases_for(backend)) + len(assignment.kernels)
-    return 2 * (assignment.import_timeout_s + cases * (assignment.call_timeout_s + 10)) + 600
+    return (MAX_STRETCH + 1) * (assignment.import_timeout_s + cases * (assignment.call_timeout_s + 10)) + 600
 
 def make_executor(options: BatchOptions, scratch: Path) -> Executor:
     factory = EXECUTORS.get(options.executor)

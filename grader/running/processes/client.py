@@ -26,6 +26,7 @@ from grader import trap_ids
 from grader.running import protocol
 from grader.running.phases import traced
 from grader.running.processes.confinement import describe_exit, kill_marked
+from grader.running.processes.cpu_share import SAID_FROM_S, LoadAllowance, stretched
 from grader.running.processes.gpu_memory import Watch
 from grader.running.processes.sandbox import Sandbox, SandboxFailure, WorkerOptions
 from grader.running.worker.channel import Channel, ChannelClosed, ChannelTimeout
@@ -81,12 +82,18 @@ class Deadline:
     run_s: float | None = None
     compile_s: float = 120.0
 
-    def describe(self, compiling: bool, capped: bool) -> str:
+    def describe(self, compiling: bool, capped: bool, waited_s: float = 0.0) -> str:
+        """Why the request ended; `waited_s`: seconds the worker waited for a CPU meanwhile (not charged to it:
+        grader.running.processes.cpu_share)."""
         if capped or self.run_s is None:
-            return f"did not finish within {self.cap_s:g} s"
-        if compiling:
-            return f"a compilation did not finish within {self.compile_s:g} s"
-        return f"did not finish: nothing happened for {self.run_s:g} s after its last kernel launch"
+            said = f"did not finish within {self.cap_s:g} s"
+        elif compiling:
+            said = f"a compilation did not finish within {self.compile_s:g} s"
+        else:
+            said = f"did not finish: nothing happened for {self.run_s:g} s after its last kernel launch"
+        if waited_s >= SAID_FROM_S:
+            said += f" of its own time (it also waited {waited_s:.1f} s for a busy CPU, not counted)"
+        return said
 
 
 class Worker:
@@ -325,13 +332,19 @@ class Worker:
         cap = started + deadline.cap_s
         last = started
         depth = 0  # compilations under way (they nest: the parallel warm-up around each kernel's)
+        load = LoadAllowance(self.pid)  # what the machine's load owes the deadline (cpu_share)
+        waited_at_last = 0.0
         while True:
             now = time.monotonic()
-            limit = cap
-            if deadline.run_s is not None:
-                limit = min(cap, last + (deadline.compile_s if depth > 0 else deadline.run_s))
+            window = None if deadline.run_s is None else (deadline.compile_s if depth > 0 else deadline.run_s)
+            limit = cap if window is None else min(cap, last + window)
             if now >= limit:
-                raise _Overdue(deadline.describe(depth > 0, capped=now >= cap))
+                waited = load.waited_s()
+                own_cap = stretched(cap, waited, started, deadline.cap_s)
+                limit = own_cap if window is None else \
+                    min(own_cap, stretched(last + window, waited - waited_at_last, last, window))
+                if now >= limit:
+                    raise _Overdue(deadline.describe(depth > 0, capped=now >= own_cap, waited_s=waited))
             if self.channel is None:
                 raise ChannelClosed()
             watched = [self.channel.fileno()] + ([self.progress] if self.progress >= 0 else [])
@@ -343,6 +356,8 @@ class Worker:
                     marks = None
                 if marks:
                     last = time.monotonic()
+                    if window is not None:
+                        waited_at_last = load.waited_s()
                     for mark in marks:
                         if mark == COMPILE_START[0]:
                             depth += 1

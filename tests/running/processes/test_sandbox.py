@@ -39,6 +39,12 @@ def leaves_a_daemon(x):
         time.sleep(0.05)
     return x
 
+def spins(x):  # 1.2 s of its own CPU time
+    until = time.process_time() + 1.2
+    while time.process_time() < until:
+        pass
+    return x
+
 def marks_and_sleeps(x):
     from grader.running.worker import progress  # a submission may write marks: they only stretch the cap
     for _ in range(30):
@@ -47,7 +53,7 @@ def marks_and_sleeps(x):
     time.sleep(60)
     return x
 '''
-NAMES = ["quick", "sleeps", "leaves_a_daemon", "marks_and_sleeps"]
+NAMES = ["quick", "sleeps", "leaves_a_daemon", "spins", "marks_and_sleeps"]
 
 
 def call(name: str) -> protocol.Call:
@@ -110,6 +116,38 @@ def test_a_worker_past_its_deadline_is_killed_by_the_grader(sandbox: Sandbox, su
     assert time.monotonic() - started < 5.0
     assert gone(pid)
     assert worker.start().ok  # the next request gets a fresh worker
+    worker.close()
+
+
+def test_a_worker_is_charged_its_own_time_not_the_machines_load(sandbox: Sandbox, submission: Path) -> None:
+    """1.2 s of work within a 1.5 s deadline, on a CPU it shares with a spinner: it needs ~2.4 s of wall time, the
+    ~1.2 s it waited for the CPU are not charged to it, so it finishes; the same deadline still stops a worker that
+    sleeps (no wait for a CPU) at 1.5 s."""
+    import subprocess
+    import sys
+
+    from grader.running.processes.cpu_share import run_queue_wait_s
+
+    worker = Worker(submission, NAMES, sandbox.options, sandbox=sandbox)
+    assert worker.start().ok and worker.pid is not None
+    if run_queue_wait_s(worker.pid) is None:
+        pytest.skip("no schedstat here (not Linux)")
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        os.sched_setaffinity(spinner.pid, {0})
+        os.sched_setaffinity(worker.pid, {0})
+        started = time.monotonic()
+        reply = worker.request(call("spins"), Deadline(cap_s=1.5), "spinning")
+        assert reply.ok, reply.error
+        assert time.monotonic() - started > 1.5  # past the deadline in wall time, within it in its own
+    finally:
+        spinner.kill()
+        spinner.wait()
+    started = time.monotonic()
+    with pytest.raises(WorkerFailure) as failure:
+        worker.request(call("sleeps"), Deadline(cap_s=1.5), "sleeping")
+    assert failure.value.detail == "did not finish within 1.5 s (sleeping)"
+    assert time.monotonic() - started < 3.0
     worker.close()
 
 
