@@ -25,7 +25,7 @@ from typing import Any
 from grader import trap_ids
 from grader.running import protocol
 from grader.running.phases import traced
-from grader.running.processes.confinement import describe_exit, kill_marked
+from grader.running.processes.confinement import describe_exit, kill_marked, marked_pids
 from grader.running.processes.cpu_share import SAID_FROM_S, LoadAllowance, stretched
 from grader.running.processes.gpu_memory import Watch
 from grader.running.processes.sandbox import Sandbox, SandboxFailure, WorkerOptions
@@ -332,17 +332,18 @@ class Worker:
         cap = started + deadline.cap_s
         last = started
         depth = 0  # compilations under way (they nest: the parallel warm-up around each kernel's)
-        load = LoadAllowance(self.pid)  # what the machine's load owes the deadline (cpu_share)
-        waited_at_last = 0.0
+        token = self.sandbox_ref.token  # the sandbox's other processes are the submission's own load
+        load = LoadAllowance(self.pid, lambda: marked_pids(token))  # what others' load owes it (cpu_share)
+        at_last = load.base  # the worker when the last progress mark came
         while True:
             now = time.monotonic()
             window = None if deadline.run_s is None else (deadline.compile_s if depth > 0 else deadline.run_s)
             limit = cap if window is None else min(cap, last + window)
             if now >= limit:
-                waited = load.waited_s()
+                waited = load.owed_s()
                 own_cap = stretched(cap, waited, started, deadline.cap_s)
                 limit = own_cap if window is None else \
-                    min(own_cap, stretched(last + window, waited - waited_at_last, last, window))
+                    min(own_cap, stretched(last + window, load.owed_s(at_last), last, window))
                 if now >= limit:
                     raise _Overdue(deadline.describe(depth > 0, capped=now >= own_cap, waited_s=waited))
             if self.channel is None:
@@ -357,7 +358,7 @@ class Worker:
                 if marks:
                     last = time.monotonic()
                     if window is not None:
-                        waited_at_last = load.waited_s()
+                        at_last = load.reading()
                     for mark in marks:
                         if mark == COMPILE_START[0]:
                             depth += 1

@@ -164,26 +164,33 @@ def become_subreaper() -> None:
         pass
 
 
-def kill_marked(token: str) -> None:
-    """Kill every process whose environment carries this sandbox's token (escaped daemons included: a
-    forked process shows the environment its zygote was started with)."""
+def marked_pids(token: str) -> list[int]:
+    """Every process whose environment carries this sandbox's token (escaped daemons included: a forked process
+    shows the environment its zygote was started with), this one excepted."""
     marker = f"{TOKEN_VARIABLE}={token}".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_marked(token: str) -> None:
+    """Kill every process that carries this sandbox's token (marked_pids)."""
     for _ in range(3):
-        found = []
-        for entry in os.scandir("/proc"):
-            if not entry.name.isdigit() or int(entry.name) == os.getpid():
-                continue
+        found = marked_pids(token)
+        for pid in found:
             try:
-                with open(f"/proc/{entry.name}/environ", "rb") as f:
-                    environ = f.read()
+                os.kill(pid, signal.SIGKILL)
             except OSError:
-                continue
-            if marker in environ.split(b"\0"):
-                found.append(int(entry.name))
-                try:
-                    os.kill(int(entry.name), signal.SIGKILL)
-                except OSError:
-                    pass
+                pass
         if not found:
             return
         time.sleep(0.05)
