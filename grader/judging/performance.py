@@ -4,6 +4,7 @@ gate, PerformanceResults and Gradescope leaderboard entries. No timing and no I/
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -34,9 +35,7 @@ def paired_speedup(bar_ms: Sequence[float], student_ms: Sequence[float]) -> floa
     (benchmarks/timing_noise.py: identical 4096^3 tf32 matmuls in turn, median pair ratio +-0.15%)."""
     if len(bar_ms) != len(student_ms) or not bar_ms:
         raise ValueError(f"pairs need equal, non-empty samples, got {len(bar_ms)} and {len(student_ms)}")
-    ratios = sorted(speedup(bar, mine) for bar, mine in zip(bar_ms, student_ms, strict=True))
-    n = len(ratios)
-    return ratios[n // 2] if n % 2 else (ratios[n // 2 - 1] + ratios[n // 2]) / 2
+    return float(statistics.median(speedup(bar, mine) for bar, mine in zip(bar_ms, student_ms, strict=True)))
 
 
 def gb_per_s(nbytes: int, ms: float) -> float:

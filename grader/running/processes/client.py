@@ -92,7 +92,7 @@ class Deadline:
         else:
             said = f"did not finish: nothing happened for {self.run_s:g} s after its last kernel launch"
         if waited_s >= SAID_FROM_S:
-            said += f" of its own time (it also waited {waited_s:.1f} s for a busy CPU, not counted)"
+            said += f" (not counting the {waited_s:.1f} s it waited for a CPU other processes held)"
         return said
 
 

@@ -21,7 +21,7 @@ def test_a_deadline_stretches_by_the_wait_for_a_cpu_never_past_its_bound() -> No
     assert stretched(limit=130.0, waited_s=12.5, started=100.0, allowed_s=30.0) == 142.5  # 12.5 s waiting: owed
     assert stretched(limit=130.0, waited_s=500.0, started=100.0, allowed_s=30.0) == 100.0 + MAX_STRETCH * 30.0
     words = Deadline(30).describe(compiling=False, capped=True, waited_s=12.46)
-    assert words == "did not finish within 30 s of its own time (it also waited 12.5 s for a busy CPU, not counted)"
+    assert words == "did not finish within 30 s (not counting the 12.5 s it waited for a CPU other processes held)"
     assert Deadline(30).describe(compiling=False, capped=True, waited_s=0.2) == "did not finish within 30 s"
 
 

@@ -130,9 +130,7 @@ class FreshSampler:
     between two external CUDA events recorded inside the graph; the graph holds `rounds` passes over the calls, so
     one replay lasts about `REPLAY_MS` (= `sample_ms`). A sample replays the graph (once, unless one replay is shorter
     than `sample_ms`) and gives the mean time per call inside the intervals of its last replay: the whole sample's
-    calls, so a clock that wanders under a power cap within the sample is averaged as GraphSampler averages it (read
-    over only the last 5 ms of a 25 ms sample, two copies of a 4096^3 tf32 matmul timed in turn on an H100 read
-    0.95-1.035 of each other; docs/performance.md). After every sample
+    calls, as GraphSampler's events span its replays. After every sample
     `check()` looks at what the last replay left (the outputs, the inputs' bytes) and says what is wrong, if anything:
     a sample whose check fails is no time.
 
