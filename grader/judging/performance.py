@@ -4,6 +4,7 @@ gate, PerformanceResults and Gradescope leaderboard entries. No timing and no I/
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -29,13 +30,20 @@ def speedup(bar_ms: float, student_ms: float) -> float:
 
 
 def paired_speedup(bar_ms: Sequence[float], student_ms: Sequence[float]) -> float:
-    """Samples timed in turn, pair by pair (the bar's i-th beside the student's i-th, under the same clocks): the
-    median of the pairs' speedups. A clock that wanders between rounds moves both samples of a pair alike and
-    cancels in its ratio, where a ratio of the two medians can set a fast round's sample against a slow one's
-    (benchmarks/timing_noise.py: identical 4096^3 tf32 matmuls in turn, median pair ratio +-0.15%)."""
+    """Samples timed in turn, pair by pair (the bar's i-th beside the student's i-th, under the same clocks), who
+    goes first alternating from round to round: the median, over blocks of two rounds, of the block's geometric
+    mean speedup. A clock that wanders between rounds moves both samples of a pair alike and cancels in its ratio,
+    where a ratio of the two medians can set a fast round's sample against a slow one's
+    (benchmarks/timing_noise.py: identical 4096^3 tf32 matmuls in turn, median pair ratio +-0.15%); and whatever
+    going first or second is worth (a GPU at its power cap is faster for the first sample after an idle gap)
+    favours each side once in every block, so it cancels too. An odd last round stands alone."""
     if len(bar_ms) != len(student_ms) or not bar_ms:
         raise ValueError(f"pairs need equal, non-empty samples, got {len(bar_ms)} and {len(student_ms)}")
-    return float(statistics.median(speedup(bar, mine) for bar, mine in zip(bar_ms, student_ms, strict=True)))
+    ratios = [speedup(bar, mine) for bar, mine in zip(bar_ms, student_ms, strict=True)]
+    blocks = [math.sqrt(a * b) for a, b in zip(ratios[0::2], ratios[1::2], strict=False)]
+    if len(ratios) % 2:
+        blocks.append(ratios[-1])
+    return float(statistics.median(blocks))
 
 
 def gb_per_s(nbytes: int, ms: float) -> float:

@@ -36,6 +36,7 @@ from grader.publishing.gradescope import results_json
 from grader.results import CaseResult, DeviceInfo, GradeResult, PerformanceResult
 from grader.running import protocol
 from grader.running.cases.battery import Battery
+from grader.running.timing.contestants import IN_TURN_ROUNDS
 from grader.running.worker.measuring.samplers import Timing
 
 H200 = DeviceInfo(gpu="NVIDIA H200", copy_gb_per_s=4000.0, torch="2.11.0+cu130", triton="3.6.0")
@@ -68,9 +69,22 @@ def test_samples_in_turn_compare_pair_by_pair() -> None:
     reference = [0.400, 0.430, 0.415, 0.445, 0.405]  # power-capped rounds, identical kernels: each pair agrees
     student = [0.401, 0.429, 0.416, 0.444, 0.404]
     assert paired_speedup(reference, student) == pytest.approx(1.0, abs=0.003)
-    assert paired_speedup([2.0, 4.0], [1.0, 1.0]) == 3.0  # an even count: the mean of the two middle ratios
+    assert paired_speedup([2.0, 8.0], [1.0, 1.0]) == 4.0  # two rounds are one block: their geometric mean
+    assert paired_speedup([2.0, 8.0, 3.0], [1.0, 1.0, 1.0]) == 3.5  # an odd last round stands alone
     with pytest.raises(ValueError):
         paired_speedup([1.0], [1.0, 1.0])
+
+
+def test_going_first_favours_neither_side() -> None:
+    """A GPU at its power cap runs the first sample after an idle gap faster: with the order alternating round by
+    round, identical kernels read 1 however large that favour, where the pairs' plain median would read it."""
+    first, second = 0.40, 0.42  # whoever goes first gets 0.40
+    student = [first if r % 2 == 0 else second for r in range(10)]  # the student first in even rounds
+    reference = [second if r % 2 == 0 else first for r in range(10)]
+    assert paired_speedup(reference, student) == pytest.approx(1.0)
+    jittered = [t * (1 + 0.01 * ((7 * r) % 5 - 2)) for r, t in enumerate(student)]  # each block its own clock
+    assert paired_speedup([t * j / s for t, j, s in zip(reference, jittered, student, strict=True)], jittered) \
+        == pytest.approx(1.0)
 
 
 def test_evaluate_pairs_a_reference_timed_in_turn(assignment: Assignment) -> None:
@@ -439,7 +453,8 @@ def test_measure_path_on_a_fake_clock(
         expected = "not fused at this size" if "layer_norm(" in bug[1] else "differs from F.layer_norm"
         assert expected in result.reason and result.score == 0 and result.max_score == 2, result.reason
         return
-    assert result.student is not None and result.student.medians_ms == (0.1, 0.1, 0.1)
+    # timed in turn with the reference: IN_TURN_ROUNDS rounds (at least the case's repeats)
+    assert result.student is not None and result.student.medians_ms == (0.1,) * IN_TURN_ROUNDS
     assert result.speedup_vs_reference == pytest.approx(1.2) and result.speedup_vs_torch == pytest.approx(2.0)
     assert result.student.gb_per_s == pytest.approx(4 * (2 * 6 * 37 + 2 * 37) / 0.1e-3 / 1e9)
     assert result.student.pct_of_copy_bandwidth == pytest.approx(100 * result.student.gb_per_s / 4000.0)

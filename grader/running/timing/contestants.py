@@ -35,6 +35,19 @@ def timed_deadline(perf: PerformanceCase, expected_ms: float | None) -> Deadline
     return Deadline(cap_s=perf.timeout_s, run_s=run_s, compile_s=COMPILE_LIMIT_S)
 
 
+# Rounds timed in turn with the reference, at least: five blocks of two (who goes first swaps within a block).
+# On an H100 at its power cap, five rounds with the student always first read copies of the reference 0.95-1.04
+# of it on a 4096^3 tf32 matmul (docs/gpu-runs-2026-12-06.txt); a round costs two ~25 ms samples.
+IN_TURN_ROUNDS = 10
+
+
+def in_turn_rounds(perf: PerformanceCase) -> int:
+    """Pure: how many rounds `perf` is timed in turn with the reference: its repeats, at least IN_TURN_ROUNDS, even
+    (so that each side goes first equally often)."""
+    rounds = max(perf.repeats, IN_TURN_ROUNDS)
+    return rounds + rounds % 2
+
+
 Outputs = tuple[tuple[torch.Tensor, ...], tuple[float, ...]]  # a timed run's outputs and medians (ms)
 
 
@@ -243,27 +256,40 @@ class Contestants:
     # ------------------------------------------------------------------ samples (inside the exclusive slot)
 
     def time_in_turn(self, timer: Worker, perf: PerformanceCase, what: str) -> tuple[list[float], list[float]] | str:
-        """The student's kept launches and the reference's, one sample each in turn, `repeats` rounds: both see the
-        same clocks, power draw and temperature (a 4096^3 tf32 matmul holds an H200 at its power cap, its SM clock
-        wandering 1410-1560 MHz: timed apart, identical kernels read +-7.6%; in turn, +-0.15%:
-        benchmarks/timing_noise.py, docs/performance.md). Each worker holds its captured graph between samples."""
+        """The student's kept launches and the reference's, one sample each in turn, `in_turn_rounds(perf)` rounds,
+        who goes first alternating (student, reference; reference, student; ...): both see the same clocks, power
+        draw and temperature (a 4096^3 tf32 matmul holds an H200 at its power cap, its SM clock wandering 1410-1560
+        MHz: timed apart, identical kernels read +-7.6%; in turn, +-0.15%: benchmarks/timing_noise.py,
+        docs/performance.md), and going first favours neither (`paired_speedup` takes the rounds two by two).
+        Each worker holds its captured graph between samples. The lists come back in round order."""
         assert self.reference is not None
         student: list[float] = []
         reference: list[float] | None = []
         spin = self.spin_up_ms()
-        for round_ in range(perf.repeats):
-            hold = round_ < perf.repeats - 1  # the last sample lets the graphs (and their memory) go
+        rounds = in_turn_rounds(perf)
+        for round_ in range(rounds):
+            hold = round_ < rounds - 1  # the last sample lets the graphs (and their memory) go
+            reference_first = round_ % 2 == 1
+            if reference_first and reference is not None:
+                reference = self._sample_reference(reference, perf, spin, hold)
+                spin = 0.0
             mine = self.sample(timer, perf, what, spin_up_ms=spin, hold=hold)
             if isinstance(mine, str):
                 return mine
             student.extend(mine)
-            if reference is not None:
-                theirs = self.sample(self.reference, perf, f"timing the reference {perf.target}",
-                                     spin_up_ms=spin, hold=hold)
-                # a reference that fails (never expected) leaves the comparison to the bars
-                reference = reference + theirs if not isinstance(theirs, str) else None
+            if not reference_first and reference is not None:
+                reference = self._sample_reference(reference, perf, 0.0, hold)
             spin = 0.0
         return student, reference or []
+
+    def _sample_reference(self, so_far: list[float], perf: PerformanceCase, spin_up_ms: float,
+                          hold: bool) -> list[float] | None:
+        """One more reference sample in turn; None once the reference has failed (never expected: the comparison
+        is then left to the bars)."""
+        assert self.reference is not None
+        theirs = self.sample(self.reference, perf, f"timing the reference {perf.target}", spin_up_ms=spin_up_ms,
+                             hold=hold)
+        return so_far + theirs if not isinstance(theirs, str) else None
 
     def sample(self, worker: Worker, perf: PerformanceCase, what: str, *, spin_up_ms: float,
                hold: bool) -> list[float] | str:

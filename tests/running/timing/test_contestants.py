@@ -4,14 +4,17 @@ tests/judging/test_performance.py; on a GPU: tests/e2e/test_gpu_performance.py.)
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from grader.authoring.spec import PerformanceCase, load_assignment
 from grader.running.timing.contestants import (
     COMPILE_LIMIT_S,
+    IN_TURN_ROUNDS,
     RUN_GRACE_S,
     SLOWDOWN_ALLOWED,
     Contestants,
+    in_turn_rounds,
     timed_deadline,
 )
 from grader.running.worker.measuring import samplers
@@ -82,3 +85,31 @@ def test_the_reference_compiles_once_per_course_in_a_cache_student_code_cannot_s
         assert student.triton_cache != shared and student.root in student.triton_cache.parents
     finally:
         student.close()
+
+
+def test_in_turn_the_reference_and_the_student_take_turns_going_first(tmp_path: Path) -> None:
+    """Rounds timed in turn swap who goes first, at least IN_TURN_ROUNDS of them and an even number, so that the
+    favour of going first (a power-capped GPU after an idle gap) cancels in `paired_speedup`; the first sample
+    spins the clocks up, the last lets both graphs go."""
+    assignment = load_assignment(ROOT / "assignments" / "fused_layers" / "assignment.toml")
+    contestants = Contestants(assignment, "cuda", tmp_path, lambda perf: timed_deadline(perf, None))
+    calls: list[tuple[str, float, bool]] = []
+    student_worker, reference_worker = object(), object()
+    contestants.reference = reference_worker  # type: ignore[assignment]
+
+    def sample(worker: object, perf: PerformanceCase, what: str, *, spin_up_ms: float, hold: bool) -> list[float]:
+        calls.append(("reference" if worker is reference_worker else "student", spin_up_ms, hold))
+        return [float(len(calls))]
+
+    contestants.sample = sample  # type: ignore[method-assign]
+    in_turn = contestants.time_in_turn(student_worker, PERF, "timing")  # type: ignore[arg-type]
+    assert not isinstance(in_turn, str)
+    student, reference = in_turn
+    rounds = in_turn_rounds(PERF)
+    assert rounds == IN_TURN_ROUNDS == len(student) == len(reference) and rounds % 2 == 0
+    assert in_turn_rounds(dataclasses.replace(PERF, repeats=13)) == 14
+    firsts = [calls[2 * r][0] for r in range(rounds)]
+    assert firsts == ["student", "reference"] * (rounds // 2)
+    assert calls[0][1] == samplers.DEFAULT_SPIN_UP_MS and all(spin == 0.0 for _, spin, _ in calls[1:])
+    assert [hold for _, _, hold in calls] == [True] * (2 * rounds - 2) + [False, False]
+    assert student[1] == 4.0 and reference[1] == 3.0  # round 1: the reference's sample came first
