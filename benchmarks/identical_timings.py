@@ -32,6 +32,14 @@ def spread_pct(values: list[float]) -> float:
     return 100.0 * (max(values) - min(values)) / 2.0 / mid if mid else 0.0
 
 
+def pair_ratios(perf: dict) -> str:
+    """Each round's reference/student ratio (the student goes first in even rounds): an order bias shows as even
+    rounds reading apart from odd ones."""
+    mine, theirs = (perf.get(side) or {} for side in ("student", "reference"))
+    pairs = zip(theirs.get("medians_ms") or (), mine.get("medians_ms") or (), strict=False)
+    return " ".join(f"{bar / ms:.3f}" for bar, ms in pairs)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="*", type=Path, default=list(DEFAULT_FILES))
@@ -64,6 +72,7 @@ def main() -> int:
                         times.setdefault(f"{perf['perf_id']} {side}", []).append(float(perf[side]["median_ms"]))
                 if perf.get("status") == "timed" and perf.get("speedup_vs_reference"):
                     by_case.setdefault(perf["perf_id"], []).append(float(perf["speedup_vs_reference"]))
+                    print(f"{path.stem}__{copy} {perf['perf_id']}: round by round {pair_ratios(perf)}")
                 else:  # a case not timed against the reference is a failure of this check, never a 0% spread
                     print(f"{path.stem}__{copy} {perf['perf_id']}: {perf.get('status')} {perf.get('reason', '')[:200]}")
                     worst = float("inf")
