@@ -26,6 +26,9 @@ source benchmarks/gpu_env.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"
 for step in "$@"; do
   started=$(date +%s)
+  # the GPU's memory in use every 0.5 s while the step runs: its peak goes to steps.txt
+  nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader,nounits -lms 500 > "$out/memory.csv" 2>/dev/null &
+  watcher=$!
   case "$step" in
     profile) python3 benchmarks/grading_time.py --backend cuda --repeat 1 --profile ;;
     bars) python3 benchmarks/grading_time.py --backend cuda --repeat 2 --check --profile ;;
@@ -44,5 +47,9 @@ for step in "$@"; do
     grade:*) python3 -m grader grade "${step#grade:}" --assignment fused_layers --backend cuda --seed 3 --out "/tmp/gpu-grade-$$" && python3 -c "import json,sys; g=json.load(open('/tmp/gpu-grade-$$/grade.json')); print(g['score'], [(t['case_id'], t['score'], t.get('traps')) for t in g['cases']][:50]); print([(p['perf_id'], p['status'], p.get('speedup_vs_reference'), p.get('reason','')[:200]) for p in g['performance']])" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac > "$out/${step//[:\/,]/_}.txt" 2>&1
-  echo "$step: exit $? after $(( $(date +%s) - started )) s" | tee -a "$out/steps.txt"
+  status=$?
+  kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null
+  peak=$(sort -t, -k1 -n "$out/memory.csv" 2>/dev/null | tail -1)
+  echo "$step: exit $status after $(( $(date +%s) - started )) s; GPU memory peak (used, total MiB): ${peak:-unread}" \
+    | tee -a "$out/steps.txt"
 done

@@ -79,6 +79,7 @@ class GradingRun:
         # ahead), while pytest starts, and forks every worker of the grade (the battery's, the timer).
         self.sandbox = sandbox or start_sandbox(assignment, self.submission, self.backend, hidden,
                                                       concurrent_grades)
+        self.concurrent_grades = concurrent_grades
         self.gpu_budget = self.sandbox.gpu_budget
         # CUDA, code that makes tl.multiple_of / tl.max_contiguous promises: the interpreter checks them on the CPU,
         # from now on, while the GPU cases run.
@@ -155,7 +156,8 @@ class GradingRun:
 
         if self._performance_runner is None:
             self._performance_runner = PerformanceRunner(self.assignment, self.seed, perfs=self.performance_cases(),
-                                                         calibration=self.calibration, profile=self.profile)
+                                                         calibration=self.calibration, profile=self.profile,
+                                                         concurrent_grades=self.concurrent_grades)
         return self._performance_runner
 
     def _start_timing_early(self) -> None:

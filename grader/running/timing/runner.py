@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import shutil
 import statistics
 import tempfile
@@ -44,6 +45,7 @@ from grader.results import CaseResult, DeviceInfo, Measurement, PerformanceResul
 from grader.running.cases.battery import Battery
 from grader.running.phases import traced
 from grader.running.processes.client import Deadline, Worker
+from grader.running.processes.gpu_seats import TimingSeats, seat_count, timing_footprint_bytes
 from grader.running.processes.gpu_slot import GpuSlot, gpu_name
 from grader.running.timing.calibration import (
     Calibration,
@@ -61,6 +63,27 @@ from grader.running.worker.measuring import samplers
 from grader.seeds import case_seed
 from grader.trap_ids import CRASH, NOT_FUSED, OUT_OF_MEMORY, RUNTIME_ERROR, TIMED_OUTPUT_CHANGED, TIMEOUT
 
+logger = logging.getLogger(__name__)
+
+# A case whose timing ran out of GPU memory is timed again after these waits (a neighbour's hog is stopped by the
+# watchdog within a poll, and the driver frees its memory ~0.1 s later: gpu_memory.py).
+MEMORY_RETRY_WAITS_S = (2.0, 5.0)
+
+
+def out_of_memory(reason: str) -> str:
+    """Pure: the line of `reason` that says the GPU ran out of memory, at most 160 characters ('' if none): an
+    allocation that failed, not a worker stopped for going over its own budget (that is the submission's, and
+    final)."""
+    if "budget" in reason:
+        return ""
+    line = next((line for line in reason.splitlines() if "out of memory" in line.lower()), "")
+    return line.strip()[:160]
+
+
+def release_cached_memory() -> None:
+    """What torch's allocator caches in this process goes back to the GPU (nothing without CUDA)."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
 
 class PerformanceRunner:
     """Times one grading session's performance cases, all at the first one's turn: every case recorded
@@ -71,10 +94,11 @@ class PerformanceRunner:
 
     def __init__(self, assignment: Assignment, seed: int, device: str = "cuda",
                  perfs: Sequence[PerformanceCase] | None = None, calibration: CalibrationStore | None = None,
-                 profile: bool = True) -> None:
+                 profile: bool = True, concurrent_grades: int = 1) -> None:
         """`perfs`: the cases this session measures (default: the assignment's); `calibration`: where bars
         are cached (None: measured for this session alone); `profile`: each timed case replayed once under
-        Nsight Compute (grader.running.timing.profiled_replay), its profile in `profiles`."""
+        Nsight Compute (grader.running.timing.profiled_replay), its profile in `profiles`; `concurrent_grades`:
+        the grades sharing this GPU (a batch's), of which at most a seat count hold timing tensors at once."""
         self.assignment = assignment
         self.calibration = calibration
         self._machine: Machine | None = None
@@ -90,6 +114,7 @@ class PerformanceRunner:
         self.contestants = Contestants(assignment, device, self._folder, self._deadline,
                                        calibration.reference_triton_cache if calibration is not None else None)
         self.profile = profile
+        self.concurrent_grades = concurrent_grades
         self._live_profiler: Profiler | None = None
         self.profiles: dict[str, CaseProfile] = {}  # perf id -> what profiling its timed replay found
         self._early_reference: Worker | None = None  # the reference's worker, spawned while correctness runs
@@ -199,6 +224,29 @@ class PerformanceRunner:
                 contestants.adopt_timer(timer, timer_reply.result() if timer_reply is not None else None)
                 if reference is not None and reference_reply is not None:
                     contestants.adopt_reference(reference, reference_reply.result())
+        with contextlib.ExitStack() as holding:
+            with clock.phase("timing/seat"):  # the GPU memory of a timing phase: a seat of the GPU's few
+                holding.enter_context(self._seat(ready))
+            self._check_and_measure(ready, battery, profiler, results)
+            contestants.close()  # the timer's and the reference's tensors go before the seat does
+        return results
+
+    def _seat(self, ready: Sequence[Prepared]) -> contextlib.AbstractContextManager[Any]:
+        """A seat for this grade's timing phase on the GPU (gpu_seats: as many as its memory holds at once)."""
+        if self.device != "cuda" or not ready:
+            return contextlib.nullcontext()
+        import torch
+
+        moved = [p.problem.baseline.bytes_moved(dict(p.perf.dims))
+                 if p.problem.baseline is not None and p.problem.baseline.bytes_moved else None for p in ready]
+        total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+        count = seat_count(total, timing_footprint_bytes(moved), self.concurrent_grades)
+        return TimingSeats(gpu_name(), count).held()
+
+    def _check_and_measure(self, ready: Sequence[Prepared], battery: Battery, profiler: Profiler | None,
+                           results: dict[str, PerformanceResult]) -> None:
+        """Each recorded case checked at its timed size (the GPU shared), then timed and profiled (alone)."""
+        contestants, clock = self.contestants, battery.clock
         checked = []
         # The student's profiling worker loads and runs each case's launches once beside the checks (both only
         # share the GPU); the reference's runs the launches its checks planned, after them. "profile/start" is
@@ -228,7 +276,7 @@ class PerformanceRunner:
             slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
             with slot.exclusive() if slot else contextlib.nullcontext():  # only the timed and profiled replays here
                 for prepared in checked:
-                    results[prepared.perf.id] = self._measure(prepared, battery)
+                    results[prepared.perf.id] = self._measure_again_for_memory(prepared, battery)
                 if profiler is not None:
                     with clock.phase("profile/replay"):
                         profiler = self._guarded(profiler, profiler.measure, [p.perf.id for p in checked])
@@ -239,7 +287,28 @@ class PerformanceRunner:
         finally:
             if profiler is not None:
                 profiler.close()
-        return results
+
+    def _measure_again_for_memory(self, prepared: Prepared, battery: Battery) -> PerformanceResult:
+        """`_measure`, again while the GPU's memory ran out under it (another process held it: a neighbour's hog
+        before the watchdog stopped it; the case's own tensors were in the seat's footprint), MEMORY_RETRIES
+        times at most, waiting between tries; a case still short of memory says whose problem it is."""
+        for attempt, wait_s in enumerate((*MEMORY_RETRY_WAITS_S, None)):
+            try:
+                result = self._measure(prepared, battery)
+                short = "" if result.timed else out_of_memory(result.reason)
+            except RuntimeError as exc:  # torch.OutOfMemoryError is one
+                short = out_of_memory(str(exc))
+                if not short:
+                    raise
+                result = errored(prepared.perf, f"the GPU ran out of memory while the grader timed this case "
+                                 f"({short}), {attempt + 1} times: a problem of the machine, not your code")
+            if not short or wait_s is None:
+                return result
+            logger.info("%s: the GPU was out of memory (%s); timing it again in %.0f s", prepared.perf.id, short,
+                        wait_s)
+            release_cached_memory()
+            time.sleep(wait_s)
+        raise AssertionError("unreachable")
 
     def _guarded(self, profiler: Profiler, step: Callable[..., None], *args: Any) -> Profiler | None:
         """Run one profiling step; profiling is informational, so a step that fails in a way nobody foresaw ends

@@ -1,0 +1,96 @@
+"""Seats for the timing phase's GPU memory: how many grades at once may hold their timed cases' tensors.
+
+A grade's timing phase holds every timed case's inputs and outputs in several processes at once (the timer, the
+reference's worker, the two profiled replays, the grader's own torch for eager timing) from the checks at the
+timed size until its last measurement, and most of that time it waits for the GPU's exclusive slot. Without a
+limit, every grade of a batch waits there with its tensors: six honest copies of fused_layers on one H100 80GB
+took all its memory, and two of them lost performance cases to CUDA out-of-memory (docs/gpu-runs-2026-12-06.txt,
+the `identical` step). A seat is one of `count` lock files (fcntl.flock) beside the GPU slot's, taken by the
+grade's own process (the grader's, never a worker's) for its whole timing phase; the kernel lets it go when that
+process ends, however it ends. The count is what the GPU can hold: TIMING_FRACTION of its memory, less the
+reserve, over one grade's footprint (`timing_footprint_bytes`); the workers' budgets share the rest
+(`timing_reserve_bytes`).
+
+    seats = TimingSeats(gpu_name(), seat_count(total, footprint, concurrent_grades))
+    with seats.held():
+        ...  # check, keep, time and profile every case
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from grader.running.processes.gpu_memory import CUDA_CONTEXT_BYTES, GiB
+from grader.running.processes.gpu_slot import lock_dir
+
+# The part of a GPU kept for grades' timing phases (the rest, less the reserve, is the workers' budgets): on an
+# H100 80GB, 32 GiB, two fused_layers timing phases at once (13 GiB each), four on an H200.
+TIMING_FRACTION = 0.4
+# Processes that hold a timing phase's tensors at once: the timer, the reference's worker, the two profiled
+# replays (the student's, the reference's) and the grader's own torch (eager timing, the checks' copies).
+TIMING_PROCESSES = 5
+# Each process holds a case's tensors and what timing them fresh needs beside them (poison, saved inputs), and
+# torch's caching allocator rounds up: 1.5x the bytes the case declares it moves.
+HEADROOM = 1.5
+UNDECLARED_CASE_BYTES = 1 * GiB  # a case whose problem declares no bytes_moved
+SEAT_POLL_S = 0.05
+
+
+def timing_footprint_bytes(case_bytes: Iterable[int | None]) -> int:
+    """Pure: one grade's timing phase's GPU memory, given the bytes each timed case moves (None: undeclared)."""
+    tensors = sum(UNDECLARED_CASE_BYTES if moved is None else moved for moved in case_bytes)
+    return int(TIMING_PROCESSES * (CUDA_CONTEXT_BYTES + HEADROOM * tensors))
+
+
+def timing_reserve_bytes(total_bytes: int) -> int:
+    """Pure: the part of a GPU kept out of the workers' budgets for timing phases."""
+    return int(total_bytes * TIMING_FRACTION)
+
+
+def seat_count(total_bytes: int, footprint_bytes: int, concurrent_grades: int) -> int:
+    """Pure: how many grades may be in their timing phase at once: as many footprints as the timing reserve
+    holds, at least one, at most the grades that run at once."""
+    if footprint_bytes <= 0:
+        raise ValueError(f"a footprint must be positive, not {footprint_bytes}")
+    fits = timing_reserve_bytes(total_bytes) // footprint_bytes
+    return max(1, min(int(fits), max(1, concurrent_grades)))
+
+
+class TimingSeats:
+    """`count` seats over lock files in the GPU slot's folder (hidden from sandboxes), one set per GPU."""
+
+    def __init__(self, name: str, count: int, folder: Path | None = None) -> None:
+        if count < 1:
+            raise ValueError(f"a GPU has at least one timing seat, not {count}")
+        folder = folder or lock_dir()
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        self.paths = tuple(folder / f"gpu-{safe}.seat-{n}" for n in range(count))
+
+    @contextmanager
+    def held(self) -> Iterator[int]:
+        """Wait for a free seat and hold it; yields the seat's number. Seats are tried in order, so a batch that
+        runs with fewer seats than an earlier one (another GPU's count) shares the lower ones."""
+        fds = [os.open(path, os.O_RDWR | os.O_CREAT, 0o666) for path in self.paths]
+        taken = -1
+        try:
+            while taken < 0:
+                for n, fd in enumerate(fds):
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        continue
+                    taken = n
+                    break
+                else:
+                    time.sleep(SEAT_POLL_S)
+            yield taken
+        finally:
+            if taken >= 0:
+                fcntl.flock(fds[taken], fcntl.LOCK_UN)
+            for fd in fds:
+                os.close(fd)

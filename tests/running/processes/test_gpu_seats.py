@@ -1,0 +1,111 @@
+"""grader/running/processes/gpu_seats.py: how many grades may hold timing tensors at once, and seats that hold
+across threads and processes and free themselves when their holder dies."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from grader.running.processes.gpu_memory import CUDA_CONTEXT_BYTES, GiB, MiB
+from grader.running.processes.gpu_seats import (
+    HEADROOM,
+    TIMING_PROCESSES,
+    UNDECLARED_CASE_BYTES,
+    TimingSeats,
+    seat_count,
+    timing_footprint_bytes,
+    timing_reserve_bytes,
+)
+
+H100_BYTES = 80 * GiB
+
+
+def test_a_grades_footprint_is_its_processes_contexts_and_cases_tensors() -> None:
+    fused_layers = [256 * MiB, 512 * MiB, 32 * MiB, 192 * MiB]  # the four cases' declared bytes, roughly
+    footprint = timing_footprint_bytes(fused_layers)
+    assert footprint == int(TIMING_PROCESSES * (CUDA_CONTEXT_BYTES + HEADROOM * 992 * MiB))
+    assert 10 * GiB < footprint < 14 * GiB
+    undeclared = int(TIMING_PROCESSES * (CUDA_CONTEXT_BYTES + HEADROOM * UNDECLARED_CASE_BYTES))
+    assert timing_footprint_bytes([None]) == undeclared
+
+
+def test_seats_are_what_the_timing_share_holds_at_least_one_at_most_the_grades() -> None:
+    footprint = 13 * GiB
+    assert timing_reserve_bytes(H100_BYTES) == int(0.4 * H100_BYTES)
+    assert seat_count(H100_BYTES, footprint, concurrent_grades=12) == 2  # 32 GiB holds two
+    assert seat_count(141 * GiB, footprint, concurrent_grades=12) == 4
+    assert seat_count(H100_BYTES, footprint, concurrent_grades=1) == 1  # never more than the grades
+    assert seat_count(H100_BYTES, 200 * GiB, concurrent_grades=8) == 1  # a huge course still times, one at a time
+    assert seat_count(H100_BYTES, 64 * MiB, concurrent_grades=8) == 8
+    with pytest.raises(ValueError):
+        seat_count(H100_BYTES, 0, 4)
+    with pytest.raises(ValueError):
+        TimingSeats("gpu", 0)
+
+
+def test_a_third_grade_waits_for_one_of_two_seats(tmp_path: Path) -> None:
+    seats = TimingSeats("GPU-abc/1", 2, tmp_path)
+    assert all(path.parent == tmp_path and "/" not in path.name for path in seats.paths)
+    taken: list[int] = []
+    with seats.held() as first, seats.held() as second:
+        assert {first, second} == {0, 1}
+        third = threading.Thread(target=lambda: taken.append(_hold_once(seats)))
+        third.start()
+        time.sleep(0.3)
+        assert taken == [] and third.is_alive()  # both seats held: it waits
+    third.join(timeout=5)
+    assert taken == [0]  # the lowest free seat
+
+
+def _hold_once(seats: TimingSeats) -> int:
+    with seats.held() as seat:
+        return seat
+
+
+def test_a_seat_comes_back_when_its_holder_dies(tmp_path: Path) -> None:
+    """The seat is the grade process's flock: killed mid-phase, it holds nothing (no lease to expire)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from grader.running.processes.gpu_seats import TimingSeats; "
+         f"seats = TimingSeats('gpu', 1, Path({str(tmp_path)!r})); "
+         "held = seats.held(); held.__enter__(); print('held', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3])
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        seats = TimingSeats("gpu", 1, tmp_path)
+        taken: list[int] = []
+        waiter = threading.Thread(target=lambda: taken.append(_hold_once(seats)))
+        waiter.start()
+        time.sleep(0.3)
+        assert taken == []  # the other process holds the only seat
+        holder.kill()
+        waiter.join(timeout=5)
+        assert taken == [0]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_workers_budgets_leave_the_timing_share_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Six grades' workers on an 80 GB card share what the reserve and the timing seats leave: the grades waiting
+    to be timed can no longer be squeezed out by budgets that add up to the whole GPU."""
+    from grader.backends import Backend
+    from grader.running.processes import sandbox
+    from grader.running.processes.gpu_memory import default_reserve_bytes
+
+    class Reader:
+        def total_bytes(self) -> int:
+            return H100_BYTES
+
+    monkeypatch.setattr(sandbox, "nvml_reader", Reader)
+    budget = sandbox.gpu_budget(Backend.CUDA, concurrent_grades=6)
+    assert budget is not None
+    free_for_workers = H100_BYTES - default_reserve_bytes(H100_BYTES) - timing_reserve_bytes(H100_BYTES)
+    assert budget.budget_bytes == free_for_workers // 12  # two workers a grade
+    assert 12 * budget.budget_bytes + timing_reserve_bytes(H100_BYTES) <= H100_BYTES
+    assert sandbox.gpu_budget(Backend.INTERPRETER, concurrent_grades=6) is None
