@@ -7,9 +7,10 @@ limit, every grade of a batch waits there with its tensors: six honest copies of
 took all its memory, and two of them lost performance cases to CUDA out-of-memory (docs/gpu-runs-2026-12-06.txt,
 the `identical` step). A seat is one of `count` lock files (fcntl.flock) beside the GPU slot's, taken by the
 grade's own process (the grader's, never a worker's) for its whole timing phase; the kernel lets it go when that
-process ends, however it ends. The count is what the GPU can hold: TIMING_FRACTION of its memory, less the
-reserve, over one grade's footprint (`timing_footprint_bytes`); the workers' budgets share the rest
-(`timing_reserve_bytes`).
+process ends, however it ends. The count is what TIMING_FRACTION of the GPU's memory holds of one grade's
+footprint (`timing_footprint_bytes`). The workers' budgets (gpu_memory) are caps the watchdog holds, not
+reservations, and are not cut by it: the timer is a worker of the student's sandbox and holds every timed case
+at once (cut by the timing share, six grades' budgets left it 2.8 GiB on an H100: too little for fused_layers).
 
     seats = TimingSeats(gpu_name(), seat_count(total, footprint, concurrent_grades))
     with seats.held():
@@ -28,8 +29,9 @@ from pathlib import Path
 from grader.running.processes.gpu_memory import CUDA_CONTEXT_BYTES, GiB
 from grader.running.processes.gpu_slot import lock_dir
 
-# The part of a GPU kept for grades' timing phases (the rest, less the reserve, is the workers' budgets): on an
-# H100 80GB, 32 GiB, two fused_layers timing phases at once (13 GiB each), four on an H200.
+# The part of a GPU grades' timing phases may hold at once: on an H100 80GB, 32 GiB, two fused_layers timing
+# phases at once (13 GiB each), four on an H200. Six copies of fused_layers graded at once on an H100 peaked at
+# 23.9 GB of the card's 80 with two seats (docs/gpu-runs-2026-12-06.txt).
 TIMING_FRACTION = 0.4
 # Processes that hold a timing phase's tensors at once: the timer, the reference's worker, the two profiled
 # replays (the student's, the reference's) and the grader's own torch (eager timing, the checks' copies).
@@ -48,7 +50,7 @@ def timing_footprint_bytes(case_bytes: Iterable[int | None]) -> int:
 
 
 def timing_reserve_bytes(total_bytes: int) -> int:
-    """Pure: the part of a GPU kept out of the workers' budgets for timing phases."""
+    """Pure: the part of a GPU its grades' timing phases may hold at once."""
     return int(total_bytes * TIMING_FRACTION)
 
 

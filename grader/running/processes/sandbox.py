@@ -49,14 +49,7 @@ from grader.running.processes.confinement import (
     sandbox_identity,
     sandbox_parent,
 )
-from grader.running.processes.gpu_memory import (
-    MemoryWatchdog,
-    Watch,
-    default_reserve_bytes,
-    first_guard_fraction,
-    worker_budget_bytes,
-)
-from grader.running.processes.gpu_seats import timing_reserve_bytes
+from grader.running.processes.gpu_memory import MemoryWatchdog, Watch, first_guard_fraction, worker_budget_bytes
 from grader.running.processes.gpu_slot import lock_dir
 from grader.running.processes.nvml import NvmlReader, nvml_reader
 from grader.running.worker.zygote import receive_control, send_control
@@ -477,7 +470,8 @@ def gpu_budget(backend: Backend, concurrent_grades: int) -> GpuBudget | None:
     if reader is None:
         return None
     total = reader.total_bytes()
-    # the timing phases' seats have a share of their own (gpu_seats): the workers share what is left
-    reserve = default_reserve_bytes(total) + timing_reserve_bytes(total)
-    budget = worker_budget_bytes(total, max(1, concurrent_grades), reserve_bytes=reserve, workers_per_grade=2)
+    # A budget is a cap, not a reservation: workers seldom come near theirs, and the timing phases' tensors are
+    # bounded apart (gpu_seats). Budgets less the timing share left the timer 2.8 GiB at six grades on an H100 80GB:
+    # too little for fused_layers' four cases kept at once (docs/gpu-runs-2026-12-06.txt).
+    budget = worker_budget_bytes(total, max(1, concurrent_grades), workers_per_grade=2)
     return GpuBudget(MemoryWatchdog(reader), reader, budget, total)

@@ -90,22 +90,3 @@ def test_a_seat_comes_back_when_its_holder_dies(tmp_path: Path) -> None:
         holder.kill()
         holder.wait()
 
-
-def test_the_workers_budgets_leave_the_timing_share_free(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Six grades' workers on an 80 GB card share what the reserve and the timing seats leave: the grades waiting
-    to be timed can no longer be squeezed out by budgets that add up to the whole GPU."""
-    from grader.backends import Backend
-    from grader.running.processes import sandbox
-    from grader.running.processes.gpu_memory import default_reserve_bytes
-
-    class Reader:
-        def total_bytes(self) -> int:
-            return H100_BYTES
-
-    monkeypatch.setattr(sandbox, "nvml_reader", Reader)
-    budget = sandbox.gpu_budget(Backend.CUDA, concurrent_grades=6)
-    assert budget is not None
-    free_for_workers = H100_BYTES - default_reserve_bytes(H100_BYTES) - timing_reserve_bytes(H100_BYTES)
-    assert budget.budget_bytes == free_for_workers // 12  # two workers a grade
-    assert 12 * budget.budget_bytes + timing_reserve_bytes(H100_BYTES) <= H100_BYTES
-    assert sandbox.gpu_budget(Backend.INTERPRETER, concurrent_grades=6) is None
