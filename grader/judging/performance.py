@@ -35,7 +35,8 @@ def paired_speedup(bar_ms: Sequence[float], student_ms: Sequence[float]) -> floa
     mean speedup. A clock that wanders between rounds moves both samples of a pair alike and cancels in its ratio,
     where a ratio of the two medians can set a fast round's sample against a slow one's
     (benchmarks/timing_noise.py: identical 4096^3 tf32 matmuls in turn, median pair ratio +-0.15%); and whatever
-    going first or second is worth (a GPU at its power cap is faster for the first sample after an idle gap)
+    going first or second is worth (a 4096^3 tf32 matmul on an H100 at its power cap: the first of a round's two
+    samples ~4% slower, docs/gpu-runs-2026-12-06.txt)
     favours each side once in every block, so it cancels too. An odd last round stands alone."""
     if len(bar_ms) != len(student_ms) or not bar_ms:
         raise ValueError(f"pairs need equal, non-empty samples, got {len(bar_ms)} and {len(student_ms)}")

@@ -89,7 +89,7 @@ def test_the_reference_compiles_once_per_course_in_a_cache_student_code_cannot_s
 
 def test_in_turn_the_reference_and_the_student_take_turns_going_first(tmp_path: Path) -> None:
     """Rounds timed in turn swap who goes first, at least IN_TURN_ROUNDS of them and an even number, so that the
-    favour of going first (a power-capped GPU after an idle gap) cancels in `paired_speedup`; the first sample
+    worth of going first (a power-capped GPU: ~4% on an H100) cancels in `paired_speedup`; the first sample
     spins the clocks up, the last lets both graphs go."""
     assignment = load_assignment(ROOT / "assignments" / "fused_layers" / "assignment.toml")
     contestants = Contestants(assignment, "cuda", tmp_path, lambda perf: timed_deadline(perf, None))
