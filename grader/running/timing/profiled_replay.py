@@ -32,7 +32,13 @@ from grader.evidence.kernel_profiles import CaseProfile, KernelProfile, SideProf
 from grader.running import protocol
 from grader.running.cases.battery import Battery
 from grader.running.processes.client import Deadline, Worker, WorkerFailure
-from grader.running.profiling.ncu import NOT_INSTALLED, classify_failure, parse_ncu_csv, range_profiler_command
+from grader.running.profiling.ncu import (
+    MAX_PROFILED_LAUNCHES,
+    NOT_INSTALLED,
+    classify_failure,
+    parse_ncu_csv,
+    range_profiler_command,
+)
 from grader.running.timing.calibration import CalibrationKey, CalibrationStore
 from grader.running.timing.calls import Prepared
 from grader.running.timing.contestants import Contestants, finish_start
@@ -44,6 +50,27 @@ PROFILE_LIMIT_S = 90.0
 PROFILE_FORMAT = 1
 REPORT_LIMIT_BYTES = 8 << 20  # ncu's CSV: ~3 KB a launch (12 counters), 32 launches a case at most
 STATIC_ONLY = "; the static facts of the compiled kernels are used instead"
+
+
+def short_count(counted: int, launched: int, before: int, reported: int) -> str:
+    """Pure: why a case's counters fall short ('' when ncu counted all `launched` of its launches): ncu's report held
+    `reported` launches in all, `before` of them the earlier cases'."""
+    if counted >= launched:
+        return ""
+    return (f"Nsight Compute counted {counted} of this case's {launched} kernel launches (its report held {reported}, "
+            f"{min(before, reported)} of them the earlier cases'; it counts at most {MAX_PROFILED_LAUNCHES} a "
+            f"grade)" + (STATIC_ONLY if counted == 0 else "; the counters are those of the launches counted"))
+
+
+def no_counters(mine: SideProfile | None, theirs: SideProfile | None) -> str:
+    """Pure: the line a timed case without counters carries where nothing else said why ('' when both sides have
+    counters): never a case that lacks them in silence."""
+    missing = [label for label, side in (("your kernels", mine), ("the reference", theirs))
+               if side is None or not side.launches]
+    if not missing:
+        return ""
+    return (f"Nsight Compute gave no counters for {' or '.join(missing)} in this case (its report held none of the "
+            "case's launches)" + STATIC_ONLY)
 
 
 @dataclasses.dataclass
@@ -237,6 +264,7 @@ class Profiler:
             unmeasured = why_mine or why_theirs
             if self.command is None:
                 unmeasured = NOT_INSTALLED + STATIC_ONLY
+            unmeasured = unmeasured or no_counters(mine, theirs)
             out[perf.id] = CaseProfile(perf.id, perf.target, mine, theirs, unmeasured)
         return out
 
@@ -267,12 +295,13 @@ class Profiler:
         at = 0
         for perf_id, reply in side.replies.items():
             mine: tuple[KernelProfile, ...] = tuple(launches[at:at + reply.launches]) if launches else ()
+            case_why = (why or short_count(len(mine), reply.launches, at, len(launches))) if launches else why
             at += reply.launches
             try:
                 kernels = kernels_of(reply)
             except (TypeError, ValueError, AttributeError):
                 kernels = {}
-            out[perf_id] = (SideProfile(mine, kernels), why)
+            out[perf_id] = (SideProfile(mine, kernels), case_why)
         return out
 
     @staticmethod

@@ -12,9 +12,9 @@ from typing import Any
 from grader.evidence.kernel_profiles import SideProfile, StaticFacts
 from grader.running import protocol
 from grader.running.processes.sandbox import WorkerOptions
-from grader.running.profiling.ncu import NOT_INSTALLED, range_profiler_command
+from grader.running.profiling.ncu import MAX_PROFILED_LAUNCHES, NOT_INSTALLED, parse_ncu_csv, range_profiler_command
 from grader.running.timing.calibration import CalibrationKey, CalibrationStore
-from grader.running.timing.profiled_replay import PROFILE_FORMAT, Profiler, _Side
+from grader.running.timing.profiled_replay import PROFILE_FORMAT, Profiler, _Side, no_counters
 from tests import ncu_profiles as runs
 from tests.ncu_profiles import csv_text
 
@@ -308,3 +308,31 @@ def test_a_worker_that_dies_while_keeping_leaves_every_later_case_a_reason(tmp_p
     assert calls == ["perf-a", "perf-b"] and [p.perf.id for p in side.ready] == ["perf-a"]
     assert side.problems["perf-b"].startswith("crash")
     assert side.problems["perf-c"] == "not profiled: your kernels' profiling worker ended at softmax's launches"
+
+
+def test_a_case_whose_launches_ncu_did_not_all_count_says_so(tmp_path) -> None:
+    """ncu counts at most MAX_PROFILED_LAUNCHES launches a grade: a submission whose wrapper launches a kernel per
+    row fills them in its first case; that case keeps what was counted and says so, the next ones say why they have
+    none, never a case without counters in silence."""
+    report = csv_text(runs.ROW_REFERENCE, runs.ROW_THREE_PASSES, runs.ROW_ONE_WARP)
+    found = profiler(tmp_path)._collect(side_with(FakeWorker(report), {"perf-a": 1, "perf-b": 8192, "perf-c": 2}))
+    assert found["perf-a"][1] == ""
+    b, why_b = found["perf-b"]
+    assert b is not None and len(b.launches) == 2
+    assert "counted 2 of this case's 8192 kernel launches" in why_b and str(MAX_PROFILED_LAUNCHES) in why_b
+    assert "the counters are those of the launches counted" in why_b
+    c, why_c = found["perf-c"]
+    assert c is not None and c.launches == () and "counted 0 of this case's 2" in why_c and "static facts" in why_c
+
+
+def test_a_timed_case_without_counters_always_says_why(tmp_path) -> None:
+    counted = SideProfile(parse_ncu_csv(csv_text(runs.ROW_REFERENCE)), {})
+    assert no_counters(counted, counted) == ""
+    assert "for your kernels in this case" in no_counters(SideProfile((), {}), counted)
+    assert "for your kernels or the reference" in no_counters(None, None)
+    bare = profiler(tmp_path)
+    bare.student = side_with(FakeWorker(""), {})  # asked for nothing: no reply, no problem recorded
+    bare.reference = side_with(FakeWorker(""), {})
+    prepared = SimpleNamespace(perf=SimpleNamespace(id="perf-softmax", target="softmax"))
+    profile = bare.finish([prepared])["perf-softmax"]
+    assert not profile.measured and profile.unmeasured.startswith("Nsight Compute gave no counters")
