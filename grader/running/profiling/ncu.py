@@ -67,7 +67,8 @@ def profiler_command(kernel_name: str, launch_count: int = 1, metrics: Sequence[
 
 
 # At most this many launches of one run are profiled: each costs several replays of the kernel under the counters.
-MAX_PROFILED_LAUNCHES = 32
+# A case puts at most 8 in the range (planned_launches.PROFILED_LAUNCHES_PER_CASE): eight cases' worth.
+MAX_PROFILED_LAUNCHES = 64
 
 
 def range_profiler_command(ncu: str | None = None, metrics: Sequence[str] = METRICS,

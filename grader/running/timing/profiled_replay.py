@@ -48,7 +48,7 @@ REPORT_WAIT_S = 60.0  # ncu writes its counters as the profiled worker exits: ho
 # GPU's memory saved and restored between them; a case the timer already timed gets this long in all.
 PROFILE_LIMIT_S = 90.0
 PROFILE_FORMAT = 1
-REPORT_LIMIT_BYTES = 8 << 20  # ncu's CSV: ~3 KB a launch (12 counters), 32 launches a case at most
+REPORT_LIMIT_BYTES = 8 << 20  # ncu's CSV: ~3 KB a launch (12 counters), 64 launches a grade at most
 STATIC_ONLY = "; the static facts of the compiled kernels are used instead"
 
 

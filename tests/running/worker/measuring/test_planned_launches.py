@@ -168,3 +168,27 @@ def test_every_timed_run_starts_from_poisoned_outputs_and_is_checked_after() -> 
     assert stale_run.built[1][2][0].numel() == 32  # the output buffer is among those poisoned
     assert "differs from the checked run's at 7 of 8 elements" in _timed_runs(_planned(drifts))
     assert "input 1 of input set 1 changed" in _timed_runs(_planned(scribbles))
+
+
+def test_a_case_profiles_its_first_launches_and_runs_the_rest_outside_the_range(monkeypatch) -> None:
+    """A wrapper that launches a kernel per row: only its first PROFILED_LAUNCHES_PER_CASE launches are inside the
+    profiler's range (ncu's count a grade is left for the later cases), the rest run after it, and the reply's
+    count, which splits ncu's report, is the launches in the range."""
+    from grader.running.worker.measuring import planned_launches
+
+    events: list[str] = []
+    planned = _planned(lambda x, out, calls: events.append("launch"), sets=1)
+    planned.bound[0] = planned.bound[0] * 20  # twenty launches of the one kernel
+    events.clear()
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda.profiler, "start", lambda: events.append("start"))
+    monkeypatch.setattr(torch.cuda.profiler, "stop", lambda: events.append("stop"))
+    monkeypatch.setitem(planned_launches._KEPT, "perf-rows", planned)
+    monkeypatch.setattr(planned_launches, "compiled_facts", lambda kernels: {})
+    reply = planned_launches.profile_kept(protocol.ProfileKept(key="perf-rows"), torch.device("cuda"))
+    counted = planned_launches.PROFILED_LAUNCHES_PER_CASE
+    assert reply.ok and reply.launches == counted < 20
+    warm, profiled = events.index("start"), events.index("stop")
+    assert events[:warm] == ["launch"] * 20  # the run before the range: nothing compiles inside it
+    assert events[warm + 1:profiled] == ["launch"] * counted
+    assert events[profiled + 1:] == ["launch"] * (20 - counted)  # the run completes, unprofiled
