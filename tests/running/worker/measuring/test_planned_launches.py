@@ -192,3 +192,50 @@ def test_a_case_profiles_its_first_launches_and_runs_the_rest_outside_the_range(
     assert events[:warm] == ["launch"] * 20  # the run before the range: nothing compiles inside it
     assert events[warm + 1:profiled] == ["launch"] * counted
     assert events[profiled + 1:] == ["launch"] * (20 - counted)  # the run completes, unprofiled
+
+
+def test_state_kept_in_a_scratch_buffer_is_poisoned_before_every_run() -> None:
+    """A kernel that remembers its answer in a scratch buffer of its own (allocated by its wrapper, no output) and
+    copies it back on later runs instead of working: the scratch is poisoned before every run like the outputs,
+    so it finds nothing to copy and works every time; a kernel that trusts poisoned memory is caught."""
+    from grader.running.worker.measuring.planned_launches import PlannedRun
+
+    worked: list[int] = []
+
+    class Remembers:
+        def __getitem__(self, grid):
+            def launch(x, out, memo):
+                if torch.isnan(memo).any():  # nothing remembered (poisoned): work, and remember
+                    worked.append(1)
+                    out.copy_(x * 2)
+                    memo.copy_(out)
+                else:
+                    out.copy_(memo)
+            return launch
+
+    class TrustsMemory:
+        def __getitem__(self, grid):
+            def launch(x, out, memo):
+                if not worked:
+                    worked.append(1)
+                    memo.copy_(x * 2)
+                out.copy_(memo)
+            return launch
+
+    x = torch.arange(8, dtype=torch.float32)
+    views = [{"sid": sid, "offset": 0, "shape": [8], "stride": [1], "dtype": "float32"} for sid in (1, 2, 3)]
+    request = protocol.TimeLaunches(
+        inputs=(x,), buffers={1: {"input": 0, "nbytes": 32}, 2: {"fresh": True, "nbytes": 32},
+                              3: {"fresh": True, "nbytes": 32}},
+        launches=({"kernel": "k", "grid": [1], "args": [{"tensor": v} for v in views], "kwargs": {}},),
+        outputs=(views[1],), sets=2)
+    for kernel, expected in ((Remembers(), ""), (TrustsMemory(), "differs from the checked run's")):
+        worked.clear()
+        planned = PlannedRun(lambda name, k=kernel: k, request, torch.device("cpu"), 2)
+        planned.run(0)
+        planned.keep_first_outputs()
+        found = _timed_runs(planned)
+        if expected:
+            assert expected in found
+        else:
+            assert found == "" and len(worked) == 1 + 2 * 2  # the checked run, then every timed run worked
