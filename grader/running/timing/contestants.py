@@ -7,6 +7,7 @@ so both see the same clocks."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from grader.running.processes.client import Deadline, Worker, WorkerFailure, Wor
 from grader.running.timing.calls import Prepared
 from grader.running.timing.launch_plan import PerformancePlan, plan_performance_run
 from grader.running.worker.measuring import samplers
-from grader.trap_ids import TIMED_OUTPUT_CHANGED
+from grader.trap_ids import TIMED_OUTPUT_CHANGED, TIMEOUT
 
 # A launch at the timed size gets this long to finish, plus SLOWDOWN_ALLOWED x the bar. Measured in a class
 # batch on one H200 (10 concurrent grades, CPUs saturated): 3 s stopped an honest 14x-slower kernel's check.
@@ -46,6 +47,23 @@ def in_turn_rounds(perf: PerformanceCase) -> int:
     (so that each side goes first equally often)."""
     rounds = max(perf.repeats, IN_TURN_ROUNDS)
     return rounds + rounds % 2
+
+
+@dataclasses.dataclass(frozen=True)
+class InTurn:
+    """Samples timed in turn, round by round (`reference` empty where the reference failed), and why there are fewer
+    rounds than planned ('' when there are not)."""
+
+    student: list[float]
+    reference: list[float]
+    cut_short: str = ""
+
+
+def cut_short(done: int, planned: int, budget_s: float, failure: str = "") -> str:
+    """Pure: the words for a timing in turn that ended after `done` of its `planned` rounds."""
+    why = (f"a sample did not finish ({failure[:160]})" if failure
+           else f"another two would have taken it past the case's {budget_s:g} s")
+    return f"timed in {done} of {planned} rounds: {why}; the time is the rounds measured"
 
 
 Outputs = tuple[tuple[torch.Tensor, ...], tuple[float, ...]]  # a timed run's outputs and medians (ms)
@@ -255,32 +273,47 @@ class Contestants:
 
     # ------------------------------------------------------------------ samples (inside the exclusive slot)
 
-    def time_in_turn(self, timer: Worker, perf: PerformanceCase, what: str) -> tuple[list[float], list[float]] | str:
+    def time_in_turn(self, timer: Worker, perf: PerformanceCase, what: str) -> InTurn | str:
         """The student's kept launches and the reference's, one sample each in turn, `in_turn_rounds(perf)` rounds,
         who goes first alternating (student, reference; reference, student; ...): both see the same clocks, power
         draw and temperature (a 4096^3 tf32 matmul holds an H200 at its power cap, its SM clock wandering 1410-1560
         MHz: timed apart, identical kernels read +-7.6%; in turn, +-0.15%: benchmarks/timing_noise.py,
         docs/performance.md), and going first favours neither (`paired_speedup` takes the rounds two by two).
-        Each worker holds its captured graph between samples. The lists come back in round order."""
+        Each worker holds its captured graph between samples. The lists come back in round order.
+
+        A slow kernel still gets its time: the rounds go in blocks of two, and once a block has been measured, no
+        block starts that would not end within the case's `timeout_s` at the last block's pace, and a sample that
+        times out ends the timing with the blocks measured so far; `InTurn.cut_short` says so."""
         assert self.reference is not None
         student: list[float] = []
         reference: list[float] | None = []
         spin = self.spin_up_ms()
         rounds = in_turn_rounds(perf)
+        started = block_started = time.monotonic()
+        last_block_s = 0.0
         for round_ in range(rounds):
-            hold = round_ < rounds - 1  # the last sample lets the graphs (and their memory) go
             reference_first = round_ % 2 == 1
+            if not reference_first and round_ > 0:  # a block of two rounds begins
+                now = time.monotonic()
+                last_block_s, block_started = now - block_started, now
+                if now - started + last_block_s > perf.timeout_s:
+                    return InTurn(student, reference or [], cut_short(round_, rounds, perf.timeout_s))
+            hold = round_ < rounds - 1  # the last sample lets the graphs (and their memory) go
             if reference_first and reference is not None:
                 reference = self._sample_reference(reference, perf, spin, hold)
                 spin = 0.0
             mine = self.sample(timer, perf, what, spin_up_ms=spin, hold=hold)
             if isinstance(mine, str):
+                done = round_ - round_ % 2  # the rounds of the blocks measured whole
+                if done and mine.startswith(f"{TIMEOUT}:"):
+                    return InTurn(student[:done], (reference or [])[:done],
+                                  cut_short(done, rounds, perf.timeout_s, mine))
                 return mine
             student.extend(mine)
             if not reference_first and reference is not None:
                 reference = self._sample_reference(reference, perf, 0.0, hold)
             spin = 0.0
-        return student, reference or []
+        return InTurn(student, reference or [])
 
     def _sample_reference(self, so_far: list[float], perf: PerformanceCase, spin_up_ms: float,
                           hold: bool) -> list[float] | None:

@@ -441,9 +441,11 @@ class PerformanceRunner:
                     if isinstance(timer, str):
                         return errored(perf, timer, device)
                 else:
-                    student_medians, beside = in_turn
+                    student_medians, beside = in_turn.student, in_turn.reference
                     if beside:
                         reference_medians, note, paired = beside, IN_TURN_NOTE, True
+                    if in_turn.cut_short:
+                        note = (f"{note}; " if note else "") + in_turn.cut_short
             if not student_medians:
                 student_medians = contestants.time_kept(timer, perf, what)
                 contestants.timer_kept.discard(perf.id)

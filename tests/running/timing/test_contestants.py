@@ -7,13 +7,17 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from grader.authoring.spec import PerformanceCase, load_assignment
+from grader.running.timing import contestants as contestants_module
 from grader.running.timing.contestants import (
     COMPILE_LIMIT_S,
     IN_TURN_ROUNDS,
     RUN_GRACE_S,
     SLOWDOWN_ALLOWED,
     Contestants,
+    InTurn,
     in_turn_rounds,
     timed_deadline,
 )
@@ -103,8 +107,8 @@ def test_in_turn_the_reference_and_the_student_take_turns_going_first(tmp_path: 
 
     contestants.sample = sample  # type: ignore[method-assign]
     in_turn = contestants.time_in_turn(student_worker, PERF, "timing")  # type: ignore[arg-type]
-    assert not isinstance(in_turn, str)
-    student, reference = in_turn
+    assert isinstance(in_turn, InTurn) and in_turn.cut_short == ""
+    student, reference = in_turn.student, in_turn.reference
     rounds = in_turn_rounds(PERF)
     assert rounds == IN_TURN_ROUNDS == len(student) == len(reference) and rounds % 2 == 0
     assert in_turn_rounds(dataclasses.replace(PERF, repeats=13)) == 14
@@ -113,3 +117,42 @@ def test_in_turn_the_reference_and_the_student_take_turns_going_first(tmp_path: 
     assert calls[0][1] == samplers.DEFAULT_SPIN_UP_MS and all(spin == 0.0 for _, spin, _ in calls[1:])
     assert [hold for _, _, hold in calls] == [True] * (2 * rounds - 2) + [False, False]
     assert student[1] == 4.0 and reference[1] == 3.0  # round 1: the reference's sample came first
+
+
+def _scripted(tmp_path: Path, samples: dict[str, list[list[float] | str]]) -> Contestants:
+    """Contestants whose `sample` plays each side's script (a list of medians, or a failure's words)."""
+    assignment = load_assignment(ROOT / "assignments" / "fused_layers" / "assignment.toml")
+    contestants = Contestants(assignment, "cuda", tmp_path, lambda perf: timed_deadline(perf, None))
+    contestants.reference = "reference"  # type: ignore[assignment]
+
+    def sample(worker: object, perf: PerformanceCase, what: str, *, spin_up_ms: float, hold: bool) -> list[float] | str:
+        return samples[str(worker)].pop(0)
+
+    contestants.sample = sample  # type: ignore[method-assign]
+    return contestants
+
+
+def test_a_slow_kernel_is_timed_in_the_rounds_its_budget_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel whose samples take long: after each block of two rounds, another block starts only if it would end
+    within the case's timeout_s at the last block's pace; the time is the blocks measured, and the case says so."""
+    clock = iter([0.0, 50.0, 100.0, 150.0])  # the start, then one reading per block begun: 50 s a block
+    monkeypatch.setattr(contestants_module.time, "monotonic", lambda: next(clock))
+    contestants = _scripted(tmp_path, {"student": [[40.0]] * 10, "reference": [[0.4]] * 10})
+    in_turn = contestants.time_in_turn("student", dataclasses.replace(PERF, timeout_s=120), "timing")  # type: ignore[arg-type]
+    assert isinstance(in_turn, InTurn)
+    # after block 1 (50 s): 50 + 50 <= 120, a second block; after it (100 s): 100 + 50 > 120, stop
+    assert in_turn.student == [40.0] * 4 and in_turn.reference == [0.4] * 4
+    assert "timed in 4 of 10 rounds" in in_turn.cut_short and "120 s" in in_turn.cut_short
+
+
+def test_a_sample_that_times_out_ends_the_timing_with_the_blocks_measured(tmp_path: Path) -> None:
+    timeout = "timeout: timing layernorm: did not finish within 10 s"
+    contestants = _scripted(tmp_path, {"student": [[5.0], [5.0], [5.0], timeout], "reference": [[0.1]] * 4})
+    in_turn = contestants.time_in_turn("student", PERF, "timing")  # type: ignore[arg-type]
+    assert isinstance(in_turn, InTurn) and in_turn.student == [5.0, 5.0] and in_turn.reference == [0.1, 0.1]
+    assert "timed in 2 of 10 rounds: a sample did not finish (timeout" in in_turn.cut_short
+    first = _scripted(tmp_path, {"student": [timeout], "reference": [[0.1]]})
+    assert first.time_in_turn("student", PERF, "timing") == timeout  # type: ignore[arg-type]  # nothing measured
+    crashed = "crash: timing layernorm: the worker died (signal SIGSEGV)"
+    crash = _scripted(tmp_path, {"student": [[5.0], [5.0], crashed], "reference": [[0.1]] * 3})
+    assert crash.time_in_turn("student", PERF, "timing") == crashed  # type: ignore[arg-type]  # only a timeout ends early
