@@ -131,6 +131,9 @@ class Battery:
                 return self._run(case, problem, inputs, finite_guard)
 
             observation = self._run(case, problem, inputs)
+            if probes.runs_again_for_memory(observation):
+                self.workers.replace()  # the run again starts from a fresh worker, as the next case would
+                observation = probes.retry_out_of_memory(run_again, observation)
             observation = probes.probe_nondeterminism(run_again, expected, tolerance, observation)
             observation = probes.probe_guard_reads(run_again, expected, observation)
             observation = probes.verify_by_replay(self.workers, case.target, inputs, expected, tolerance, observation)

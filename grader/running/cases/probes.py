@@ -7,6 +7,7 @@ with what the probe found."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -24,6 +25,28 @@ from grader.running.cases.workers import SubmissionWorkers
 GUARD_PROBE_VALUE = 7.0
 
 RunAgain = Callable[[float | None], Observation]  # the case run once more (finite guard value, or None)
+
+
+# A case that ran out of GPU memory is run once more after this wait: a neighbour's hog is stopped by the watchdog
+# within a poll and the driver frees its memory ~0.1 s later (grader/running/processes/gpu_memory.py).
+OUT_OF_MEMORY_WAIT_S = 2.0
+
+
+def retry_out_of_memory(run_again: RunAgain, observation: Observation,
+                        wait: Callable[[float], None] = time.sleep) -> Observation:
+    """A case that failed as out-of-memory runs once more, after OUT_OF_MEMORY_WAIT_S, and the second run is the
+    case's: a GPU another process had filled must not cost a student a case, and a submission that asks for more
+    than it may have asks again and gets the same verdict. A worker stopped for going over its own budget (the
+    watchdog's words name the budget) is final."""
+    if not runs_again_for_memory(observation):
+        return observation
+    wait(OUT_OF_MEMORY_WAIT_S)
+    return run_again(None)
+
+
+def runs_again_for_memory(observation: Observation) -> bool:
+    """Is this an out-of-memory `retry_out_of_memory` runs again (not a worker stopped for its own budget)?"""
+    return observation.trap == trap_ids.OUT_OF_MEMORY and "budget" not in observation.message
 
 
 def probe_nondeterminism(run_again: RunAgain, expected: Mapping[str, torch.Tensor], tol: Any,

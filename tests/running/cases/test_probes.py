@@ -11,7 +11,14 @@ import torch
 from grader import trap_ids
 from grader.authoring.spec import Tolerance
 from grader.evidence.observation import Observation
-from grader.running.cases.probes import GUARD_PROBE_VALUE, probe_guard_reads, probe_nondeterminism
+from grader.running.cases.probes import (
+    GUARD_PROBE_VALUE,
+    OUT_OF_MEMORY_WAIT_S,
+    probe_guard_reads,
+    probe_nondeterminism,
+    retry_out_of_memory,
+    runs_again_for_memory,
+)
 
 TOL = Tolerance(atol=1e-6, rtol=1e-6, why="exact arithmetic in these fakes")
 EXPECTED = {"out": torch.ones(4, dtype=torch.float64)}
@@ -55,3 +62,20 @@ def test_nan_that_turns_finite_with_finite_guards_was_read_from_them() -> None:
     probed = probe_guard_reads(runs, EXPECTED, first)
     assert runs.asked == [GUARD_PROBE_VALUE]
     assert probed.guard_reads["out"].tolist() == [False, True, False, False]
+
+
+def test_a_case_that_ran_out_of_gpu_memory_runs_once_more_and_that_run_is_the_case() -> None:
+    """A neighbour's hog filled the GPU as this case ran: after a wait the case runs again and its second run is
+    the verdict; a submission over its own budget (the watchdog's words) is not run again."""
+    waits: list[float] = []
+    neighbour = Observation(trap=trap_ids.OUT_OF_MEMORY, message="raised OutOfMemoryError: CUDA out of memory. "
+                            "Tried to allocate 2.00 MiB. GPU 0 has 1.2 MiB free")
+    passed = Observation(outputs={"out": torch.ones(2)})
+    assert retry_out_of_memory(lambda guard: passed, neighbour, waits.append) is passed
+    assert waits == [OUT_OF_MEMORY_WAIT_S] and runs_again_for_memory(neighbour)
+    greedy = Observation(trap=trap_ids.OUT_OF_MEMORY, message="the worker used 12.4 GiB of GPU memory, over its "
+                         "budget of 8 GiB: stopped")
+    assert not runs_again_for_memory(greedy)
+    assert retry_out_of_memory(lambda guard: passed, greedy, waits.append) is greedy and len(waits) == 1
+    crashed = Observation(trap=trap_ids.CRASH, message="the worker died")
+    assert retry_out_of_memory(lambda guard: passed, crashed, waits.append) is crashed and len(waits) == 1
