@@ -75,6 +75,7 @@ class GradeRequest:
     concurrent_grades: int = 1  # grades sharing this GPU (a batch's): each worker's GPU memory budget
     sandbox: Sandbox | None = None  # the submission's sandbox, started ahead (prepare_sandbox); None: at the grade
     more_seeds: tuple[int, ...] = ()  # also grade at these seeds, in the same run (grade_at_seeds)
+    compile_memo: Path | None = None  # `grader check` only: compile checks remembered there (compile_memo.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "backend", Backend(self.backend))  # "cuda" from a caller that wrote the name
@@ -189,7 +190,7 @@ def _grade_file(request: GradeRequest) -> list[tuple[GradeResult, str]]:
                      public_only=request.public_run, hidden=request.hidden, targets=request.targets,
                      performance=request.performance, sanitize=request.sanitize, calibration=request.calibration,
                      concurrent_grades=request.concurrent_grades, sandbox=request.sandbox, profile=request.profile,
-                     untimed=request.untimed)
+                     untimed=request.untimed, compile_memo=request.compile_memo)
     notes: list[str] = list(sanitizer_notes(request))
     aot_cases: list[CaseResult] = []
     checked = False

@@ -44,8 +44,10 @@ class GradingRun:
                  targets: tuple[str, ...] = (),
                  performance: bool = True, sanitize: bool = False,
                  calibration: CalibrationStore | None = None, concurrent_grades: int = 1,
-                 sandbox: Sandbox | None = None, profile: bool = True, untimed: str = "") -> None:
+                 sandbox: Sandbox | None = None, profile: bool = True, untimed: str = "",
+                 compile_memo: Path | None = None) -> None:
         """`calibration`: where performance bars are cached (None: measured for this grade alone).
+        `compile_memo`: `grader check`'s folder of remembered compile checks (None: compiled afresh).
         `untimed`: on CUDA, the performance cases are listed as skipped for this reason instead of timed.
         `profile`: on CUDA, each timed case replayed once under Nsight Compute (`profiles`, for the judge).
         `concurrent_grades`: how many grades share this GPU (a batch's), for each worker's memory budget.
@@ -64,6 +66,7 @@ class GradingRun:
         self.run_performance = performance
         self.untimed = untimed
         self.calibration = calibration
+        self.compile_memo = compile_memo
         self.sanitizer = sanitizer_command() if sanitize and self.backend.on_gpu else None
         # A case that ends in a GPU memory fault runs again alone under memcheck, where it is installed.
         self.fault_tool = sanitizer_command() if self.backend.on_gpu else None
@@ -195,7 +198,17 @@ class GradingRun:
         cases, so it may run beside them; `settle_compile_check` then weighs it against what they found."""
         from grader.running.aot import aot_check
 
-        return aot_check(self.assignment, self.submission, self.hidden)
+        if self.compile_memo is None:
+            return aot_check(self.assignment, self.submission, self.hidden)
+        from grader.operations.compile_memo import CompileMemo, memo_key
+
+        memo, key = CompileMemo(self.compile_memo), memo_key(self.assignment, self.submission)
+        remembered = memo.load(key)
+        if remembered is not None:
+            return remembered
+        checked = aot_check(self.assignment, self.submission, self.hidden)
+        memo.store(key, checked)
+        return checked
 
     def settle_compile_check(self, checked: tuple[list[CaseResult], list[str]]) -> tuple[list[CaseResult], list[str]]:
         """The compile check's results, unless importing the file timed out for the cases: then every kernel's check

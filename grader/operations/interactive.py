@@ -13,6 +13,7 @@ from pathlib import Path
 from grader.authoring.discovery import assignments_fitting, assignments_root, find_assignment, list_assignment_ids
 from grader.authoring.spec import Assignment
 from grader.backends import Backend, detect_backend
+from grader.operations.compile_memo import default_memo_folder
 from grader.operations.grade import GradeRequest, grade
 from grader.publishing import report
 from grader.results import GradeResult
@@ -60,7 +61,7 @@ def run_check(path: Path, assignment: Assignment, backend: Backend, seed: int | 
         raise CheckError(f"no target {unknown[0]!r} in {assignment.id} (known: {', '.join(assignment.targets)})")
     return grade(GradeRequest(assignment, path, backend, seed=seed, public_only=True, targets=targets,
                               calibration=calibration, sandbox=sandbox, profile=profile,
-                              untimed="" if timed else NOT_TIMED_BY_CHECK))
+                              untimed="" if timed else NOT_TIMED_BY_CHECK, compile_memo=default_memo_folder()))
 
 
 def check(submission: str | os.PathLike[str], assignment: str | None = None, *, target: str | None = None,
