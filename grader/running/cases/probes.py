@@ -20,6 +20,7 @@ from grader.judging.diagnosis import nan_leaks
 from grader.judging.replay import ReplayPlan, check_outputs, explain_replay_mismatch, plan_replay, same_buffers
 from grader.running.cases.observe import outputs_close
 from grader.running.cases.workers import SubmissionWorkers
+from grader.running.processes.gpu_memory import names_own_budget
 
 # Finite value put into every guard band for the second run that confirms an out-of-bounds read.
 GUARD_PROBE_VALUE = 7.0
@@ -46,7 +47,7 @@ def retry_out_of_memory(run_again: RunAgain, observation: Observation,
 
 def runs_again_for_memory(observation: Observation) -> bool:
     """Is this an out-of-memory `retry_out_of_memory` runs again (not a worker stopped for its own budget)?"""
-    return observation.trap == trap_ids.OUT_OF_MEMORY and "budget" not in observation.message
+    return observation.trap == trap_ids.OUT_OF_MEMORY and not names_own_budget(observation.message)
 
 
 def probe_nondeterminism(run_again: RunAgain, expected: Mapping[str, torch.Tensor], tol: Any,

@@ -68,6 +68,12 @@ _MAX_ANCESTRY = 64  # parent links followed from a process towards a watched wor
 # ---------------------------------------------------------------------------------------------- budget policy
 
 
+def names_own_budget(text: str) -> bool:
+    """Pure: do these words (a failure's, a case's) speak of a worker's own budget, as the watchdog's do when it stops
+    one (`Watch.message`)? Such an out-of-memory is the submission's and final; any other may be a neighbour's."""
+    return "budget" in text
+
+
 def default_reserve_bytes(total_bytes: int) -> int:
     """The part of a GPU kept out of the workers' shares (see RESERVE_FRACTION)."""
     return max(MIN_RESERVE_BYTES, int(total_bytes * RESERVE_FRACTION))

@@ -290,7 +290,6 @@ class Contestants:
         spin = self.spin_up_ms()
         rounds = in_turn_rounds(perf)
         started = block_started = time.monotonic()
-        last_block_s = 0.0
         for round_ in range(rounds):
             reference_first = round_ % 2 == 1
             if not reference_first and round_ > 0:  # a block of two rounds begins

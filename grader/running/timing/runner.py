@@ -45,6 +45,7 @@ from grader.results import CaseResult, DeviceInfo, Measurement, PerformanceResul
 from grader.running.cases.battery import Battery
 from grader.running.phases import traced
 from grader.running.processes.client import Deadline, Worker
+from grader.running.processes.gpu_memory import names_own_budget
 from grader.running.processes.gpu_seats import TimingSeats, seat_count, timing_footprint_bytes
 from grader.running.processes.gpu_slot import GpuSlot, gpu_name
 from grader.running.timing.calibration import (
@@ -74,16 +75,11 @@ def out_of_memory(reason: str) -> str:
     """Pure: the line of `reason` that says the GPU ran out of memory, at most 160 characters ('' if none): an
     allocation that failed, not a worker stopped for going over its own budget (that is the submission's, and
     final)."""
-    if "budget" in reason:
+    if names_own_budget(reason):
         return ""
     line = next((line for line in reason.splitlines() if "out of memory" in line.lower()), "")
     return line.strip()[:160]
 
-
-def release_cached_memory() -> None:
-    """What torch's allocator caches in this process goes back to the GPU (nothing without CUDA)."""
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
 
 class PerformanceRunner:
     """Times one grading session's performance cases, all at the first one's turn: every case recorded
@@ -235,8 +231,6 @@ class PerformanceRunner:
         """A seat for this grade's timing phase on the GPU (gpu_seats: as many as its memory holds at once)."""
         if self.device != "cuda" or not ready:
             return contextlib.nullcontext()
-        import torch
-
         moved = [p.problem.baseline.bytes_moved(dict(p.perf.dims))
                  if p.problem.baseline is not None and p.problem.baseline.bytes_moved else None for p in ready]
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
@@ -290,8 +284,8 @@ class PerformanceRunner:
 
     def _measure_again_for_memory(self, prepared: Prepared, battery: Battery) -> PerformanceResult:
         """`_measure`, again while the GPU's memory ran out under it (another process held it: a neighbour's hog
-        before the watchdog stopped it; the case's own tensors were in the seat's footprint), MEMORY_RETRIES
-        times at most, waiting between tries; a case still short of memory says whose problem it is."""
+        before the watchdog stopped it; the case's own tensors were in the seat's footprint), once after each of
+        MEMORY_RETRY_WAITS_S; a case still short of memory says whose problem it is."""
         for attempt, wait_s in enumerate((*MEMORY_RETRY_WAITS_S, None)):
             try:
                 result = self._measure(prepared, battery)
@@ -306,7 +300,7 @@ class PerformanceRunner:
                 return result
             logger.info("%s: the GPU was out of memory (%s); timing it again in %.0f s", prepared.perf.id, short,
                         wait_s)
-            release_cached_memory()
+            torch.cuda.empty_cache()  # what this process's allocator caches goes back (nothing before CUDA starts)
             time.sleep(wait_s)
         raise AssertionError("unreachable")
 
