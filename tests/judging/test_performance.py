@@ -498,6 +498,94 @@ def test_a_timer_that_fails_in_turn_is_timed_alone_against_the_bars(
         assert "timing in turn with the reference failed" in result.reason and "exit code 71" in result.reason
 
 
+class TimesOutFirst(Clocked):
+    """A timer whose first case's first sample in turn does not finish (a kernel far past 100x the reference's time):
+    the worker is killed at its deadline, as the grader's client does."""
+
+    def request(self, message, timeout, what):
+        if isinstance(message, protocol.TimeKept) and message.hold and message.key == "p-ln1":
+            from grader.running.processes.client import WorkerFailure
+
+            self.worker.stop()
+            raise WorkerFailure("timeout", "did not finish within 12 s (killed)")
+        return super().request(message, timeout, what)
+
+
+@pytest.mark.slow
+def test_a_sample_that_times_out_is_that_cases_timeout_and_the_next_is_timed_in_turn(
+    monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
+    """The student's own first sample past its deadline is the case's verdict (a timeout, once: not a second wait
+    timing it alone), and it does not stop the grade's later cases from being timed in turn with the reference."""
+    battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 2,
+                                     timer=TimesOutFirst)
+    try:
+        first, second = (runner.run(perf, battery, [case("layernorm", True)]) for perf in runner.perfs)
+    finally:
+        runner.close()
+        battery.close()
+    assert first.status == "error" and first.trap == "timeout", first
+    assert "did not finish within 12 s" in first.reason
+    assert second.status == "timed" and "timed in turn" in second.reason, second.reason
+    assert second.student is not None and len(second.student.medians_ms) == IN_TURN_ROUNDS
+
+
+@pytest.mark.slow
+def test_a_case_the_grader_fails_to_time_says_so_and_the_others_are_timed(
+    monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
+    """A defect of the grader's while timing one case (here: an error nobody foresaw) is that case's line, named;
+    the grade's other cases are still timed, and nothing is measured twice."""
+    battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 3)
+    measure = runner._measure_again_for_memory
+    measured: list[str] = []
+
+    def fails_on_the_second(prepared, battery):
+        measured.append(prepared.perf.id)
+        if prepared.perf.id == "p-ln2":
+            raise ValueError("a timing of 0 ms")
+        return measure(prepared, battery)
+
+    monkeypatch.setattr(runner, "_measure_again_for_memory", fails_on_the_second)
+    try:
+        results = [runner.run(perf, battery, [case("layernorm", True)]) for perf in runner.perfs]
+    finally:
+        runner.close()
+        battery.close()
+    assert [r.status for r in results] == ["timed", "error", "timed"], [r.reason for r in results]
+    assert results[1].reason.startswith("the grader failed while timing this case (ValueError: a timing of 0 ms)")
+    assert "a grader problem, not your code" in results[1].reason
+    assert measured == ["p-ln1", "p-ln2", "p-ln3"]
+
+
+def test_a_failure_before_any_case_is_timed_is_every_cases_line_once(
+    monkeypatch, assignment: Assignment, tmp_path: Path, reference_source) -> None:
+    """Where measuring fails before any case has a result, every case says why, and the second case does not start
+    the whole measurement again (it used to, and lost what the first had timed)."""
+    from grader.running.timing import runner as timing_runner
+
+    perfs = [PerformanceCase(id=f"p-ln{i}", target="layernorm", dims={"M": 6, "N": 37}, tolerance="rowwise",
+                             repeats=3) for i in (1, 2)]
+    runner = timing_runner.PerformanceRunner(assignment, 1, device="cpu", perfs=perfs)
+    calls: list[int] = []
+
+    def broken(battery, cases, results=None):
+        calls.append(1)
+        raise KeyError("dims")
+
+    monkeypatch.setattr(runner, "measure_all", broken)
+
+    class OnGpu:  # all `run` asks of a battery before measuring
+        backend = Backend.CUDA
+
+    try:
+        results = [runner.run(perf, OnGpu(), [case("layernorm", True)]) for perf in perfs]
+    finally:
+        runner.close()
+    assert calls == [1]
+    for result in results:
+        assert result.status == "error"
+        assert result.reason.startswith("the grader failed while timing this grade's cases (KeyError: 'dims')")
+
+
 def test_nothing_measured_is_one_line_not_a_table(assignment: Assignment) -> None:
     result = graded(assignment, tuple(skipped(p) for p in assignment.performance))
     line = f"{len(assignment.performance)} performance cases not measured: needs a CUDA GPU"

@@ -96,6 +96,8 @@ class Contestants:
             if worker is not None:
                 worker.close()
         self.reference = self.timer = None
+        self.reference_kept.clear()
+        self.timer_kept.clear()
 
     def spin_up_ms(self) -> float:
         """The first timing of a grade brings the clocks up from idle; the rest follow it closely."""
@@ -132,7 +134,12 @@ class Contestants:
         if self.timer is None:
             worker = self.new_timer(battery)
             if not isinstance(worker, str):
-                worker.spawn()
+                try:
+                    worker.spawn()
+                except (WorkerFailure, OSError) as exc:
+                    worker.close()
+                    self.timer_problem = f"the grader could not start the timer again ({exc}): a problem of the machine"
+                    return self.timer_problem
             self.adopt_timer(worker, finish_start(worker) if not isinstance(worker, str) else None)
         return self.timer if self.timer is not None else self.timer_problem
 
@@ -208,8 +215,16 @@ class Contestants:
         if self.reference is None and not self.reference_problem:
             try:
                 self.reference = self.start_reference()
-            except RuntimeError as exc:
+            except (RuntimeError, WorkerFailure, OSError) as exc:
                 self.reference_problem = f"the reference solution could not be loaded: {exc}"
+
+    def lose_reference(self) -> None:
+        """The reference's worker failed: closed, and nothing it kept is counted on (later cases are timed against the
+        bars, or start a new reference worker for them)."""
+        if self.reference is not None:
+            self.reference.close()
+            self.reference = None
+        self.reference_kept.clear()
 
     def adopt_reference(self, worker: Worker, reply: protocol.Loaded) -> None:
         if reply.ok:
@@ -239,8 +254,7 @@ class Contestants:
         try:
             plan = self.reference_plan(self.reference, prepared, what)
         except WorkerFailure:
-            self.reference.close()
-            self.reference = None
+            self.lose_reference()
             return
         if isinstance(plan, str):
             return
@@ -264,8 +278,7 @@ class Contestants:
                 return None, f"the reference could not be timed: {plan}"
             timed = self.run_plan(self.reference, dataclasses.replace(prepared, timed=plan), what, outputs=False)
         except WorkerFailure as failure:
-            self.reference.close()
-            self.reference = None
+            self.lose_reference()
             return None, f"the reference could not be timed: {failure.detail}"
         if isinstance(timed, str):
             return None, f"the reference could not be timed: {timed}"

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import shutil
 import statistics
@@ -106,6 +107,7 @@ class PerformanceRunner:
         self._roofs: dict[tuple[str, bool], float] = {}  # (dtype, tf32) -> torch's matmul TFLOP/s on this GPU
         self._results: dict[str, PerformanceResult] | None = None
         self._in_turn_failed = ""  # why timing in turn failed in this grade (then cases are timed alone)
+        self._failure = ""  # why measuring this grade's cases stopped, for every case it left without a result
         self._folder = Path(tempfile.mkdtemp(prefix="grader-timer-"))
         self.contestants = Contestants(assignment, device, self._folder, self._deadline,
                                        calibration.reference_triton_cache if calibration is not None else None)
@@ -169,11 +171,22 @@ class PerformanceRunner:
         if not battery.backend.on_gpu:
             return skipped(perf)
         if self._results is None:
-            self._results = self.measure_all(battery, cases)
-        return self._results.get(perf.id) or errored(perf, "the case was not measured")
+            self._results = {}
+            try:
+                self.measure_all(battery, cases, self._results)
+            except Exception as exc:  # noqa: BLE001 - a defect of the grader's: every case it left says which
+                logger.exception("timing this grade's cases failed")
+                self._failure = (f"the grader failed while timing this grade's cases ({type(exc).__name__}: "
+                                 f"{str(exc)[:300]}): a grader problem, not your code")
+            finally:
+                self.contestants.close()
+        return self._results.get(perf.id) or errored(perf, self._failure or "the case was not measured")
 
-    def measure_all(self, battery: Battery, cases: Sequence[CaseResult]) -> dict[str, PerformanceResult]:
-        results: dict[str, PerformanceResult] = {}
+    def measure_all(self, battery: Battery, cases: Sequence[CaseResult],
+                    results: dict[str, PerformanceResult] | None = None) -> dict[str, PerformanceResult]:
+        """Every case of the grade measured, each result written into `results` as soon as it is known (cases already
+        measured keep their results when a later one fails)."""
+        results = {} if results is None else results
         todo = []
         for perf in self.perfs:
             reason = correctness_gate(perf.target, cases)
@@ -224,7 +237,7 @@ class PerformanceRunner:
             with clock.phase("timing/seat"):  # the GPU memory of a timing phase: a seat of the GPU's few
                 holding.enter_context(self._seat(ready))
             self._check_and_measure(ready, battery, profiler, results)
-            contestants.close()  # the timer's and the reference's tensors go before the seat does
+            contestants.close()  # the timer's and the reference's tensors go before the seat does (and in `run`)
         return results
 
     def _seat(self, ready: Sequence[Prepared]) -> contextlib.AbstractContextManager[Any]:
@@ -240,7 +253,7 @@ class PerformanceRunner:
     def _check_and_measure(self, ready: Sequence[Prepared], battery: Battery, profiler: Profiler | None,
                            results: dict[str, PerformanceResult]) -> None:
         """Each recorded case checked at its timed size (the GPU shared), then timed and profiled (alone)."""
-        contestants, clock = self.contestants, battery.clock
+        clock = battery.clock
         checked = []
         # The student's profiling worker loads and runs each case's launches once beside the checks (both only
         # share the GPU); the reference's runs the launches its checks planned, after them. "profile/start" is
@@ -250,10 +263,8 @@ class PerformanceRunner:
                          if profiler is not None and ready else None)
             for prepared in ready:  # the outputs at the timed size, checked while the GPU is shared
                 with clock.phase("timing/check"), battery.workers.shared_gpu():
-                    wrong = self._check(prepared, battery)
-                    if wrong is None:
-                        with traced("timing/check/reference"):
-                            contestants.keep_reference(prepared)
+                    wrong = self._case_alone(prepared, "checking",
+                                             functools.partial(self._check_and_keep, prepared, battery))
                 if wrong is not None:
                     results[prepared.perf.id] = wrong
                 else:
@@ -270,7 +281,10 @@ class PerformanceRunner:
             slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
             with slot.exclusive() if slot else contextlib.nullcontext():  # only the timed and profiled replays here
                 for prepared in checked:
-                    results[prepared.perf.id] = self._measure_again_for_memory(prepared, battery)
+                    measured = self._case_alone(prepared, "timing",
+                                                functools.partial(self._measure_again_for_memory, prepared, battery))
+                    assert measured is not None
+                    results[prepared.perf.id] = measured
                 if profiler is not None:
                     with clock.phase("profile/replay"):
                         profiler = self._guarded(profiler, profiler.measure, [p.perf.id for p in checked])
@@ -281,6 +295,31 @@ class PerformanceRunner:
         finally:
             if profiler is not None:
                 profiler.close()
+
+    def _check_and_keep(self, prepared: Prepared, battery: Battery) -> PerformanceResult | None:
+        """`_check`, then the reference's launches kept beside the student's for timing in turn (when right)."""
+        wrong = self._check(prepared, battery)
+        if wrong is None:
+            with traced("timing/check/reference"):
+                self.contestants.keep_reference(prepared)
+        return wrong
+
+    def _case_alone(self, prepared: Prepared, doing: str,
+                    step: Callable[[], PerformanceResult | None]) -> PerformanceResult | None:
+        """`step` for one case; where it fails in a way nobody foresaw (a defect of the grader's), that case says so
+        and the others go on, with a timer started afresh (what it kept for this case is unknown)."""
+        try:
+            return step()
+        except Exception as exc:  # noqa: BLE001 - said in the case's result, never lost
+            logger.exception("%s %s failed", doing, prepared.perf.id)
+            self.contestants.drop_timer()
+            self.contestants.lose_reference()
+            short = out_of_memory(str(exc))
+            if short:
+                return errored(prepared.perf, f"the GPU ran out of memory while the grader was {doing} this case "
+                                              f"({short}): a problem of the machine, not your code")
+            return errored(prepared.perf, f"the grader failed while {doing} this case ({type(exc).__name__}: "
+                                          f"{str(exc)[:300]}): a grader problem, not your code")
 
     def _measure_again_for_memory(self, prepared: Prepared, battery: Battery) -> PerformanceResult:
         """`_measure`, again while the GPU's memory ran out under it (another process held it: a neighbour's hog
@@ -425,7 +464,9 @@ class PerformanceRunner:
             student_medians: list[float] | str = ""
             if perf.id in contestants.reference_kept and not self._in_turn_failed:
                 in_turn = contestants.time_in_turn(timer, perf, what)
-                if isinstance(in_turn, str) and in_turn.startswith(TIMED_OUTPUT_CHANGED):
+                if isinstance(in_turn, str) and in_turn.startswith((TIMED_OUTPUT_CHANGED, f"{TIMEOUT}:")):
+                    # forged outputs, or the student's first sample did not finish within its deadline (100x the
+                    # reference's time and more): the case's verdict, and no reason to stop timing in turn
                     contestants.drop_timer()
                     return _failed(perf, in_turn, device)
                 if isinstance(in_turn, str):  # never expected: time alone, against the bars, and say so
