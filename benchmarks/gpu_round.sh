@@ -11,6 +11,8 @@
 #                       traps; only submissions a and b when listed)
 #   seeds:<id>          grader selftest --assignment <id> --backend cuda --seeds 5 --seed 3 --jobs 4 (untimed: every
 #                       mutant named and every variant clean at five seeds, e.g. issue 39's attention)
+#   ncu:<id>[:a,b]      ncu_record.py --assignment <id> (only the reference and a, b when listed), then ncu_verdicts.py
+#                       on it; the recording in $OUT/ncu-<id>.tgz (fixtures for tests/data)
 #   imports             zygote_imports.py: the zygote's imports, Triton's first launch with empty/warm/helper caches
 #   class[:--no-profile] class_batch.py --workers 10 --seed 3 (a class of 60), with the flag when given
 #   identical           identical_timings.py (byte-identical files timed in one batch: the spread per case)
@@ -37,6 +39,11 @@ for step in "$@"; do
       if [ "$spec" != "$id" ]; then IFS=, read -ra names <<< "${spec#*:}"; for n in "${names[@]}"; do only+=(--only "$n"); done; fi
       python3 -m grader selftest --assignment "$id" --backend cuda --timed --jobs 4 --seed 3 "${only[@]}" ;;
     seeds:*) python3 -m grader selftest --assignment "${step#seeds:}" --backend cuda --seeds 5 --seed 3 --jobs 4 ;;
+    ncu:*)
+      spec=${step#ncu:}; id=${spec%%:*}; only=()
+      if [ "$spec" != "$id" ]; then IFS=, read -ra names <<< "${spec#*:}"; for n in "${names[@]}"; do only+=(--only "$n"); done; fi
+      rm -rf "/tmp/ncu-$id" && python3 benchmarks/ncu_record.py --out "/tmp/ncu-$id" --assignment "$id" --jobs 4 "${only[@]}" \
+        && python3 benchmarks/ncu_verdicts.py "/tmp/ncu-$id" --all; tar -czf "$out/ncu-$id.tgz" -C /tmp "ncu-$id" ;;
     imports) python3 benchmarks/zygote_imports.py ;;
     class) python3 benchmarks/class_batch.py --workers 10 --seed 3 ;;
     class:*) python3 benchmarks/class_batch.py --workers 10 --seed 3 "${step#class:}" ;;

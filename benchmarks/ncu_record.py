@@ -3,7 +3,9 @@ every slow-but-correct mutant (mutants.toml's `performance_traps`) and the GPU-o
 benchmarks/ncu_candidates.toml, on every performance case of their assignment. Needs a CUDA GPU and ncu
 (as root, or with NVreg_RestrictProfilingToAdminUsers=0).
 
-    python benchmarks/ncu_record.py --out DIR [--assignment softmax] [--jobs 6] [--seed 3]
+    python benchmarks/ncu_record.py --out DIR [--assignment softmax] [--only NAME ...] [--jobs 6] [--seed 3]
+
+`--only NAME` (repeatable) records the reference and the named submissions alone.
 
 Each (submission, case) is one process run under
 `ncu --profile-from-start off --clock-control none --csv --print-units base --metrics <the grader's set>`
@@ -185,6 +187,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--assignment", action="append")
+    parser.add_argument("--only", action="append", default=[], help="the reference and these submissions alone")
     parser.add_argument("--jobs", type=int, default=6)
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--drive", type=Path, help=argparse.SUPPRESS)
@@ -209,6 +212,8 @@ def main() -> int:
             folder.mkdir()
             cases = [p.id for p in load_spec(assignment_id, ROOT / "assignments").performance]
             for name, file, why in submissions(assignment_id, folder):
+                if args.only and name != "reference" and name not in args.only:
+                    continue
                 jobs.extend((name, file, why, assignment_id, case) for case in cases)
         print(f"{len(jobs)} profiled runs, {args.jobs} at a time; {version}", flush=True)
         results: list[dict[str, object]] = []
