@@ -291,9 +291,11 @@ def every_case(run: GradingRun, seed: int | None = None) -> list[CaseResult]:
 
 
 def every_performance(run: GradingRun) -> tuple[PerformanceResult, ...]:
-    """One PerformanceResult per performance case of the run, in spec order."""
+    """One PerformanceResult per performance case of the run, in spec order; a case pytest did not get to run (a
+    grader problem, never expected: the timing itself always leaves a line per case) says so."""
     wanted = run.performance_cases()
-    found = {p.id: run.performance.get(p.id) or errored(p, "the case was not run") for p in wanted}
+    lost = "the grader could not run this case (a grader problem, not yours): its test item did not run"
+    found = {p.id: run.performance.get(p.id) or errored(p, lost) for p in wanted}
     return tuple(by_id(found, list(wanted)))
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from grader.authoring.spec import Assignment, load_assignment
 from grader.operations import grade as grade_module
-from grader.operations.grade import GradeRequest, every_case, grade
+from grader.operations.grade import GradeRequest, every_case, every_performance, grade
 from grader.operations.grading_run import GradingRun
 from grader.results import CaseResult
 
@@ -76,6 +76,16 @@ def test_a_case_pytest_never_ran_is_a_failed_case_that_says_so(assignment: Assig
         run.close()
     assert len(cases) == len(assignment.cases_for("interpreter", public_only=True))
     assert all(not c.passed and c.traps == ("unknown",) and "grader problem" in c.message for c in cases)
+
+
+def test_a_performance_case_pytest_never_ran_says_so(assignment: Assignment, tmp_path: Path) -> None:
+    run = GradingRun(assignment, template_copy(assignment, tmp_path), "cuda", 3, public_only=True)
+    try:
+        results = every_performance(run)  # nothing ran
+    finally:
+        run.close()
+    assert [r.perf_id for r in results] == [p.id for p in assignment.performance]
+    assert all(r.status == "error" and "a grader problem, not yours" in r.reason for r in results)
 
 
 def test_the_run_closes_its_sandbox_even_when_pytest_breaks(assignment: Assignment, tmp_path: Path,
