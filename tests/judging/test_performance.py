@@ -556,6 +556,32 @@ def test_a_case_the_grader_fails_to_time_says_so_and_the_others_are_timed(
     assert measured == ["p-ln1", "p-ln2", "p-ln3"]
 
 
+@pytest.mark.slow
+def test_a_check_short_of_memory_in_the_graders_process_costs_that_case_alone(
+    monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
+    """torch eager's outputs at the timed size are made in the grader's own process; where the GPU's memory runs out
+    there (another process held it), that case says it was the machine's problem and the next case is checked and
+    timed in turn as usual."""
+    battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 2)
+    eager = runner._eager_outputs
+
+    def short_once(baseline, inputs, perf):
+        if perf.id == "p-ln1":
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return eager(baseline, inputs, perf)
+
+    monkeypatch.setattr(runner, "_eager_outputs", short_once)
+    try:
+        first, second = (runner.run(perf, battery, [case("layernorm", True)]) for perf in runner.perfs)
+    finally:
+        runner.close()
+        battery.close()
+    assert first.status == "error" and first.reason.startswith(
+        "the GPU ran out of memory while the grader was checking this case (CUDA out of memory. Tried to allocate "
+        "2.00 GiB): a problem of the machine, not your code"), first.reason
+    assert second.status == "timed" and "timed in turn" in second.reason, second.reason
+
+
 def test_a_failure_before_any_case_is_timed_is_every_cases_line_once(
     monkeypatch, assignment: Assignment, tmp_path: Path, reference_source) -> None:
     """Where measuring fails before any case has a result, every case says why, and the second case does not start
