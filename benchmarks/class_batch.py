@@ -7,7 +7,8 @@ The class: every mutant and variant of the assignment's corpus written out as it
 `--copies` times (byte-identical files under different names), plus `--identical` copies of the
 reference, and with `--hostile` (fused_layers) a student whose LayerNorm spins forever on the device at
 the timed size and one that takes all GPU memory there (HOSTILE, edits of the reference). Prints the
-batch's wall time, the grading time per student (median, max), whether every
+batch's wall time and CPU-seconds (every process the batch waited for), the grading time per student
+(median, max), whether every
 copy of a file got the same score and traps (one verdict per seed, across concurrent grades), and for
 the identical references their speedups over the reference on every timed case with the largest
 difference between them (the fairness bar: within +-3%).
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -102,14 +105,19 @@ def main() -> int:
     out = args.out or work / "out"
     origin = write_class(args.assignment, work / "class", args.copies, args.identical, args.hostile)
     started = time.monotonic()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run([sys.executable, "-m", "grader", "batch", str(work / "class"), "--assignment",
                            args.assignment, "--out", str(out), "--backend", args.backend, "--workers",
                            str(args.workers), "--seed", str(args.seed), "--executor", args.executor,
                            *([] if args.profile else ["--no-profile"])],
                           capture_output=True, text=True)
     wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process of the batch the batch waited for
+    cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     print(done.stdout[-3000:], done.stderr[-2000:], sep="\n")
     grades = {s: json.loads((out / s / "grade.json").read_text()) for s in origin if (out / s / "grade.json").is_file()}
+    print(f"CPU-seconds of the batch: {cpu_s:.0f} ({cpu_s / max(len(origin), 1):.1f} per student, "
+          f"{cpu_s / wall:.1f} cores busy on average over {wall:.0f} s; {os.cpu_count()} cores here)")
     seconds = [g["execution_time_s"] for g in grades.values()]
     timing = f"median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s" if seconds else "none"
     print(f"class of {len(origin)} ({args.copies} copies of each corpus file, {args.identical} identical references): "
