@@ -1,7 +1,11 @@
 """Benchmark: grade a class through `grader batch` and check it is fast, fair and one verdict per seed.
 
     python benchmarks/class_batch.py [--assignment fused_layers] [--backend cuda] [--workers 6] [--seed 3]
-                                     [--copies 2] [--identical 3] [--out DIR] [--no-profile]
+                                     [--copies 2] [--identical 3] [--out DIR] [--no-profile] [--phases]
+
+`--workers 1,4,8` grades the same class once per worker count, one batch after the other. `--phases` also says
+where each batch's CPU-seconds and GPU-slot seconds went, phase by phase over all its grades
+(benchmarks/class_phases.py: the issue-48 table).
 
 The class: every mutant and variant of the assignment's corpus written out as its own student,
 `--copies` times (byte-identical files under different names), plus `--identical` copies of the
@@ -28,6 +32,9 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from class_phases import ClassSampler, class_table, read_trace, table_lines  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -90,7 +97,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--assignment", default="fused_layers")
     parser.add_argument("--backend", default="cuda")
-    parser.add_argument("--workers", type=int, default=6)
+    parser.add_argument("--workers", default="6", help="a worker count, or several (1,4,8): one batch each")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--copies", type=int, default=2)
     parser.add_argument("--identical", type=int, default=3)
@@ -100,17 +107,34 @@ def main() -> int:
                         help="grade without the profiled replays (Nsight Compute), to weigh what they cost a class")
     parser.add_argument("--hostile", action="store_true",
                         help="fused_layers: add a student that spins at the timed size and one that hogs GPU memory")
+    parser.add_argument("--phases", action="store_true",
+                        help="per phase, over every grade: wall grade-seconds, CPU-seconds, the GPU slot's seconds")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="class-batch-"))
-    out = args.out or work / "out"
     origin = write_class(args.assignment, work / "class", args.copies, args.identical, args.hostile)
+    status = 0
+    for workers in [int(w) for w in str(args.workers).split(",")]:
+        out = (args.out or work / "out") / f"workers-{workers}"
+        status = max(status, grade_class(args, work, origin, workers, out))
+    return status
+
+
+def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], workers: int, out: Path) -> int:
+    """One `grader batch` of the class with `workers` workers, and what it showed."""
+    trace = work / f"phases-{workers}.jsonl"
+    env = dict(os.environ, GRADER_PHASE_TRACE=str(trace)) if args.phases else None
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, "-m", "grader", "batch", str(work / "class"), "--assignment",
-                           args.assignment, "--out", str(out), "--backend", args.backend, "--workers",
-                           str(args.workers), "--seed", str(args.seed), "--executor", args.executor,
-                           *([] if args.profile else ["--no-profile"])],
-                          capture_output=True, text=True)
+    batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(work / "class"), "--assignment",
+                              args.assignment, "--out", str(out), "--backend", args.backend, "--workers",
+                              str(workers), "--seed", str(args.seed), "--executor", args.executor,
+                              *([] if args.profile else ["--no-profile"])],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    sampler = ClassSampler(batch.pid).start() if args.phases else None
+    stdout, stderr = batch.communicate()
+    if sampler is not None:
+        sampler.stop()
+    done = subprocess.CompletedProcess(batch.args, batch.returncode, stdout, stderr)
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process of the batch the batch waited for
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -121,13 +145,20 @@ def main() -> int:
     seconds = [g["execution_time_s"] for g in grades.values()]
     timing = f"median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s" if seconds else "none"
     print(f"class of {len(origin)} ({args.copies} copies of each corpus file, {args.identical} identical references): "
-          f"{len(grades)} graded in {wall:.1f} s wall with {args.workers} workers ({args.executor}"
+          f"{len(grades)} graded in {wall:.1f} s wall with {workers} workers ({args.executor}"
           f"{'' if args.profile else ', --no-profile'}); grading time per student {timing}")
     phases = sorted({p for g in grades.values() for p in g.get("phases", {})})
     print("phases, seconds per grade (median / max / sum over the class): " + "; ".join(
         f"{p} {statistics.median(g.get('phases', {}).get(p, 0.0) for g in grades.values()):.1f} / "
         f"{max(g.get('phases', {}).get(p, 0.0) for g in grades.values()):.1f} / "
         f"{sum(g.get('phases', {}).get(p, 0.0) for g in grades.values()):.0f}" for p in phases))
+    if sampler is not None:
+        table = class_table(sampler.samples, read_trace(trace))
+        sampled = sum(row["cpu_s"] for row in table.values())
+        print(f"where the batch's CPU went, {workers} workers: {sampled:.0f} CPU-seconds inside the grades' process "
+              f"trees, read every 0.25 s (getrusage's {cpu_s:.0f} misses workers their sandboxes reaped; the batch's "
+              f"own process and a grade's last 0.25 s are not in the table)")
+        print("\n".join(table_lines(table, len(grades))))
     by_origin = defaultdict(list)
     for student, grade in grades.items():
         by_origin[origin[student]].append((student, grade["score"], tuple(sorted(grade["traps"]))))

@@ -279,7 +279,9 @@ class PerformanceRunner:
             profiler = None
         try:
             slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
-            with slot.exclusive() if slot else contextlib.nullcontext():  # only the timed and profiled replays here
+            with contextlib.ExitStack() as exclusive:  # only the timed and profiled replays hold the slot
+                with clock.phase("timing/wait-for-slot"):
+                    exclusive.enter_context(slot.exclusive() if slot else contextlib.nullcontext())
                 for prepared in checked:
                     measured = self._case_alone(prepared, "timing",
                                                 functools.partial(self._measure_again_for_memory, prepared, battery))

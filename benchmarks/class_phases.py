@@ -1,0 +1,145 @@
+"""Where a class batch's CPU-seconds and GPU-slot seconds go, phase by phase, over every grade of the batch.
+
+Used by benchmarks/class_batch.py --phases. While `grader batch` runs with $GRADER_PHASE_TRACE set (every grade
+appends its phases' spans, grader.running.phases), a thread reads /proc every `every_s`: each grade is a child
+process of the batch, and its CPU seconds are its whole process tree's (its sandbox, zygote, workers and the
+children they reaped). Each interval between two reads of a grade is laid on the phase open in that grade at its
+midpoint (the innermost), as benchmarks/grading_time.py --profile does for one grade. The table sums the grades:
+grade-seconds of wall time in the phase, CPU-seconds, CPU-seconds per grade, and the cores the phase kept busy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Phases that hold the GPU's exclusive slot (grader.running.timing.runner): the timed and profiled replays.
+EXCLUSIVE_PHASES = ("timing/bars", "timing/student", "profile/replay")
+
+
+def process_table() -> tuple[dict[int, int], dict[int, float]]:
+    """Every live process's parent and CPU seconds (user + system, with the children it has reaped)."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry)
+        parents[pid] = int(fields[1])  # after the name: state, ppid, ..., utime (12th), stime, cutime, cstime
+        cpu[pid] = sum(int(f) for f in fields[11:15]) / tick
+    return parents, cpu
+
+
+def cpu_by_child(root: int, parents: Mapping[int, int], cpu: Mapping[int, float]) -> dict[int, float]:
+    """For every child of `root`: the CPU seconds of its whole live tree."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for pid, parent in parents.items():
+        children[parent].append(pid)
+    totals = {}
+    for child in children.get(root, ()):
+        total, todo = 0.0, [child]
+        while todo:
+            pid = todo.pop()
+            total += cpu.get(pid, 0.0)
+            todo.extend(children.get(pid, ()))
+        totals[child] = total
+    return totals
+
+
+@dataclass
+class ClassSampler:
+    """Reads /proc every `every_s` until stopped: per child of `root` (a grade), (time, CPU seconds so far)."""
+
+    root: int
+    every_s: float = 0.25
+    samples: dict[int, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
+
+    def __post_init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> ClassSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now = time.monotonic()
+            parents, cpu = process_table()
+            for child, seconds in cpu_by_child(self.root, parents, cpu).items():
+                self.samples[child].append((now, seconds))
+            self._stop.wait(self.every_s)
+
+
+def read_trace(path: Path) -> dict[int, list[dict]]:
+    """The trace's spans per process (lines that do not parse, a write cut short, are skipped)."""
+    spans: dict[int, list[dict]] = defaultdict(list)
+    if not path.is_file():
+        return spans
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            span = json.loads(line)
+            spans[int(span["pid"])].append(span)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return spans
+
+
+def phase_at(spans: Sequence[dict], moment: float) -> str:
+    """The innermost phase open at `moment` ("(outside phases)" before, between or after them)."""
+    open_now = [s for s in spans if s["start"] <= moment < s["end"]]
+    return max(open_now, key=lambda s: s["start"])["phase"] if open_now else "(outside phases)"
+
+
+def class_table(samples: Mapping[int, Sequence[tuple[float, float]]],
+                spans: Mapping[int, Sequence[dict]]) -> dict[str, dict[str, float]]:
+    """Per phase, summed over the grades that traced spans: wall grade-seconds, CPU seconds and how many grades
+    entered it."""
+    table: dict[str, dict[str, float]] = defaultdict(lambda: {"wall_s": 0.0, "cpu_s": 0.0, "grades": 0.0})
+    for pid, rows in samples.items():
+        mine = spans.get(pid)
+        if not mine:
+            continue  # a child that graded nothing traced (or was not a grade)
+        seen = set()
+        for (t0, c0), (t1, c1) in zip(rows, rows[1:], strict=False):
+            phase = phase_at(mine, (t0 + t1) / 2)
+            row = table[phase]
+            row["wall_s"] += t1 - t0
+            row["cpu_s"] += max(c1 - c0, 0.0)
+            if phase not in seen:
+                seen.add(phase)
+                row["grades"] += 1
+    return dict(table)
+
+
+def table_lines(table: Mapping[str, Mapping[str, float]], grades: int) -> list[str]:
+    """The table, largest CPU first, with the totals and the exclusive slot's share."""
+    lines = [f"    {'phase':24} {'grades':>6} {'wall grade-s':>12} {'CPU s':>8} {'CPU s/grade':>11} {'cores':>6}"]
+    for phase, row in sorted(table.items(), key=lambda item: -item[1]["cpu_s"]):
+        cores = row["cpu_s"] / row["wall_s"] if row["wall_s"] else 0.0
+        lines.append(f"    {phase:24} {row['grades']:6.0f} {row['wall_s']:12.1f} {row['cpu_s']:8.1f} "
+                     f"{row['cpu_s'] / max(grades, 1):11.2f} {cores:6.2f}")
+    cpu = sum(row["cpu_s"] for row in table.values())
+    wall = sum(row["wall_s"] for row in table.values())
+    slot = sum(row["wall_s"] for phase, row in table.items() if phase in EXCLUSIVE_PHASES)
+    waiting = sum(row["wall_s"] for phase, row in table.items() if phase == "timing/wait-for-slot")
+    lines.append(f"    all phases: {wall:.1f} grade-s of wall, {cpu:.1f} CPU-s ({cpu / max(grades, 1):.1f} per grade); "
+                 f"the GPU's exclusive slot held {slot:.1f} s ({slot / max(grades, 1):.2f} per grade), "
+                 f"waited for {waiting:.1f} grade-s")
+    return lines
