@@ -23,7 +23,8 @@ only: it never ships and workers cannot see it), beside the reference solution, 
 
 A whole file starts with comment lines: `# expect: trap, trap` (or `# expect: none`), optionally
 `# expect-<backend>: ...`, `# performance: trap, trap` (performance traps it must get where they are
-predicted; a slow but correct variant may have them), and `# mistake: ...` (mutants) or
+predicted; a slow but correct variant may have them), `# performance-<backend>: trap, trap` (those a timed,
+profiled grade on that backend must measure; none where absent), and `# mistake: ...` (mutants) or
 `# variant: ...` (variants), whose text may continue on the comment lines after it.
 """
 
@@ -33,7 +34,7 @@ import difflib
 import re
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,7 @@ RESERVED_ID = "reference"  # the reference's own id in a corpus
 _ID = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 _EXPECT = re.compile(r"^#\s*expect(?:-(\w+))?:\s*(.+)$")
 _DESCRIBE = re.compile(r"^#\s*(mistake|variant):\s*(.*)$")
-_PERFORMANCE = re.compile(r"^#\s*performance:\s*(.+)$")
+_PERFORMANCE = re.compile(r"^#\s*performance(?:-(\w+))?:\s*(.+)$")
 _KEYED_COMMENT = re.compile(r"^#\s*[\w-]+:")
 _MUTANT_KEYS = ({"id", "traps", "mistake", "edits", "performance_traps"} | {f"traps_{b}" for b in BACKENDS}
                 | {f"performance_traps_{b}" for b in BACKENDS})
@@ -185,6 +186,7 @@ class Header:
     overrides: Mapping[str, tuple[str, ...]]  # `# expect-<backend>:`
     description: str  # `# mistake:` or `# variant:`, continuation lines joined
     performance_traps: tuple[str, ...] = ()  # `# performance: ...`
+    performance_measured: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # `# performance-<backend>:`
 
     def expected(self, backend: str) -> tuple[str, ...] | None:
         return self.overrides.get(backend, self.traps)
@@ -196,6 +198,7 @@ def parse_header(lines: Iterable[str]) -> Header:
     overrides: dict[str, tuple[str, ...]] = {}
     description: list[str] = []
     performance: tuple[str, ...] = ()
+    measured: dict[str, tuple[str, ...]] = {}
     continuing = False  # the line before was the description or its continuation
     for raw in lines:
         line = raw.strip()
@@ -203,8 +206,12 @@ def parse_header(lines: Iterable[str]) -> Header:
             break
         expect, describe, slow = _EXPECT.match(line), _DESCRIBE.match(line), _PERFORMANCE.match(line)
         if slow:
-            value = slow.group(1).strip()
-            performance = () if value == "none" else tuple(t.strip() for t in value.split(",") if t.strip())
+            value = slow.group(2).strip()
+            found = () if value == "none" else tuple(t.strip() for t in value.split(",") if t.strip())
+            if slow.group(1) is None:
+                performance = found
+            else:
+                measured[slow.group(1)] = found
             continuing = False
         elif expect:
             value = expect.group(2).strip()
@@ -221,7 +228,7 @@ def parse_header(lines: Iterable[str]) -> Header:
             description.append(line.lstrip("#").strip())
         else:
             continuing = False
-    return Header(traps, overrides, " ".join(d for d in description if d), performance)
+    return Header(traps, overrides, " ".join(d for d in description if d), performance, measured)
 
 
 def _load_whole_file(path: Path, kind: str) -> Mutant:
@@ -241,10 +248,15 @@ def _load_whole_file(path: Path, kind: str) -> Mutant:
                                            f"(known: {', '.join(BACKENDS)})")
     if kind == "variant" and (header.traps or any(header.overrides.values())):
         raise MutantError(path, mutant_id, "a variant is a correct solution: '# expect: none'")
+    if set(header.performance_measured) - set(BACKENDS):
+        raise MutantError(path, mutant_id, f"'# performance-{sorted(set(header.performance_measured))[0]}:' names "
+                                           f"no backend (known: {', '.join(BACKENDS)})")
     overrides = tuple(sorted(header.overrides.items()))
-    _check_performance(header.performance_traps, lambda problem: MutantError(path, mutant_id, problem))
+    for traps in (header.performance_traps, *header.performance_measured.values()):
+        _check_performance(traps, lambda problem: MutantError(path, mutant_id, problem))
+    measured = tuple((b, header.performance_measured[b]) for b in BACKENDS if b in header.performance_measured)
     return Mutant(mutant_id, kind, header.traps, header.description, path, overrides=overrides, text=text,
-                  performance_traps=header.performance_traps)
+                  performance_traps=header.performance_traps, performance_measured=measured)
 
 
 # ------------------------------------------------------------------------------------ mutants.toml

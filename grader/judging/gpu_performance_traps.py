@@ -11,6 +11,8 @@ none, whatever its counters.
 - `uncoalesced-access`: global sectors per request well above the reference's and above twice the 4 sectors
   of a coalesced float32 warp (the references' 128-bit loads touch 16).
 - `re-reading`: DRAM bytes read at least 2.5x the reference's (non-matmul targets).
+- `launch-bound` (measured): a row walked in slivers, at least 12x the reference's global load requests for the
+  data (non-matmul targets): tiny blocks, or loops over tiny chunks, each program issuing many small loads.
 - `low-arithmetic-intensity`: a matmul moving several times the reference's DRAM bytes for the same flops.
 - `low-occupancy`: achieved occupancy far below the reference's (not named with `serial-grid`, its cause).
 - `no-tensor-cores`: a matmul whose tensor pipe is idle (or, unmeasured, whose SASS has no mma/wgmma) where
@@ -52,6 +54,11 @@ class Thresholds:
     sms: int = 132  # serial-grid: an H200's SMs; fewer programs than this leave SMs idle
     tensor_idle: float = 5.0  # no-tensor-cores: tensor pipe active below this % (16x16x16 tl.dot tiles: 9%)
     tensor_busy: float = 20.0  # ... where the reference's is at least this % (tl.dot: 81%)
+    # launch-bound: global load requests over the reference's. Chunks of 16-32 elements looping over a row:
+    # 16x-128x (H200/H100 recordings: tiny_chunks_looping 32x, row_stats_tiny_block 16x, correct_welford 21-85x,
+    # correct_chunked_two_pass 27-128x); full-warp scalar loads over one or two passes: 6x-8x (correct_three_pass,
+    # correct_lane_online, which are 1.6-2.0x the reference's time and name nothing).
+    requests_ratio: float = 12.0
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -166,7 +173,10 @@ def diagnose(comparison: Comparison, thresholds: Thresholds = DEFAULT_THRESHOLDS
         found.append(low_arithmetic_intensity(comparison, thresholds))
         found.append(no_tensor_cores(comparison, thresholds))
     else:
-        found.append(re_reading(comparison, thresholds))
+        rereads = re_reading(comparison, thresholds)
+        found.append(rereads)
+        if rereads is None:  # more bytes need more requests: re-reading is the cause
+            found.append(slivers(comparison, thresholds))
     if serial is None:  # a grid of one program has one SM's warps at most: the grid is the cause
         found.append(low_occupancy(comparison, thresholds))
     found.append(register_spills(comparison))
@@ -203,7 +213,8 @@ def uncoalesced_access(c: Comparison, thresholds: Thresholds = DEFAULT_THRESHOLD
     message = (f"each warp's global {kind}s touch {per:.0f} sectors of 32 bytes per request where the "
                f"reference's touch {ref:.0f} (32 lanes reading consecutive float32 need {COALESCED_SECTORS:.0f}, 16 "
                f"with 128-bit loads): "
-               f"{sectors / ref_sectors if ref_sectors else 0:.1f}x the reference's sectors; {_slower(c)}")
+               f"in all {sectors / ref_sectors if ref_sectors else 0:.1f}x the sectors the reference's {kind}s touch "
+               f"({sectors / 1e6:,.1f} M against {ref_sectors / 1e6:,.1f} M); {_slower(c)}")
     return _trap(trap_ids.UNCOALESCED_ACCESS, c, message, sectors_per_request=per,
                  reference_sectors_per_request=ref, sectors=sectors, reference_sectors=ref_sectors)
 
@@ -215,6 +226,26 @@ def re_reading(c: Comparison, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Pe
     message = (f"the kernel reads {_bytes(s)} from DRAM where the reference reads {_bytes(r)}: {s / r:.1f}x the "
                f"bytes, so the same data comes from memory again and again; {_slower(c)}")
     return _trap(trap_ids.RE_READING, c, message, dram_read=s, reference_dram_read=r, ratio=s / r)
+
+
+def slivers(c: Comparison, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> PerformanceTrap | None:
+    """`launch-bound`, measured: many times the reference's load requests for the same data (a serial grid is named
+    on its own)."""
+    s, r = c.student, c.reference
+    if s.load_requests < thresholds.min_requests or not r.load_requests or (
+            s.load_requests < thresholds.requests_ratio * r.load_requests) or serial_grid(c, thresholds):
+        return None
+    ratio = s.load_requests / r.load_requests
+    per = 32 * s.load_sectors / s.load_requests  # bytes a request touches, in 32-byte sectors
+    reference_per = 32 * r.load_sectors / r.load_requests
+    message = (f"the kernel issues {ratio:.0f}x the reference's global load requests ({s.load_requests / 1e6:,.1f} M "
+               f"against {r.load_requests / 1e6:,.1f} M), each touching {per:.0f} bytes where the reference's touch "
+               f"{reference_per:.0f}: its programs walk their rows in slivers (a block much smaller than the row, or "
+               f"a loop over tiny chunks), waiting on one small load after another; blocks of 1024 or more elements "
+               f"per load (or the whole row) do the same work in far fewer requests; {_slower(c)}")
+    return _trap(trap_ids.LAUNCH_BOUND, c, message, load_requests=s.load_requests,
+                 reference_load_requests=r.load_requests, ratio=ratio, bytes_per_request=per,
+                 reference_bytes_per_request=reference_per)
 
 
 def low_arithmetic_intensity(c: Comparison,

@@ -347,3 +347,17 @@ def test_measured_performance_traps_are_per_backend_and_checked(tmp_path: Path) 
     write(tmp_path, "mutants.toml", GOOD.replace("edits = [", 'performance_traps_cuda = ["slow-ish"]\nedits = ['))
     with pytest.raises(MutantError, match="performance trap 'slow-ish' is none of the grader's"):
         load_mutants(tmp_path)
+
+
+def test_a_whole_file_says_what_a_backend_must_measure(tmp_path: Path) -> None:
+    write(tmp_path, "variants/chunked.py", "# expect: none\n# performance: re-reading, launch-bound\n"
+                                           "# performance-cuda: launch-bound\n# variant: 32-wide chunks\nx = 1\n")
+    (variant,) = load_mutants(tmp_path)
+    assert variant.performance_traps == ("re-reading", "launch-bound") and variant.mistake == "32-wide chunks"
+    assert variant.measured("cuda") == ("launch-bound",) and variant.measured("interpreter") == ()
+    write(tmp_path, "variants/chunked.py", "# expect: none\n# performance-tpu: launch-bound\n# variant: v\nx = 1\n")
+    with pytest.raises(MutantError, match="'# performance-tpu:' names no backend"):
+        load_mutants(tmp_path)
+    write(tmp_path, "variants/chunked.py", "# expect: none\n# performance-cuda: slow\n# variant: v\nx = 1\n")
+    with pytest.raises(MutantError, match="performance trap 'slow' is none of the grader's"):
+        load_mutants(tmp_path)

@@ -1,5 +1,6 @@
 # expect: none
 # performance: re-reading, launch-bound
+# performance-cuda: launch-bound
 # variant: row kernels loop over 32-wide chunks, two passes for stats, one for output
 """Reference solution for the ``fused_layers`` assignment (textbook chapter 20).
 

@@ -1,5 +1,6 @@
 # expect: none
 # performance: launch-bound
+# performance-cuda: launch-bound
 # variant: row kernels merge 32-wide chunks with Chan's parallel Welford update
 """Reference solution for the ``fused_layers`` assignment (textbook chapter 20).
 
