@@ -14,7 +14,8 @@
 #   ncu:<id>[:a,b]      ncu_record.py --assignment <id> (only the reference and a, b when listed), then ncu_verdicts.py
 #                       on it; the recording in $OUT/ncu-<id>.tgz (fixtures for tests/data)
 #   imports             zygote_imports.py: the zygote's imports, Triton's first launch with empty/warm/helper caches
-#   class[:--no-profile] class_batch.py --workers 10 --seed 3 (a class of 60), with the flag when given
+#   class[:a,b,...]     class_batch.py --workers 10 --seed 3 (a class of 60), then the arguments given, split at commas
+#                       (class:--phases,--workers,16,--copies,1: the per-phase table with 16 workers)
 #   identical           identical_timings.py (byte-identical files timed in one batch: the spread per case)
 #   fresh               fresh_samples.py: ways of timing fresh work per launch, side by side (issue 47)
 #   pytest:<path>       pytest -m gpu -s -rA on one test file or node (e.g. an attack's test)
@@ -46,7 +47,7 @@ for step in "$@"; do
         && python3 benchmarks/ncu_verdicts.py "/tmp/ncu-$id" --all; tar -czf "$out/ncu-$id.tgz" -C /tmp "ncu-$id" ;;
     imports) python3 benchmarks/zygote_imports.py ;;
     class) python3 benchmarks/class_batch.py --workers 10 --seed 3 ;;
-    class:*) python3 benchmarks/class_batch.py --workers 10 --seed 3 "${step#class:}" ;;
+    class:*) IFS=, read -ra extra <<< "${step#class:}"; python3 benchmarks/class_batch.py --workers 10 --seed 3 "${extra[@]}" ;;
     identical) python3 benchmarks/identical_timings.py ;;
     fresh) python3 benchmarks/fresh_samples.py ;;
     ci:*) OUT=$out GPU_PASSES="${step#ci:}" bash .ci/gpu ;;
