@@ -37,15 +37,27 @@ RUNS_KERNELS = frozenset({"grade", "check", "selftest", "batch"})
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(given)
+    if args.command == "check" and args.warm and not args.wait_for_go:
+        from grader.operations import warm_check
+
+        served = warm_check.check_warm(warm_check.check_arguments(given), sys.stdout, sys.stderr)
+        if served is not None:
+            return served
     root: Path = assignments_root(args.assignments)
     if args.command in RUNS_KERNELS and (mismatch := triton_mismatch()):
         print(f"grader: {mismatch}", file=sys.stderr)  # a warning only: the grade goes on
     try:
-        return COMMANDS[args.command](args, root)
+        code = COMMANDS[args.command](args, root)
     except _user_errors() as exc:
         print(f"grader: error: {exc}", file=sys.stderr)
         return 2
+    if args.command == "check" and args.warm and not args.wait_for_go:
+        if warm_check.start_server(warm_check.check_arguments(given)):
+            print("grader: a check process is kept ready for the next `grader check --warm` of this file (it stops "
+                  "after 20 minutes unused)", file=sys.stderr)
+    return code
 
 
 def _user_errors() -> tuple[type[Exception], ...]:

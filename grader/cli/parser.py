@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--profile", action="store_true",
                    help="CUDA, with --timed: also replay the timed cases under Nsight Compute and say why a kernel "
                         "is slow (seconds more; `grader grade` always does)")
+    c.add_argument("--warm", action="store_true",
+                   help="keep a check process ready for the next `grader check --warm` of this file with these "
+                        "arguments (it skips the seconds of imports; stops after 20 minutes unused)")
+    c.add_argument("--wait-for-go", action="store_true", help=argparse.SUPPRESS)  # a warm check's held process
     _common(c, seed_help=CHECK_SEED_HELP)
     _calibration(c)
 

@@ -3,6 +3,7 @@ assignment the file fits, the backend) and the file run on the public cases (gra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,8 +27,11 @@ class CheckedFile:
     pytest_report: str
 
 
-def check_file(request: CheckFile) -> CheckedFile:
-    """Run the file's public cases (only `targets`' when given); with `out`, also write its results and reports."""
+def check_file(request: CheckFile, go: Callable[[], bool] | None = None) -> CheckedFile | None:
+    """Run the file's public cases (only `targets`' when given); with `out`, also write its results and reports.
+    `go`: asked once everything before the cases is ready (the imports, the sandbox), before the file is read; False
+    means the check is not wanted any more, and None is returned (a warm check's held process:
+    grader.operations.warm_check)."""
     path = existing_file(request.submission)
     calibration = request.calibration.store()
     early = start_early(request.assignments_root, request.assignment_id, path, request.backend, (),
@@ -42,6 +46,16 @@ def check_file(request: CheckFile) -> CheckedFile:
         if early is not None:
             early.close()
         raise
+    try:
+        wanted = go is None or go()
+    except BaseException:  # Ctrl-C, or the warm server's SIGINT, while waiting
+        wanted = False
+        raise
+    finally:
+        if not wanted and early is not None:
+            early.close()
+    if not wanted:
+        return None
     result, pytest_report = run_check(path, assignment, backend, request.seed, request.targets, calibration,
                                       sandbox=adopt(early, backend), timed=request.timed, profile=request.profile)
     if request.out is not None:
