@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -123,6 +124,44 @@ POISON_BYTE = 0xFF  # every float NaN
 CHECK_RTOL, CHECK_ATOL = 1e-3, 1e-5  # a timed run's outputs against the checked run's (atomics may reorder sums)
 
 
+class SealedOutput:
+    """The checked run's output, kept on the device where a timed kernel could read it (the caching allocator's
+    layout is deterministic: an address learned offline finds it again) only as its bytes XOR a key stream drawn
+    from a seed this process holds on the host. `chunks()` gives the plain values a chunk at a time, between samples,
+    each poisoned before it is let go: while a sample runs, no copy of the answer is in the timer's memory (for one
+    input set; docs/security.md, "Known limits", for several). Chunks keep the check's extra memory small."""
+
+    CHUNK_BYTES = 1 << 25
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        flat = tensor.detach().reshape(-1)
+        self.numel, self.dtype, self.device = flat.numel(), flat.dtype, flat.device
+        self.size = flat.element_size()
+        self.per_chunk = max(1, self.CHUNK_BYTES // self.size)
+        self.seed = int.from_bytes(os.urandom(7), "little")
+        self.sealed = torch.empty(self.numel * self.size, dtype=torch.uint8, device=self.device)
+        for number, first in enumerate(range(0, self.numel, self.per_chunk)):
+            count = min(self.per_chunk, self.numel - first)
+            plain = flat[first:first + count].contiguous().view(torch.uint8)
+            self.sealed[first * self.size:(first + count) * self.size] = torch.bitwise_xor(
+                plain, self._key(number, count * self.size))
+
+    def _key(self, number: int, count: int) -> torch.Tensor:
+        generator = torch.Generator(device=self.device).manual_seed(self.seed + number)
+        return torch.randint(0, 256, (count,), dtype=torch.uint8, device=self.device, generator=generator)
+
+    def chunks(self) -> Iterator[tuple[int, torch.Tensor]]:
+        """(first element, its chunk's plain values), chunk by chunk; each chunk poisoned once the caller moves on."""
+        for number, first in enumerate(range(0, self.numel, self.per_chunk)):
+            count = min(self.per_chunk, self.numel - first)
+            plain = torch.bitwise_xor(self.sealed[first * self.size:(first + count) * self.size],
+                                      self._key(number, count * self.size))
+            try:
+                yield first, plain.view(self.dtype)
+            finally:
+                plain.fill_(POISON_BYTE)  # the allocator hands this memory out again: no answer left in it
+
+
 class PlannedRun:
     """Planned launches bound to `sets` input sets on the device: each set's `prepare` (poison its outputs and scratch,
     initialise what starts from a value) and `launch`, the first run's outputs kept on the device, the inputs' original
@@ -149,7 +188,7 @@ class PlannedRun:
         self.kernels = kernels
         self.views = list(request.outputs)
         self.sets = sets
-        self.expected: list[torch.Tensor] = []
+        self.expected: list[SealedOutput] = []
 
     def prepare(self, index: int) -> None:
         _, inits, poisoned = self.built[index]
@@ -170,7 +209,8 @@ class PlannedRun:
         return [tensor_from(self.built[index][0], view) for view in self.views]
 
     def keep_first_outputs(self) -> None:
-        self.expected = [t.detach().clone() for t in self.outputs(0)]
+        """The first run's outputs kept, sealed, for `check`."""
+        self.expected = [SealedOutput(t) for t in self.outputs(0)]
 
     def steps(self) -> list[samplers.Step]:
         return [(functools.partial(self.prepare, i), functools.partial(self.launch, i)) for i in range(self.sets)]
@@ -178,12 +218,8 @@ class PlannedRun:
     def check(self) -> str:
         """"" when every set's outputs equal the first run's and every input holds its bytes; else what differs."""
         for index in range(self.sets):
-            for number, (got, want) in enumerate(zip(self.outputs(index), self.expected, strict=True)):
-                if torch.equal(got, want):
-                    continue
-                close = torch.isclose(got, want, rtol=CHECK_RTOL, atol=CHECK_ATOL, equal_nan=True) \
-                    if got.is_floating_point() else got == want
-                wrong = int((~close).sum())
+            for number, (got, sealed) in enumerate(zip(self.outputs(index), self.expected, strict=True)):
+                wrong = _differing(got.reshape(-1), sealed)
                 if wrong:
                     return (f"output {number + 1} of input set {index + 1} differs from the checked run's at {wrong} "
                             f"of {got.numel()} elements after a timed sample")
@@ -191,6 +227,19 @@ class PlannedRun:
                 if not torch.equal(got.view(-1).view(torch.uint8), want.view(-1).view(torch.uint8)):
                     return f"input {number + 1} of input set {index + 1} changed during a timed sample"
         return ""
+
+
+def _differing(got: torch.Tensor, sealed: SealedOutput) -> int:
+    """How many elements of `got` (flat) differ from the sealed output (within CHECK_RTOL/ATOL for floats)."""
+    wrong = 0
+    for first, want in sealed.chunks():
+        part = got[first:first + want.numel()]
+        if torch.equal(part, want):
+            continue
+        close = torch.isclose(part, want, rtol=CHECK_RTOL, atol=CHECK_ATOL, equal_nan=True) \
+            if part.is_floating_point() else part == want
+        wrong += int((~close).sum())
+    return wrong
 
 
 def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunches,
@@ -208,8 +257,8 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
     if device.type == "cuda":
         torch.cuda.synchronize()
     progress.mark(progress.STEP)  # the launches finished: copying their outputs out is work, not a spin
+    outputs = tuple(t.detach().to("cpu").clone() for t in planned.outputs(0)) if request.return_outputs else ()
     planned.keep_first_outputs()
-    outputs = tuple(t.detach().to("cpu").clone() for t in planned.expected) if request.return_outputs else ()
     progress.mark(progress.STEP)
     medians: tuple[float, ...] = ()
     refused = ""

@@ -239,3 +239,66 @@ def test_state_kept_in_a_scratch_buffer_is_poisoned_before_every_run() -> None:
             assert expected in found
         else:
             assert found == "" and len(worked) == 1 + 2 * 2  # the checked run, then every timed run worked
+
+
+def _held_tensors(value, seen=None):
+    """Every tensor reachable from `value` (a PlannedRun: its lists, dicts and sealed outputs): what a kernel that
+    reads the timer's memory at addresses learned offline could find there."""
+    seen = set() if seen is None else seen
+    if id(value) in seen:
+        return []
+    seen.add(id(value))
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        items = list(value.values())
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    elif hasattr(value, "__dict__"):
+        items = list(vars(value).values())
+    else:
+        return []
+    return [t for item in items for t in _held_tensors(item, seen)]
+
+
+def test_while_a_timed_run_works_the_timer_holds_no_copy_of_its_answer() -> None:
+    """A kernel that copies the checked run's answer from wherever the timer keeps it (the layout of its memory is
+    the same every time) instead of computing it: the answer is kept sealed (its bytes XOR a key stream whose seed
+    is on the host), so the kernel finds nothing to copy, and the check still sees every wrong element."""
+    found: list[bool] = []
+    holder: dict = {}
+
+    def copies_the_answer(x, out, calls):
+        answer = (x * 2).view(-1).view(torch.uint8)
+        if calls == 1:  # the checked run: honest
+            out.copy_(x * 2)
+            return
+        kept = [t for t in _held_tensors(holder["planned"]) if t.data_ptr() != out.data_ptr()
+                and t.numel() * t.element_size() == answer.numel()
+                and torch.equal(t.reshape(-1).view(torch.uint8), answer)]
+        found.append(bool(kept))
+        out.copy_(kept[0].reshape(-1).view(torch.float32) if kept else torch.zeros_like(out))
+
+    planned = _planned(copies_the_answer, sets=1)
+    holder["planned"] = planned
+    assert "differs from the checked run's at 7 of 8 elements" in _timed_runs(planned)  # x[0] * 2 == 0 matches
+    assert found == [False, False]  # before each timed run the answer was nowhere in the timer's memory
+
+
+def test_a_sealed_output_opens_to_its_values_chunk_by_chunk_and_leaves_no_copy() -> None:
+    from grader.running.worker.measuring.planned_launches import POISON_BYTE, SealedOutput
+
+    values = torch.randn(3, 5).t()  # a non-contiguous view, as an output view may be
+    SealedOutput.CHUNK_BYTES, before = 16, SealedOutput.CHUNK_BYTES  # four float32 per chunk
+    try:
+        sealed = SealedOutput(values)
+        assert not torch.equal(sealed.sealed.view(torch.float32), values.reshape(-1))
+        chunks = []
+        for first, plain in sealed.chunks():
+            chunks.append((first, plain.clone()))
+            last = plain
+        assert torch.equal(torch.cat([c for _, c in chunks]), values.reshape(-1))
+        assert [f for f, _ in chunks] == [0, 4, 8, 12]
+        assert bool((last.view(torch.uint8) == POISON_BYTE).all())  # let go: poisoned
+    finally:
+        SealedOutput.CHUNK_BYTES = before
