@@ -42,20 +42,27 @@ def process_table() -> tuple[dict[int, int], dict[int, float]]:
     return parents, cpu
 
 
-def cpu_by_child(root: int, parents: Mapping[int, int], cpu: Mapping[int, float]) -> dict[int, float]:
-    """For every child of `root`: the CPU seconds of its whole live tree."""
+def children_of(parents: Mapping[int, int]) -> dict[int, list[int]]:
     children: dict[int, list[int]] = defaultdict(list)
     for pid, parent in parents.items():
         children[parent].append(pid)
-    totals = {}
-    for child in children.get(root, ()):
-        total, todo = 0.0, [child]
-        while todo:
-            pid = todo.pop()
-            total += cpu.get(pid, 0.0)
-            todo.extend(children.get(pid, ()))
-        totals[child] = total
-    return totals
+    return children
+
+
+def tree_cpu(root: int, children: Mapping[int, Sequence[int]], cpu: Mapping[int, float]) -> float:
+    """The CPU seconds of `root` and every live descendant."""
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+def cpu_by_child(root: int, parents: Mapping[int, int], cpu: Mapping[int, float]) -> dict[int, float]:
+    """For every child of `root`: the CPU seconds of its whole live tree."""
+    children = children_of(parents)
+    return {child: tree_cpu(child, children, cpu) for child in children.get(root, ())}
 
 
 @dataclass

@@ -48,6 +48,9 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from class_phases import children_of, process_table, tree_cpu  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 PHASES = ("start-up", "compile", "correctness", "replay", "timing")
 
@@ -118,29 +121,8 @@ def _gpu_utilisation(handle: object | None) -> float | None:
 
 def tree_cpu_s(root: int) -> float:
     """CPU seconds (user + system) of `root` and every live descendant, with the children each has reaped."""
-    parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        pid = int(entry)
-        parents[pid] = int(fields[1])  # fields after the name: state, ppid, ..., utime (12th), stime, cutime, cstime
-        cpu[pid] = sum(int(f) for f in fields[11:15]) / tick
-    children: dict[int, list[int]] = {}
-    for pid, parent in parents.items():
-        children.setdefault(parent, []).append(pid)
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo.extend(children.get(pid, ()))
-    return total
+    parents, cpu = process_table()
+    return tree_cpu(root, children_of(parents), cpu)
 
 
 @dataclass(frozen=True)
