@@ -206,16 +206,14 @@ def parse_header(lines: Iterable[str]) -> Header:
             break
         expect, describe, slow = _EXPECT.match(line), _DESCRIBE.match(line), _PERFORMANCE.match(line)
         if slow:
-            value = slow.group(2).strip()
-            found = () if value == "none" else tuple(t.strip() for t in value.split(",") if t.strip())
+            found = _listed(slow.group(2))
             if slow.group(1) is None:
                 performance = found
             else:
                 measured[slow.group(1)] = found
             continuing = False
         elif expect:
-            value = expect.group(2).strip()
-            found = () if value == "none" else tuple(t.strip() for t in value.split(",") if t.strip())
+            found = _listed(expect.group(2))
             if expect.group(1) is None:
                 traps = found
             else:
@@ -229,6 +227,12 @@ def parse_header(lines: Iterable[str]) -> Header:
         else:
             continuing = False
     return Header(traps, overrides, " ".join(d for d in description if d), performance, measured)
+
+
+def _listed(value: str) -> tuple[str, ...]:
+    """A header line's traps: `none`, or names separated by commas."""
+    value = value.strip()
+    return () if value == "none" else tuple(t.strip() for t in value.split(",") if t.strip())
 
 
 def _load_whole_file(path: Path, kind: str) -> Mutant:
