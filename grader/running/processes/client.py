@@ -37,6 +37,12 @@ SEND_TIMEOUT_S = 120.0  # a worker that stops reading its requests (a streamed s
 # A request that ran out of GPU memory while its worker was within budget is sent again after these pauses.
 OOM_RETRY_PAUSES_S = (0.3, 1.0, 2.0)
 WORKER_START_TIMEOUT_S = 120.0
+# Seconds of Triton compiling (between the worker's compile marks, on the grader's clock) that a worker's requests
+# may take beyond their caps, in all: compiling is not the kernel's run, and a correct kernel with big tiles takes
+# a minute to compile (attention's broadcast-and-sum mutant at head dim 128: 64 s on a 2-core CPU, docs/performance.md),
+# far past a 30 s call limit. Each compile still ends within Deadline.compile_s without a mark; marks a submission
+# forges stretch only its own requests, by this much at most.
+COMPILE_CREDIT_S = 240.0
 
 __all__ = ["Deadline", "ImportFailure", "Worker", "WorkerFailure", "WorkerOptions", "describe_exit"]
 
@@ -82,11 +88,17 @@ class Deadline:
     run_s: float | None = None
     compile_s: float = 120.0
 
-    def describe(self, compiling: bool, capped: bool, waited_s: float = 0.0) -> str:
+    def describe(self, compiling: bool, capped: bool, waited_s: float = 0.0, compiled_s: float = 0.0) -> str:
         """Why the request ended; `waited_s`: seconds the worker waited for a CPU meanwhile (not charged to it:
-        grader.running.processes.cpu_share)."""
-        if capped or self.run_s is None:
+        grader.running.processes.cpu_share); `compiled_s`: seconds Triton compiled meanwhile (not charged either, up
+        to the worker's COMPILE_CREDIT_S)."""
+        if (capped or self.run_s is None) and compiling:
+            said = (f"did not finish within {self.cap_s:g} s: Triton was still compiling its kernels after "
+                    f"{compiled_s:.1f} s more, all the compile time a worker may take beyond its calls' limits")
+        elif capped or self.run_s is None:
             said = f"did not finish within {self.cap_s:g} s"
+            if compiled_s >= SAID_FROM_S:
+                said += f" of running (besides {compiled_s:.1f} s of compiling Triton kernels)"
         elif compiling:
             said = f"a compilation did not finish within {self.compile_s:g} s"
         else:
@@ -123,6 +135,7 @@ class Worker:
         self.progress = -1  # the read end of the worker's progress marks
         self.warm = False  # the last start was a fork from a preloaded zygote
         self.watch: Watch | None = None  # its GPU memory against the sandbox's budget (CUDA)
+        self.compile_credit_s = COMPILE_CREDIT_S  # compiling its requests may still take beyond their caps
 
     @property
     def sandbox(self) -> Path:
@@ -329,23 +342,31 @@ class Worker:
         """Wait until the reply starts to arrive, reading progress marks meanwhile; the seconds left of
         the cap for reading it. Raises _Overdue when a deadline passed."""
         started = time.monotonic()
-        cap = started + deadline.cap_s
         last = started
         depth = 0  # compilations under way (they nest: the parallel warm-up around each kernel's)
+        compiled_s, compiling_from = 0.0, started  # seconds between compile marks, on our clock
+
+        def compiling_s(at: float) -> float:
+            return min(self.compile_credit_s, compiled_s + (at - compiling_from if depth > 0 else 0.0))
+
         token = self.sandbox_ref.token  # the sandbox's other processes are the submission's own load
         load = LoadAllowance(self.pid, lambda: marked_pids(token))  # what others' load owes it (cpu_share)
         at_last = load.base  # the worker when the last progress mark came
         while True:
             now = time.monotonic()
+            cap = started + deadline.cap_s + compiling_s(now)
             window = None if deadline.run_s is None else (deadline.compile_s if depth > 0 else deadline.run_s)
             limit = cap if window is None else min(cap, last + window)
             if now >= limit:
                 waited = load.owed_s()
-                own_cap = stretched(cap, waited, started, deadline.cap_s)
+                own_cap = stretched(cap, waited, started, cap - started)
                 limit = own_cap if window is None else \
                     min(own_cap, stretched(last + window, load.owed_s(at_last), last, window))
                 if now >= limit:
-                    raise _Overdue(deadline.describe(depth > 0, capped=now >= own_cap, waited_s=waited))
+                    used = compiling_s(now)
+                    self.compile_credit_s -= used
+                    raise _Overdue(deadline.describe(depth > 0, capped=now >= own_cap, waited_s=waited,
+                                                     compiled_s=used))
             if self.channel is None:
                 raise ChannelClosed()
             watched = [self.channel.fileno()] + ([self.progress] if self.progress >= 0 else [])
@@ -361,14 +382,21 @@ class Worker:
                         at_last = load.reading()
                     for mark in marks:
                         if mark == COMPILE_START[0]:
+                            if depth == 0:
+                                compiling_from = last
                             depth += 1
-                        elif mark == COMPILE_END[0]:
-                            depth = max(0, depth - 1)
+                        elif mark == COMPILE_END[0] and depth > 0:
+                            depth -= 1
+                            if depth == 0:
+                                compiled_s += last - compiling_from
                 elif marks == b"":  # the worker's end closed (it died): the reply channel says how
                     os.close(self.progress)
                     self.progress = -1
             if self.channel.fileno() in ready:
-                return max(1.0, cap - time.monotonic())
+                now = time.monotonic()
+                used = compiling_s(now)
+                self.compile_credit_s -= used
+                return max(1.0, started + deadline.cap_s + used - now)
 
     def _raise_if_over_budget(self, what: str, tail: str) -> None:
         """The watchdog stopped this worker for its GPU memory: that is why it died (out-of-memory)."""

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from grader.running import protocol
-from grader.running.processes.client import Deadline, Worker, WorkerFailure
+from grader.running.processes.client import COMPILE_CREDIT_S, Deadline, Worker, WorkerFailure
 from grader.running.processes.confinement import host_pid
 from grader.running.processes.sandbox import Sandbox, SandboxFailure, WorkerOptions
 
@@ -52,12 +52,20 @@ def marks_and_sleeps(x):
         time.sleep(0.1)
     time.sleep(60)
     return x
+
+def compiles_then_sleeps(x):  # as Triton's JIT marks a compile (grader.running.worker.kernels)
+    from grader.running.worker import progress
+    progress.mark(progress.COMPILE_START)
+    time.sleep(2.5)
+    progress.mark(progress.COMPILE_END)
+    time.sleep(float(x[0]))
+    return x
 '''
-NAMES = ["quick", "sleeps", "leaves_a_daemon", "spins", "marks_and_sleeps"]
+NAMES = ["quick", "sleeps", "leaves_a_daemon", "spins", "marks_and_sleeps", "compiles_then_sleeps"]
 
 
-def call(name: str) -> protocol.Call:
-    return protocol.Call(function=name, storages=(torch.zeros(2),),
+def call(name: str, value: float = 0.0) -> protocol.Call:
+    return protocol.Call(function=name, storages=(torch.full((2,), value),),
                          views=({"storage": 0, "shape": [2], "stride": [1], "offset": 0},),
                          args=({"view": 0},), kwargs={})
 
@@ -166,6 +174,30 @@ def test_no_progress_after_the_last_launch_ends_a_request(sandbox: Sandbox, subm
     with pytest.raises(WorkerFailure):
         worker.request(call("marks_and_sleeps"), Deadline(cap_s=60.0, run_s=1.0), "marking")
     assert 3.0 < time.monotonic() - started < 7.0  # 3 s of marks, then 1 s without
+    worker.close()
+
+
+def test_compiling_is_not_charged_to_a_requests_cap_up_to_the_workers_credit(
+        sandbox: Sandbox, submission: Path) -> None:
+    """A correct kernel with big tiles compiles for a minute, past a 30 s call limit: the seconds between compile
+    marks (on the grader's clock) move the cap, while the worker's COMPILE_CREDIT_S lasts; the run itself is still
+    held to the cap, and a worker out of credit is held to it with its compiling."""
+    worker = Worker(submission, NAMES, sandbox.options, sandbox=sandbox)
+    assert worker.start().ok
+    started = time.monotonic()
+    assert worker.request(call("compiles_then_sleeps", 0.5), Deadline(cap_s=1.5), "compiling").ok  # 2.5 s + 0.5
+    assert time.monotonic() - started > 2.9
+    assert 2.0 < COMPILE_CREDIT_S - worker.compile_credit_s < 3.0  # the seconds it compiled, spent
+    with pytest.raises(WorkerFailure) as failure:  # compiled 2.5 s, then ran 2 s of a 1.5 s cap
+        worker.request(call("compiles_then_sleeps", 2.0), Deadline(cap_s=1.5), "compiling")
+    assert "did not finish within 1.5 s of running (besides 2.5 s of compiling Triton kernels)" in failure.value.detail
+    assert worker.start().ok
+    worker.compile_credit_s = 0.5
+    with pytest.raises(WorkerFailure) as failure:  # out of credit: 0.5 s of its compiling moves the cap, no more
+        worker.request(call("compiles_then_sleeps", 0.0), Deadline(cap_s=1.5), "compiling")
+    assert "did not finish within 1.5 s: Triton was still compiling its kernels after 0.5 s more" \
+        in failure.value.detail
+    assert worker.compile_credit_s == 0.0
     worker.close()
 
 
