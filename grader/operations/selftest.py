@@ -56,6 +56,25 @@ class SeedVerdict:
 
 
 @dataclass(frozen=True)
+class TimedVerdict:
+    """One performance case of a timed selftest grade: its status, and the points its speed earned (not part of
+    the row's score: a correct kernel slower than a threshold earns fewer, and that is no MISS; one not timed is)."""
+
+    perf_id: str
+    status: str
+    score: float
+    max_score: float
+    speedup: float | None = None  # against what its thresholds compare with
+    reason: str = ""
+
+    def describe(self) -> str:
+        if self.status != "timed":
+            return f"{self.perf_id} {self.status}" + (f" ({self.reason})" if self.reason else "")
+        speed = "" if self.speedup is None else f" {self.speedup:.2f}x"
+        return f"{self.perf_id}{speed}" + (f" {self.score:g}/{self.max_score:g}" if self.max_score else "")
+
+
+@dataclass(frozen=True)
 class SelftestRow:
     submission: str
     expected: tuple[str, ...]
@@ -68,6 +87,14 @@ class SelftestRow:
     # performance traps (informational) expected where the backend predicts them, and those named
     expected_performance: tuple[str, ...] = ()
     performance: tuple[str, ...] = ()
+    timed: tuple[TimedVerdict, ...] = ()  # a timed grade's performance cases (the first seed's)
+
+    @property
+    def untimed(self) -> tuple[TimedVerdict, ...]:
+        """Performance cases a correct submission should have had timed and did not (a defect: issue 49)."""
+        if self.expected or self.score != self.max_score:
+            return ()
+        return tuple(t for t in self.timed if t.status not in ("timed", "skipped"))
 
     @property
     def seed_dependent(self) -> bool:
@@ -80,7 +107,7 @@ class SelftestRow:
             return False
         if set(self.expected_performance) != set(self.performance):
             return False
-        return bool(self.expected) or self.score == self.max_score
+        return bool(self.expected) or (self.score == self.max_score and not self.untimed)
 
     def explain(self) -> list[str]:
         """Why a row is a MISS, naming the cases behind it (empty for a row that is ok)."""
@@ -103,6 +130,9 @@ class SelftestRow:
             lines.append(f"performance trap named but not expected: {', '.join(slow_extra)}")
         if not self.expected and self.score != self.max_score:
             lines.append(f"a correct submission lost points: {self.score:g}/{self.max_score:g}")
+        if self.untimed:
+            lines.append("a correct submission's performance case not timed: "
+                         + "; ".join(t.describe() for t in self.untimed))
         if self.seed_dependent:
             lines.append("depends on the seed: " + "; ".join(s.describe() for s in self.seeds))
         if self.cases:
@@ -144,7 +174,7 @@ def write_corpus(assignment: Assignment, folder: Path) -> list[tuple[Mutant, Pat
 
 # ..., seeds, where to write results, timed (the performance cases timed and profiled: a GPU's measured traps)
 GradeJob = tuple[Assignment, Mutant, Path, Backend, tuple[int, ...], Path | None, bool]
-Graded = tuple[SeedVerdict, tuple[CaseVerdict, ...], float, float]
+Graded = tuple[SeedVerdict, tuple[CaseVerdict, ...], float, float, tuple[TimedVerdict, ...]]
 
 
 def grade_one(args: GradeJob) -> list[Graded]:
@@ -164,8 +194,13 @@ def grade_one(args: GradeJob) -> list[Graded]:
                           assignment, report)
         cases = tuple(CaseVerdict(c.case_id, c.score, c.max_score, c.traps) for c in result.cases
                       if c.traps or c.score < c.max_score)
-        verdict = SeedVerdict(result.seed, result.score, result.traps, result.performance_trap_ids)
-        rows.append((verdict, cases, result.max_score, result.execution_time_s))
+        # the correctness cases' points: a performance case's points are its speed's, shown beside (TimedVerdict)
+        verdict = SeedVerdict(result.seed, sum(c.score for c in result.cases), result.traps,
+                              result.performance_trap_ids)
+        timed_cases = tuple(TimedVerdict(p.perf_id, p.status, p.score, p.max_score, p.speedup_vs_reference
+                                         if p.relative_to == "reference" else p.speedup_vs_torch, p.reason[:160])
+                            for p in result.performance if p.status != "skipped")
+        rows.append((verdict, cases, sum(c.max_score for c in result.cases), result.execution_time_s, timed_cases))
     return rows
 
 
@@ -209,11 +244,12 @@ def run_selftest(assignment: Assignment, backend: Backend, seed: int, jobs: int 
                 graded = list(pool.map(grade_one, work))
     rows = []
     for (mutant, _), runs in zip(written, graded, strict=True):
-        first, cases, max_score, seconds = runs[0]
+        first, cases, max_score, seconds, timed_cases = runs[0]
         rows.append(SelftestRow(
             submission=mutant.id, expected=mutant.expected(backend), diagnosed=first.diagnosed, score=first.score,
             max_score=max_score, seconds=seconds, cases=cases, seeds=tuple(r[0] for r in runs),
             expected_performance=expected_performance(mutant, backend, timed), performance=first.performance,
+            timed=timed_cases,
         ))
     return rows
 
@@ -231,6 +267,7 @@ def format_table(rows: list[SelftestRow]) -> str:
         lines.append(
             f"{row.submission:32} {expected:36} {diagnosed:36} "
             f"{row.score:>4g}/{row.max_score:<4g} {row.seconds:5.1f}s  {'ok' if row.ok else 'MISS'}"
+            + (f"  {'; '.join(t.describe() for t in row.timed)}" if row.timed else "")
         )
     misses = [r for r in rows if not r.ok]
     lines.append(f"{len(rows) - len(misses)} of {len(rows)} as expected"

@@ -12,6 +12,7 @@ from grader.operations.selftest import (
     CaseVerdict,
     SeedVerdict,
     SelftestRow,
+    TimedVerdict,
     corpus,
     expected_traps,
     format_table,
@@ -118,6 +119,23 @@ def test_seed_dependence_and_the_cases_behind_a_miss() -> None:
     table = format_table([steady, moving]).splitlines()
     assert table[-4:] == ["1 of 2 as expected, 1 MISS", "MISS m:",
                           "  depends on the seed: seed 1: 3 [a]; seed 2: 5 [none]", "  cases: c1 0/2 [a]"]
+
+
+def test_a_correct_kernel_earns_the_performance_points_its_speed_earns_but_every_case_must_be_timed() -> None:
+    """A timed selftest: a correct variant under a speed threshold (attention's two-pass kernel, 0.45x) earns fewer
+    performance points, which is no MISS; a correct variant whose performance case was not timed is one."""
+    slow = SelftestRow("two_pass", (), (), 35.0, 35.0, 1.0,
+                       timed=(TimedVerdict("perf-attention", "timed", 0.0, 2.0, 0.45),
+                              TimedVerdict("perf-causal", "timed", 0.0, 0.0, 0.8)))
+    assert slow.ok and slow.explain() == []
+    assert format_table([slow]).splitlines()[2].endswith("ok  perf-attention 0.45x 0/2; perf-causal 0.80x")
+    lost = SelftestRow("broadcast", (), (), 35.0, 35.0, 1.0,
+                       timed=(TimedVerdict("perf-attention", "not-run", 0.0, 2.0, None, "a case failed"),))
+    assert not lost.ok
+    assert lost.explain() == ["a correct submission's performance case not timed: perf-attention not-run "
+                              "(a case failed)"]
+    mutant = SelftestRow("m", ("a",), ("a",), 3.0, 5.0, 1.0, timed=lost.timed)  # a mistake: not timed, rightly
+    assert mutant.ok
 
 
 def test_selftest_seeds() -> None:
