@@ -126,7 +126,7 @@ class PerformanceCase:
     options: Mapping[str, Any] = field(default_factory=dict)
     thresholds: tuple[Threshold, ...] = ()
     relative_to: str = "reference"
-    input_sets: int = 3  # inputs rotated among this many copies, so no repetition hits a warm cache
+    input_sets: int = 3  # 1: one input set timed back to back; more: sets of their own values, enough to miss L2
     repeats: int = 5  # do_bench medians taken; the case reports their median and spread
     timeout_s: float = 120.0  # the cap: a launch also stops when it outlives the bar (running.timing.runner)
     description: str = ""

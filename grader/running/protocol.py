@@ -157,8 +157,9 @@ class Ran(Reply):
 
 @dataclass(frozen=True)
 class Timed(Reply):
-    """A timer's run of planned launches: the outputs of the first run (none for `TimeKept`), the input sets it
-    used, the medians when it timed them, and why they are no time when a sample's check failed (`refused`)."""
+    """A timer's run of planned launches: the outputs of the first run (of every set the grader gave values, set
+    after set; none for `TimeKept`), the input sets it used, the medians when it timed them, and why they are no
+    time when a sample's check failed (`refused`)."""
 
     outputs: tuple[torch.Tensor, ...] | None = None
     sets: int = 0
@@ -336,7 +337,8 @@ class TimeLaunches(Request[Timed]):
     with `time` the medians of CUDA-graph replays; with `keep` the run is kept under that key for `TimeKept` (or
     `ProfileKept`). `rotate`: as many input sets as keep a pass over them out of L2 (timing); off, exactly `sets`
     (a profiled replay runs one). `return_outputs` off: the reply's outputs are empty (the caller checks none: the
-    reference's launches, a profiled replay's), so no output crosses the channel."""
+    reference's launches, a profiled replay's), so no output crosses the channel. `more_inputs`: the other sets'
+    own values (below); without them every set is a copy of the first."""
 
     OP: ClassVar[str] = "time_launches"
     REPLY: ClassVar[type[Reply]] = Timed
@@ -351,6 +353,10 @@ class TimeLaunches(Request[Timed]):
     spin_up_ms: float | None = None
     rotate: bool = True
     return_outputs: bool = True
+    # the inputs of input sets 2, 3, ... in order, as many tensors per set as `inputs`: values of their own, drawn by
+    # the grader, so that no set's answer is another's (with them the sets are exactly these, and the reply's outputs
+    # are every set's, set after set)
+    more_inputs: tuple[torch.Tensor, ...] = ()
 
 
 @dataclass(frozen=True)

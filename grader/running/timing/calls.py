@@ -4,7 +4,7 @@ timed size (`CallPlan`, the worker's `Run` request), and the comparison of the t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,11 +106,44 @@ def baseline_outputs(baseline: Baseline, result: Any) -> dict[str, torch.Tensor]
 
 
 @dataclass(frozen=True)
+class InputSet:
+    """Another input set of a timed case: values of its own (drawn at a seed of its own), so that no set's answer is
+    another's for a kernel to copy. `named`: as the oracle and torch eager take them; `tensors`: as the call's."""
+
+    named: Mapping[str, Any]
+    tensors: tuple[torch.Tensor, ...]
+
+
+def input_set(perf: PerformanceCase, assignment: Assignment, problem: Problem, inputs: Mapping[str, Any]) -> InputSet:
+    cpu = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    return InputSet(inputs, encode_call(perf, assignment, problem, cpu).inputs)
+
+
+@dataclass(frozen=True)
 class Prepared:
-    """A case recorded in the student's worker and planned, ready to check and time."""
+    """A case recorded in the student's worker and planned, ready to check and time. `more`: the input sets after
+    the first (their timed runs each checked against their own first run, which the grader checks here)."""
 
     perf: PerformanceCase
     problem: Problem
     call: CallPlan
     inputs: Mapping[str, Any]
     timed: PerformancePlan
+    more: tuple[InputSet, ...] = ()
+
+    @property
+    def more_inputs(self) -> tuple[torch.Tensor, ...]:
+        return tuple(t for extra in self.more for t in extra.tensors)
+
+    def wrong_set(self, outputs: Sequence[torch.Tensor], expected_for: Callable[[Mapping[str, Any]], Mapping[str, Any]],
+                  atol: float, rtol: float) -> str:
+        """'' when the timer's first run of every set (`outputs`, set after set) matches torch eager on that set's
+        inputs; else which set's output does not, and how far off."""
+        sets = (self.inputs, *(extra.named for extra in self.more))
+        per_set = len(outputs) // len(sets)
+        for index, named_inputs in enumerate(sets):
+            got = dict(zip(self.call.output_names, outputs[index * per_set:(index + 1) * per_set], strict=False))
+            wrong = compare_outputs(got, expected_for(named_inputs), atol, rtol)
+            if wrong:
+                return wrong + (f" (input set {index + 1} of {len(sets)})" if len(sets) > 1 else "")
+        return ""

@@ -173,7 +173,7 @@ class Contestants:
         request = prepared.timed.request(prepared.call.inputs, sets=1 if profiled else perf.input_sets,
                                          repeats=perf.repeats, time=self.device == "cuda" and not keep, keep=keep,
                                          spin_up_ms=None if keep else self.spin_up_ms(), rotate=not profiled,
-                                         return_outputs=outputs)
+                                         return_outputs=outputs, more_inputs=() if profiled else prepared.more_inputs)
         try:
             reply = worker.request(request, self.deadline(perf), what)
         except WorkerFailure as failure:

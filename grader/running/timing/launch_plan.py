@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from grader.running import protocol
+from grader.running.worker.measuring.planned_launches import rotated_sets
 
 FILL_WIDTHS = (1, 2, 4, 8)  # a constant fill repeats one element of this many bytes
 
@@ -30,13 +31,20 @@ class PerformancePlan:
     outputs: tuple[Mapping[str, Any], ...]  # the target's outputs as views of those buffers
 
     def request(self, inputs: Sequence[torch.Tensor], *, sets: int, repeats: int, time: bool, keep: str = "",
-                spin_up_ms: float | None = None, rotate: bool = True,
-                return_outputs: bool = True) -> protocol.TimeLaunches:
+                spin_up_ms: float | None = None, rotate: bool = True, return_outputs: bool = True,
+                more_inputs: Sequence[torch.Tensor] = ()) -> protocol.TimeLaunches:
         """The timer's request for these launches on `inputs`: timed (`time`), or kept under `keep` for TimeKept;
-        `rotate` off: exactly `sets` input sets (a profiled replay's one); `return_outputs` off: none sent back."""
+        `rotate` off: exactly `sets` input sets (a profiled replay's one); `return_outputs` off: none sent back;
+        `more_inputs`: the other sets' own values (then the sets are exactly those)."""
         return protocol.TimeLaunches(inputs=tuple(inputs), buffers=dict(self.buffers), launches=self.launches,
                                      outputs=self.outputs, sets=sets, repeats=repeats, time=time, keep=keep,
-                                     spin_up_ms=spin_up_ms, rotate=rotate, return_outputs=return_outputs)
+                                     spin_up_ms=spin_up_ms, rotate=rotate, return_outputs=return_outputs,
+                                     more_inputs=tuple(more_inputs))
+
+    def input_sets(self, requested: int) -> int:
+        """How many input sets a timed run of these launches rotates through: `requested`, or as many as keep one
+        pass over them out of the L2 cache (planned_launches.rotated_sets, the timer's own rule)."""
+        return rotated_sets(requested, sum(int(spec["nbytes"]) for spec in self.buffers.values()))
 
 
 def input_bytes(tensor: torch.Tensor) -> bytes:

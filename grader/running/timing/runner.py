@@ -57,7 +57,7 @@ from grader.running.timing.calibration import (
     calibration_key,
     this_machine,
 )
-from grader.running.timing.calls import Prepared, baseline_outputs, compare_outputs, encode_call
+from grader.running.timing.calls import Prepared, baseline_outputs, encode_call, input_set
 from grader.running.timing.contestants import Contestants, finish_start, timed_deadline
 from grader.running.timing.launch_plan import plan_performance_run
 from grader.running.timing.profiled_replay import Profiler
@@ -403,12 +403,14 @@ class PerformanceRunner:
         timed = plan_performance_run(recorded if isinstance(recorded, Mapping) else {}, call.inputs, perf.target)
         if isinstance(timed, str):
             return errored(perf, f"{what}: {timed}", trap=NOT_FUSED if "outside the kernels" in timed else "")
-        return Prepared(perf, problem, call, inputs, timed)
+        more = tuple(input_set(perf, self.assignment, problem, self._make_inputs(perf, problem, f"/set{index + 1}"))
+                     for index in range(1, timed.input_sets(perf.input_sets)))
+        return Prepared(perf, problem, call, inputs, timed, more)
 
-    def _make_inputs(self, perf: PerformanceCase, problem: Problem) -> dict[str, Any]:
-        """The case's inputs, drawn on the GPU from the seed (an oracle that only works on the CPU
-        gets a CPU generator)."""
-        seed, dtype = case_seed(self.seed, perf.id), getattr(torch, perf.dtype)
+    def _make_inputs(self, perf: PerformanceCase, problem: Problem, draw: str = "") -> dict[str, Any]:
+        """The case's inputs (`draw`: another input set's), drawn on the GPU from the seed (an oracle that only works
+        on the CPU gets a CPU generator)."""
+        seed, dtype = case_seed(self.seed, perf.id + draw), getattr(torch, perf.dtype)
         if self.device != "cpu":
             try:
                 return problem.make_inputs(perf.as_case(), InputMaker(seed, dtype, self.device))
@@ -434,12 +436,10 @@ class PerformanceRunner:
             contestants.drop_timer()
             return _failed(perf, run)
         contestants.timer_kept.add(perf.id)
-        with traced("timing/check/eager"):
-            expected = self._eager_outputs(baseline, prepared.inputs, perf)
         tol = self.assignment.tolerances[perf.tolerance].lookup(Backend.CUDA, perf.dtype)
-        named = dict(zip(prepared.call.output_names, run[0], strict=False))
         with traced("timing/check/compare"):
-            wrong = compare_outputs(named, expected, tol.atol, tol.rtol)
+            wrong = prepared.wrong_set(run[0], lambda inputs: self._eager_outputs(baseline, inputs, perf),
+                                       tol.atol, tol.rtol)
         if wrong:
             return errored(perf, f"at {perf.shape} the output of your kernel launches differs from "
                                  f"{baseline.label}: {wrong}")

@@ -40,3 +40,26 @@ def test_a_call_plan_is_the_workers_run_request() -> None:
         "kernel", "row_sum_kernel", 3, 5, True, True)
     assert request.inputs[0] is x and request.args == ({"in": 0}, {"out": 0}, 3) and request.grid == ("M",)
     assert protocol.decode_request(protocol.encode(request)).meta == {"BLOCK": 4}
+
+
+def test_every_input_sets_first_run_is_checked_against_torch_on_its_own_values() -> None:
+    """The timer returns the first run of every input set (set after set); each must match torch eager on that set's
+    own inputs, so a kernel cannot compute the first set and leave a cheap wrong answer in the others, which every
+    later sample would then only have to repeat."""
+    from grader.running.timing.calls import InputSet, Prepared
+
+    sets = [{"x": torch.arange(4.0) + shift} for shift in (0.0, 10.0, -3.0)]
+    call = CallPlan("kernel", "double", (sets[0]["x"],), (), {}, (), ("out",), {}, ())
+    prepared = Prepared(None, None, call, sets[0], None,  # type: ignore[arg-type]
+                        tuple(InputSet(s, (s["x"],)) for s in sets[1:]))
+    assert len(prepared.more_inputs) == 2
+
+    def doubled(inputs):
+        return {"out": inputs["x"] * 2}
+
+    honest = [s["x"] * 2 for s in sets]
+    assert prepared.wrong_set(honest, doubled, 0.0, 0.0) == ""
+    lazy = [honest[0], torch.zeros(4), honest[2]]
+    assert prepared.wrong_set(lazy, doubled, 0.0, 0.0).endswith("(input set 2 of 3)")
+    alone = Prepared(None, None, call, sets[0], None)  # type: ignore[arg-type]
+    assert "input set" not in alone.wrong_set([torch.zeros(4)], doubled, 0.0, 0.0) != ""

@@ -65,3 +65,17 @@ def test_outputs_must_come_from_the_launches() -> None:
 # ------------------------------------------------------------------------------------------ end to end
 
 
+
+
+def test_a_plan_rotates_enough_input_sets_to_miss_the_cache() -> None:
+    from grader.running.timing.launch_plan import PerformancePlan
+    from grader.running.worker.measuring.planned_launches import L2_FLUSH_BYTES, MAX_SETS
+
+    def plan(nbytes: int) -> PerformancePlan:
+        return PerformancePlan(buffers={1: {"input": 0, "nbytes": nbytes}}, launches=(), outputs=())
+
+    assert plan(L2_FLUSH_BYTES).input_sets(3) == 2  # one set fills the cache: two, so no sample follows itself
+    assert plan(L2_FLUSH_BYTES).input_sets(1) == plan(1).input_sets(1) == 1  # asked for one: back to back
+    assert plan(L2_FLUSH_BYTES // 4).input_sets(3) == 4
+    assert plan(L2_FLUSH_BYTES // 4 - 1).input_sets(3) == 5  # four would fall a few bytes short
+    assert plan(1).input_sets(3) == MAX_SETS

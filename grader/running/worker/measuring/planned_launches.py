@@ -45,6 +45,17 @@ L2_FLUSH_BYTES = 128 << 20  # input sets rotate until one pass over them exceeds
 MAX_SETS = 16
 
 
+def rotated_sets(requested: int, set_bytes: int) -> int:
+    """Input sets a timed run rotates through: one where the case asks for one (`requested` 1: back to back, a warm
+    cache); else as many as make one pass over them exceed L2_FLUSH_BYTES (each sample then finds its inputs out of
+    the cache), at least two and MAX_SETS at most. Each set has values of its own (the grader draws them) and the
+    timer keeps each one's inputs and checked outputs beside it, so no more sets than the cache needs: two 256 MB
+    sets of a LayerNorm hold the timer's memory where three copies of one set did (docs/security.md)."""
+    if requested <= 1:
+        return 1
+    return min(max(2, -(-L2_FLUSH_BYTES // max(set_bytes, 1))), MAX_SETS)
+
+
 def _tensors(value: Any) -> list[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         return [value]
@@ -171,11 +182,15 @@ class PlannedRun:
     def __init__(self, find_kernel: Callable[[str], Any], request: protocol.TimeLaunches, device: torch.device,
                  sets: int) -> None:
         first = [t.to(device) for t in request.inputs]
-        self.pristine = [t.detach().clone() for t in first]
+        given = [first] + _per_set([t.to(device) for t in request.more_inputs], len(first))
         buffers = {int(k): v for k, v in request.buffers.items()}
         launches = list(request.launches)
         kernels = [find_kernel(launch["kernel"]) for launch in launches]
-        self.inputs = [first] + [[t.clone() for t in first] for _ in range(sets - 1)]
+        # Sets beyond those given are copies of the first (a request without more_inputs); each given set is checked
+        # against its own first run, each copy against the first set's.
+        self.distinct = len(given)
+        self.inputs = given + [[t.clone() for t in first] for _ in range(sets - len(given))]
+        self.pristine = [[t.detach().clone() for t in inputs] for inputs in given]
         self.built = [_build_set(buffers, inputs, device) for inputs in self.inputs]
         self.bound = []
         for storages, _, _ in self.built:
@@ -187,8 +202,9 @@ class PlannedRun:
             ])
         self.kernels = kernels
         self.views = list(request.outputs)
-        self.sets = sets
-        self.expected: list[SealedOutput] = []
+        self.device = device
+        self.sets = len(self.inputs)
+        self.expected: list[list[SealedOutput]] = []  # per given set
 
     def prepare(self, index: int) -> None:
         _, inits, poisoned = self.built[index]
@@ -208,9 +224,16 @@ class PlannedRun:
     def outputs(self, index: int) -> list[torch.Tensor]:
         return [tensor_from(self.built[index][0], view) for view in self.views]
 
+    def first_runs(self) -> None:
+        """Every given set run once (the runs whose outputs the grader checks), finished."""
+        for index in range(self.distinct):
+            self.run(index)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+
     def keep_first_outputs(self) -> None:
-        """The first run's outputs kept, sealed, for `check`."""
-        self.expected = [SealedOutput(t) for t in self.outputs(0)]
+        """Each given set's first-run outputs kept, sealed, for `check`."""
+        self.expected = [[SealedOutput(t) for t in self.outputs(index)] for index in range(self.distinct)]
 
     def steps(self) -> list[samplers.Step]:
         return [(functools.partial(self.prepare, i), functools.partial(self.launch, i)) for i in range(self.sets)]
@@ -218,15 +241,25 @@ class PlannedRun:
     def check(self) -> str:
         """"" when every set's outputs equal the first run's and every input holds its bytes; else what differs."""
         for index in range(self.sets):
-            for number, (got, sealed) in enumerate(zip(self.outputs(index), self.expected, strict=True)):
+            own = index if index < self.distinct else 0
+            for number, (got, sealed) in enumerate(zip(self.outputs(index), self.expected[own], strict=True)):
                 wrong = _differing(got.reshape(-1), sealed)
                 if wrong:
                     return (f"output {number + 1} of input set {index + 1} differs from the checked run's at {wrong} "
                             f"of {got.numel()} elements after a timed sample")
-            for number, (got, want) in enumerate(zip(self.inputs[index], self.pristine, strict=True)):
+            for number, (got, want) in enumerate(zip(self.inputs[index], self.pristine[own], strict=True)):
                 if not torch.equal(got.view(-1).view(torch.uint8), want.view(-1).view(torch.uint8)):
                     return f"input {number + 1} of input set {index + 1} changed during a timed sample"
         return ""
+
+
+def _per_set(tensors: list[torch.Tensor], per_set: int) -> list[list[torch.Tensor]]:
+    """`more_inputs` split into sets of `per_set` tensors (ValueError when they do not divide)."""
+    if not tensors:
+        return []
+    if per_set <= 0 or len(tensors) % per_set:
+        raise ValueError(f"{len(tensors)} more inputs are no whole number of sets of {per_set}")
+    return [tensors[i:i + per_set] for i in range(0, len(tensors), per_set)]
 
 
 def _differing(got: torch.Tensor, sealed: SealedOutput) -> int:
@@ -248,16 +281,16 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
     set's launches, each on freshly poisoned outputs and timed between events inside a CUDA graph
     (samplers.FreshSampler); with `keep`, kept for `time_kept` instead."""
     buffers = {int(k): v for k, v in request.buffers.items()}
-    set_bytes = sum(int(spec["nbytes"]) for spec in buffers.values())
     sets = max(request.sets, 1)
-    if (request.time or request.keep) and request.rotate:
-        sets = min(max(sets, -(-L2_FLUSH_BYTES // max(set_bytes, 1))), MAX_SETS)
+    if request.more_inputs:  # the grader drew every set's values: exactly those sets
+        sets = 1 + len(request.more_inputs) // max(len(request.inputs), 1)
+    elif (request.time or request.keep) and request.rotate:
+        sets = rotated_sets(sets, sum(int(spec["nbytes"]) for spec in buffers.values()))
     planned = PlannedRun(find_kernel, request, device, sets)
-    planned.run(0)
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    planned.first_runs()
     progress.mark(progress.STEP)  # the launches finished: copying their outputs out is work, not a spin
-    outputs = tuple(t.detach().to("cpu").clone() for t in planned.outputs(0)) if request.return_outputs else ()
+    outputs = tuple(t.detach().to("cpu").clone() for index in range(planned.distinct)
+                    for t in planned.outputs(index)) if request.return_outputs else ()
     planned.keep_first_outputs()
     progress.mark(progress.STEP)
     medians: tuple[float, ...] = ()

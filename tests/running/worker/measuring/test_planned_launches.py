@@ -3,6 +3,7 @@ launches replayed in a timer worker that built only its kernels, from data (on t
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -122,18 +123,21 @@ class _FakeKernel:
         return launch
 
 
-def _planned(work, sets: int = 3):
-    from grader.running.worker.measuring.planned_launches import PlannedRun
-
+def _request(sets: int, more_inputs: tuple = ()) -> protocol.TimeLaunches:
     x = torch.arange(8, dtype=torch.float32)
     view = {"sid": 2, "offset": 0, "shape": [8], "stride": [1], "dtype": "float32"}
-    request = protocol.TimeLaunches(
+    return protocol.TimeLaunches(
         inputs=(x,), buffers={1: {"input": 0, "nbytes": 32}, 2: {"fresh": True, "nbytes": 32}},
         launches=({"kernel": "k", "grid": [1], "args": [{"tensor": {**view, "sid": 1}}, {"tensor": view}],
-                   "kwargs": {}},), outputs=(view,), sets=sets)
+                   "kwargs": {}},), outputs=(view,), sets=sets, more_inputs=more_inputs)
+
+
+def _planned(work, sets: int = 3, more_inputs: tuple = ()):
+    from grader.running.worker.measuring.planned_launches import PlannedRun
+
     kernel = _FakeKernel(work)
-    planned = PlannedRun(lambda name: kernel, request, torch.device("cpu"), sets)
-    planned.run(0)
+    planned = PlannedRun(lambda name: kernel, _request(sets, more_inputs), torch.device("cpu"), sets)
+    planned.first_runs()
     planned.keep_first_outputs()
     return planned
 
@@ -168,6 +172,38 @@ def test_every_timed_run_starts_from_poisoned_outputs_and_is_checked_after() -> 
     assert stale_run.built[1][2][0].numel() == 32  # the output buffer is among those poisoned
     assert "differs from the checked run's at 7 of 8 elements" in _timed_runs(_planned(drifts))
     assert "input 1 of input set 1 changed" in _timed_runs(_planned(scribbles))
+
+
+def test_each_input_set_has_values_of_its_own_so_no_set_can_copy_anothers_answer() -> None:
+    """A kernel that works once per pass over the sets and copies that answer into every other set's outputs (their
+    buffers hold it from the run before): with every set a copy of the first it passes every check, so the sets
+    were worth one run; with values of their own per set (the grader's more_inputs) it is caught."""
+    outputs: list[torch.Tensor] = []
+
+    def copies_another_sets_answer(x, out, calls):
+        done = [o for o in outputs if o.data_ptr() != out.data_ptr() and not torch.isnan(o).any()]
+        out.copy_(done[0] if done and calls > 3 else x * 2)  # honest in the checked runs
+
+    for more, caught in (((), False), ((torch.arange(8.0) + 10, torch.arange(8.0) - 5), True)):
+        planned = _planned(copies_another_sets_answer, sets=3, more_inputs=more)
+        outputs[:] = [planned.outputs(i)[0] for i in range(planned.sets)]
+        found = _timed_runs(planned)
+        assert ("differs from the checked run's" in found) == caught, found
+    assert planned.distinct == 3  # each set checked against its own first run
+
+
+def test_the_timer_returns_every_given_sets_first_outputs_set_after_set() -> None:
+    from grader.running.worker.measuring.planned_launches import time_launches
+
+    kernel = _FakeKernel(lambda x, out, calls: out.copy_(x * 2))
+    more = (torch.arange(8.0) + 10, torch.arange(8.0) - 5)
+    reply = time_launches(lambda name: kernel, _request(1, more), torch.device("cpu"))
+    assert reply.sets == 3 and len(reply.outputs) == 3
+    for got, x in zip(reply.outputs, (torch.arange(8.0), *more), strict=True):
+        assert torch.equal(got, x * 2)
+    with pytest.raises(ValueError, match="no whole number of sets"):
+        time_launches(lambda name: kernel, dataclasses.replace(_request(1), inputs=(torch.ones(8), torch.ones(8)),
+                                                               more_inputs=more[:1]), torch.device("cpu"))
 
 
 def test_a_case_profiles_its_first_launches_and_runs_the_rest_outside_the_range(monkeypatch) -> None:
