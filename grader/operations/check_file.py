@@ -13,6 +13,8 @@ from grader.operations.grade_files import existing_file
 from grader.operations.requests import CheckFile
 from grader.running.phases import traced
 
+KEPT_TRITON_FOLDER = "check-triton"  # beside the calibration folder: a check's Triton caches, kept between checks
+
 if TYPE_CHECKING:
     from grader.authoring.spec import Assignment
     from grader.results import GradeResult
@@ -35,7 +37,7 @@ def check_file(request: CheckFile, go: Callable[[], bool] | None = None) -> Chec
     path = existing_file(request.submission)
     calibration = request.calibration.store()
     early = start_early(request.assignments_root, request.assignment_id, path, request.backend, (),
-                        calibration.folder)
+                        calibration.folder, kept_caches=calibration.folder.parent / KEPT_TRITON_FOLDER)
     try:
         with traced("grader/imports"):
             from grader.operations.interactive import resolve_assignment, run_check  # torch, meanwhile

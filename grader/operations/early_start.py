@@ -14,11 +14,12 @@ from grader.submission_file import fit
 
 def start_early(assignments_root: Path, assignment_id: str | None, submission: Path, requested_backend: str,
                 hidden: tuple[str, ...] = (), calibration_folder: Path | None = None,
-                spec: Assignment | None = None) -> Sandbox | None:
+                spec: Assignment | None = None, kept_caches: Path | None = None) -> Sandbox | None:
     """The submission's sandbox, started now, or None when the assignment or the backend cannot be told cheaply yet
     (the grade then starts its own). `spec`: the assignment's spec where the caller loaded it already (else it is
     found from the id or the file's name). `hidden`: what the grade will hide from the worker (its output folder);
-    on CUDA the bars' cache folder is hidden too, as the grade hides it (grader.operations.grade.guard_calibration)."""
+    on CUDA the bars' cache folder is hidden too, as the grade hides it (grader.operations.grade.guard_calibration).
+    `kept_caches`: `grader check`'s Triton caches, kept between checks (grader.running.processes.sandbox)."""
     if spec is None:
         path = _spec_path(assignments_root, assignment_id, submission)
         if path is None:
@@ -34,7 +35,7 @@ def start_early(assignments_root: Path, assignment_id: str | None, submission: P
     if backend.on_gpu and calibration_folder is not None:
         hidden = (*hidden, str(calibration_folder.resolve()))
     try:
-        return start_sandbox(spec, submission, backend, hidden)
+        return start_sandbox(spec, submission, backend, hidden, kept_caches=kept_caches)
     except OSError:
         return None
 

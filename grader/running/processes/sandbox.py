@@ -117,14 +117,17 @@ class Sandbox:
     """One submission's confinement for one grade: its folder, its zygote, the workers forked from it."""
 
     def __init__(self, options: WorkerOptions, triton_cache: Path | None = None,
-                 gpu_budget: GpuBudget | None = None) -> None:
-        """`gpu_budget`: on CUDA, every worker started here is watched against it."""
+                 gpu_budget: GpuBudget | None = None, kept_caches: Path | None = None) -> None:
+        """`gpu_budget`: on CUDA, every worker started here is watched against it. `kept_caches`: `grader check`'s
+        Triton caches, kept between checks (kept_cache_folders), where the workers run as the grader's user."""
         self.options = options
         self.gpu_budget = gpu_budget
         self.root = Path(tempfile.mkdtemp(prefix="grader-sandbox-", dir=sandbox_parent()))
         self.token = secrets.token_hex(8)
         self.identity = sandbox_identity(options.sandbox_user)
-        self.triton_cache = triton_cache or self.root / "triton-cache"
+        kept = kept_cache_folders(kept_caches) if kept_caches is not None and self.identity is None else None
+        self._kept_clean_cache = kept[1] if kept else None
+        self.triton_cache = triton_cache or (kept[0] if kept else self.root / "triton-cache")
         self.triton_cache.mkdir(parents=True, exist_ok=True)
         (self.root / "tmp").mkdir()
         self._own([self.root, self.root / "tmp", self.triton_cache])
@@ -167,8 +170,11 @@ class Sandbox:
         if self._clean_root is None:
             root = sandbox_parent() / f"grader-clean-{secrets.token_hex(16)}"
             root.mkdir(mode=0o700)
-            (root / "triton-cache").mkdir(mode=0o700)
-            self._own([root, root / "triton-cache"])
+            if self._kept_clean_cache is None:
+                (root / "triton-cache").mkdir(mode=0o700)
+                self._own([root, root / "triton-cache"])
+            else:
+                self._own([root])
             self._clean_root = root
         self._workers += 1
         folder = self._clean_root / f"w{self._workers}"
@@ -179,7 +185,9 @@ class Sandbox:
     @property
     def clean_cache(self) -> Path | None:
         """The Triton cache of this sandbox's clean workers (None before the first: clean_folder)."""
-        return self._clean_root / "triton-cache" if self._clean_root is not None else None
+        if self._clean_root is None:
+            return None
+        return self._kept_clean_cache or self._clean_root / "triton-cache"
 
     def environment(self, folder: Path, backend: str,
                     extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
@@ -197,8 +205,7 @@ class Sandbox:
         env["PYTHONUNBUFFERED"] = "1"
         env["PYTHONNOUSERSITE"] = "1"
         clean = self._clean_root is not None and self._clean_root in folder.parents
-        env["TRITON_CACHE_DIR"] = str(self._clean_root / "triton-cache" if clean and self._clean_root else
-                                      self.triton_cache)
+        env["TRITON_CACHE_DIR"] = str(self.clean_cache if clean and self.clean_cache else self.triton_cache)
         env["HOME"] = str(folder)
         env.update(dict(extra))
         return env
@@ -450,14 +457,37 @@ def hidden_from_worker(assignment: Assignment, submission: Path) -> tuple[str, .
 
 
 def start_sandbox(assignment: Assignment, submission: Path, backend: Backend, hidden: tuple[str, ...] = (),
-                  concurrent_grades: int = 1) -> Sandbox:
+                  concurrent_grades: int = 1, kept_caches: Path | None = None) -> Sandbox:
     """A submission's sandbox for one grade, its zygote started (it imports torch and triton in the
-    background). Call it from the thread that lives as long as the grade."""
+    background). Call it from the thread that lives as long as the grade. `kept_caches`: Sandbox's."""
     backend = Backend(backend)  # a name is taken too
     sandbox = Sandbox(sandbox_options(assignment, Path(submission).resolve(), backend, hidden),
-                      gpu_budget=gpu_budget(backend, concurrent_grades))
+                      gpu_budget=gpu_budget(backend, concurrent_grades), kept_caches=kept_caches)
     sandbox.start()
     return sandbox
+
+
+# `grader check`'s kept Triton caches start again empty past this size (a student's every edit compiles anew).
+KEPT_CACHE_BYTES = 1 << 30
+
+
+def kept_cache_folders(folder: Path) -> tuple[Path, Path]:
+    """`grader check`'s Triton caches in `folder` (made 0700; emptied past KEPT_CACHE_BYTES): the one its worker
+    compiles into and the one its kernel hosts do. Kept between checks, so a second check of unchanged kernels on a
+    GPU compiles nothing. Only `grader check` keeps them (its verdict is the student's own feedback, on the student's
+    machine, like its compile memo, grader.operations.compile_memo); a grade, a batch and every autograder compile
+    into caches of the grade's own, and the kernel hosts' is then one no worker can find (Sandbox.clean_folder)."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    except OSError:
+        size = 0
+    if size > KEPT_CACHE_BYTES:
+        shutil.rmtree(folder, ignore_errors=True)
+    caches = (folder / "worker", folder / "kernels")
+    for cache in caches:
+        cache.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return caches
 
 
 def gpu_budget(backend: Backend, concurrent_grades: int) -> GpuBudget | None:
