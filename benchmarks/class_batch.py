@@ -1,7 +1,7 @@
 """Benchmark: grade a class through `grader batch` and check it is fast, fair and one verdict per seed.
 
     python benchmarks/class_batch.py [--assignment fused_layers] [--backend cuda] [--workers 6] [--seed 3]
-                                     [--copies 2] [--identical 3] [--out DIR] [--no-profile] [--phases]
+                                     [--copies 2] [--identical 3] [--out DIR] [--no-profile] [--phases] [--limit-s S]
 
 `--workers 1,4,8` grades the same class once per worker count, one batch after the other. `--phases` also says
 where each batch's CPU-seconds and GPU-slot seconds went, phase by phase over all its grades
@@ -109,6 +109,9 @@ def main() -> int:
                         help="fused_layers: add a student that spins at the timed size and one that hogs GPU memory")
     parser.add_argument("--phases", action="store_true",
                         help="per phase, over every grade: wall grade-seconds, CPU-seconds, the GPU slot's seconds")
+    parser.add_argument("--limit-s", type=float, default=0.0,
+                        help="stop each batch (SIGTERM: it ends its grades and writes what finished) after this many "
+                             "seconds and report on the students graded by then (a device call's limit)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="class-batch-"))
     origin = write_class(args.assignment, work / "class", args.copies, args.identical, args.hostile)
@@ -117,6 +120,27 @@ def main() -> int:
         out = (args.out or work / "out") / f"workers-{workers}"
         status = max(status, grade_class(args, work, origin, workers, out))
     return status
+
+
+def _await_batch(batch: subprocess.Popen[str], out: Path, students: int, started: float,
+                 limit_s: float) -> tuple[str, str]:
+    """The batch's output, with a line every 15 s on how many students are graded (flushed: a device call cut short
+    still shows the pace); past `limit_s` (0: none) the batch is sent SIGTERM and finishes what it can."""
+    said = stopped = 0.0
+    while True:
+        try:
+            return batch.communicate(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic() - started
+        if now - said >= 15.0:
+            said = now
+            graded = sum(1 for _ in out.glob("*/grade.json")) if out.is_dir() else 0
+            print(f"  {now:5.0f} s: {graded} of {students} graded", flush=True)
+        if limit_s and now > limit_s and not stopped:
+            stopped = now
+            print(f"  {now:5.0f} s: past --limit-s {limit_s:g}: the batch is stopped", flush=True)
+            batch.terminate()
 
 
 def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], workers: int, out: Path) -> int:
@@ -131,7 +155,7 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
                               *([] if args.profile else ["--no-profile"])],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     sampler = ClassSampler(batch.pid).start() if args.phases else None
-    stdout, stderr = batch.communicate()
+    stdout, stderr = _await_batch(batch, out, len(origin), started, args.limit_s)
     if sampler is not None:
         sampler.stop()
     done = subprocess.CompletedProcess(batch.args, batch.returncode, stdout, stderr)

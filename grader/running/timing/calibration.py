@@ -128,13 +128,17 @@ class CalibrationKey:
         return f"{_safe(self.assignment)}.{_safe(self.perf_id)}.{self.digest}.json"
 
 
+# How a timed run's input sets are made (planned_launches.rotated_sets): bars measured another way are not reused.
+SETS_RULE = "own values, at least two, past L2"
+
+
 def case_definition(perf: PerformanceCase, problem_name: str, problem: Problem) -> dict[str, Any]:
     """Pure: what of a performance case shapes its bars, as JSON data (points and thresholds do not)."""
     baseline = problem.baseline
     definition = {
         "target": perf.target, "problem": problem_name, "dims": dict(perf.dims), "dtype": perf.dtype,
         "kind": perf.kind, "meta": dict(perf.meta), "options": dict(perf.options), "tolerance": perf.tolerance,
-        "input_sets": perf.input_sets, "repeats": perf.repeats,
+        "input_sets": perf.input_sets, "repeats": perf.repeats, "sets_rule": SETS_RULE,
         "baseline": None if baseline is None else
         {"label": baseline.label, "outputs": list(baseline.outputs), "tf32": baseline.tf32},
     }
