@@ -164,7 +164,7 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     print(done.stdout[-3000:], done.stderr[-2000:], sep="\n")
     grades = {s: json.loads((out / s / "grade.json").read_text()) for s in origin if (out / s / "grade.json").is_file()}
-    print(f"CPU-seconds of the batch: {cpu_s:.0f} ({cpu_s / max(len(origin), 1):.1f} per student, "
+    print(f"CPU-seconds of the batch: {cpu_s:.0f} ({cpu_s / max(len(grades), 1):.1f} per student graded, "
           f"{cpu_s / wall:.1f} cores busy on average over {wall:.0f} s; {os.cpu_count()} cores here)")
     seconds = [g["execution_time_s"] for g in grades.values()]
     timing = f"median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s" if seconds else "none"

@@ -15,7 +15,8 @@
 #                       on it; the recording in $OUT/ncu-<id>.tgz (fixtures for tests/data)
 #   imports             zygote_imports.py: the zygote's imports, Triton's first launch with empty/warm/helper caches
 #   class[:a,b,...]     class_batch.py --workers 10 --seed 3 (a class of 60), then the arguments given, split at commas
-#                       (class:--phases,--workers,16,--copies,1: the per-phase table with 16 workers)
+#                       (class:--phases,--workers,16,--copies,1,--limit-s,480: the per-phase table with 16 workers,
+#                       stopped at 480 s with what was graded by then)
 #   identical           identical_timings.py (byte-identical files timed in one batch: the spread per case)
 #   fresh               fresh_samples.py: ways of timing fresh work per launch, side by side (issue 47)
 #   pytest:<path>       pytest -m gpu -s -rA on one test file or node (e.g. an attack's test)
