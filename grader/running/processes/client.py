@@ -39,9 +39,10 @@ OOM_RETRY_PAUSES_S = (0.3, 1.0, 2.0)
 WORKER_START_TIMEOUT_S = 120.0
 # Seconds of Triton compiling (between the worker's compile marks, on the grader's clock) that a worker's requests
 # may take beyond their caps, in all: compiling is not the kernel's run, and a correct kernel with big tiles takes
-# a minute to compile (attention's broadcast-and-sum mutant at head dim 128: 64 s on a 2-core CPU, docs/performance.md),
-# far past a 30 s call limit. Each compile still ends within Deadline.compile_s without a mark; marks a submission
-# forges stretch only its own requests, by this much at most.
+# a minute to compile (attention's broadcast-and-sum mutant at head dim 128: 63 s on a 2-core CPU against the
+# reference's 1.4 s, benchmarks/compile_time.py, docs/gpu-runs-2026-12-06.txt), far past a 30 s call limit. Each
+# compile still ends within Deadline.compile_s without a mark; marks a submission forges stretch only its own
+# requests, by this much at most.
 COMPILE_CREDIT_S = 240.0
 
 __all__ = ["Deadline", "ImportFailure", "Worker", "WorkerFailure", "WorkerOptions", "describe_exit"]

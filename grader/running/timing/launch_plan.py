@@ -42,8 +42,9 @@ class PerformancePlan:
                                      more_inputs=tuple(more_inputs))
 
     def input_sets(self, requested: int) -> int:
-        """How many input sets a timed run of these launches rotates through: `requested`, or as many as keep one
-        pass over them out of the L2 cache (planned_launches.rotated_sets, the timer's own rule)."""
+        """How many input sets a timed run of these launches rotates through: one where `requested` is one, else at
+        least two and as many as keep one pass over them out of the L2 cache (planned_launches.rotated_sets, the
+        timer's own rule)."""
         return rotated_sets(requested, sum(int(spec["nbytes"]) for spec in self.buffers.values()))
 
 

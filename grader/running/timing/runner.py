@@ -437,9 +437,12 @@ class PerformanceRunner:
             return _failed(perf, run)
         contestants.timer_kept.add(perf.id)
         tol = self.assignment.tolerances[perf.tolerance].lookup(Backend.CUDA, perf.dtype)
+        def eager(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+            with traced("timing/check/eager"):  # the innermost span: the profile keeps eager apart from compare
+                return self._eager_outputs(baseline, inputs, perf)
+
         with traced("timing/check/compare"):
-            wrong = prepared.wrong_set(run[0], lambda inputs: self._eager_outputs(baseline, inputs, perf),
-                                       tol.atol, tol.rtol)
+            wrong = prepared.wrong_set(run[0], eager, tol.atol, tol.rtol)
         if wrong:
             return errored(perf, f"at {perf.shape} the output of your kernel launches differs from "
                                  f"{baseline.label}: {wrong}")
