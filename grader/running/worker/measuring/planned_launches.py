@@ -30,6 +30,7 @@ from grader.running import protocol
 from grader.running.worker import progress
 from grader.running.worker.launch_record import decode_value, storage_id
 from grader.running.worker.measuring import samplers
+from grader.running.worker.measuring.memory_watch import MemoryWatch, note_rewritten
 
 # Torch operators that make views: they neither initialise nor write a storage.
 VIEW_OPS = frozenset(f"aten.{name}" for name in (
@@ -192,6 +193,8 @@ class PlannedRun:
         self.inputs = given + [[t.clone() for t in first] for _ in range(sets - len(given))]
         self.pristine = [[t.detach().clone() for t in inputs] for inputs in given]
         self.built = [_build_set(buffers, inputs, device) for inputs in self.inputs]
+        self.fill_sources = [[(source, bytes(buffers[sid]["fill"])) for sid, (_, source) in _fill_inits(buffers, built)]
+                             for _, built, _ in self.built]
         self.bound = []
         for storages, _, _ in self.built:
             self.bound.append([
@@ -205,6 +208,7 @@ class PlannedRun:
         self.device = device
         self.sets = len(self.inputs)
         self.expected: list[list[SealedOutput]] = []  # per given set
+        note_rewritten(self.rewritten())  # poisoned before every sample of any run (memory_watch)
 
     def prepare(self, index: int) -> None:
         _, inits, poisoned = self.built[index]
@@ -235,6 +239,14 @@ class PlannedRun:
         """Each given set's first-run outputs kept, sealed, for `check`."""
         self.expected = [[SealedOutput(t) for t in self.outputs(index)] for index in range(self.distinct)]
 
+    def rewritten(self) -> list[torch.Tensor]:
+        """The buffers a run itself rewrites (poisoned or initialised before it): every other byte of the timer's
+        device memory must hold still during a sample (memory_watch.MemoryWatch)."""
+        return [buffer for _, inits, poisoned in self.built for buffer in poisoned + [d for d, _ in inits]]
+
+    def memory_watch(self) -> MemoryWatch:
+        return MemoryWatch(self.rewritten(), self.device)
+
     def steps(self) -> list[samplers.Step]:
         return [(functools.partial(self.prepare, i), functools.partial(self.launch, i)) for i in range(self.sets)]
 
@@ -250,7 +262,25 @@ class PlannedRun:
             for number, (got, want) in enumerate(zip(self.inputs[index], self.pristine[own], strict=True)):
                 if not torch.equal(got.view(-1).view(torch.uint8), want.view(-1).view(torch.uint8)):
                     return f"input {number + 1} of input set {index + 1} changed during a timed sample"
+            for source, pattern in self._fills(index):
+                if not torch.equal(source.view(-1, pattern.numel()), pattern.expand(source.numel() // pattern.numel(),
+                                                                                    -1)):
+                    return f"the value a buffer of input set {index + 1} starts from changed during a timed sample"
         return ""
+
+    def _fills(self, index: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(source, its pattern as a 1 x width row, rebuilt from the host's bytes) of every buffer of set `index` that
+        starts from a constant fill: a kernel may not keep anything in a fill's source either."""
+        return [(source, torch.tensor(list(pattern), dtype=torch.uint8, device=self.device).view(1, -1))
+                for source, pattern in self.fill_sources[index]]
+
+
+def _fill_inits(buffers: Mapping[int, Mapping[str, Any]],
+                inits: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[int, tuple[torch.Tensor, torch.Tensor]]]:
+    """(storage id, its init) of the buffers that start from a constant fill, in `_build_set`'s order."""
+    initialised = [sid for sid, spec in buffers.items()
+                   if "input" not in spec and ("fill" in spec or "copy_of" in spec)]
+    return [(sid, init) for sid, init in zip(initialised, inits, strict=True) if "fill" in buffers[sid]]
 
 
 def _per_set(tensors: list[torch.Tensor], per_set: int) -> list[list[torch.Tensor]]:
@@ -301,8 +331,8 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
         for index in range(sets):  # every set compiled and warm before the capture
             planned.run(index)
         spin_up_ms = request.spin_up_ms if request.spin_up_ms is not None else samplers.DEFAULT_SPIN_UP_MS
-        timing, refused = samplers.FreshSampler(planned.steps(), planned.check).samples(request.repeats,
-                                                                                                  spin_up_ms)
+        sampler = samplers.FreshSampler(planned.steps(), planned.check, planned.memory_watch())
+        timing, refused = sampler.samples(request.repeats, spin_up_ms)
         medians = timing.medians_ms
     return protocol.Timed(ok=True, outputs=outputs, sets=sets, medians_ms=medians, refused=refused)
 
@@ -332,7 +362,7 @@ def time_kept(request: protocol.TimeKept, device: torch.device) -> protocol.Time
             return protocol.Timed(ok=True, sets=planned.sets)
         for index in range(planned.sets):  # every set compiled and warm before the capture
             planned.run(index)
-        sampler = samplers.FreshSampler(planned.steps(), planned.check)
+        sampler = samplers.FreshSampler(planned.steps(), planned.check, planned.memory_watch())
     timing, refused = sampler.samples(request.repeats, request.spin_up_ms)
     if request.hold and not refused:
         _HELD[key] = sampler

@@ -18,7 +18,7 @@ import contextlib
 import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from triton.testing import do_bench  # bound before any submission is imported
@@ -124,6 +124,14 @@ class GraphSampler:
 Step = tuple[Callable[[], None], Callable[[], None]]  # (prepare, work): one timed call
 
 
+class Watch(Protocol):
+    """Around a sample: `before()` as it starts, `after()` as it ends ("" when nothing it watches changed)."""
+
+    def before(self) -> None: ...
+
+    def after(self) -> str: ...
+
+
 class FreshSampler:
     """Timed calls that each do fresh work, captured in one CUDA graph. A call is a pair of steps: `prepare` (poison its
     outputs, restore what must start from a value) runs outside the timed interval, `work` (the kernel launches) runs
@@ -132,7 +140,8 @@ class FreshSampler:
     than `sample_ms`) and gives the mean time per call inside the intervals of its last replay: the whole sample's
     calls, as GraphSampler's events span its replays. After every sample
     `check()` looks at what the last replay left (the outputs, the inputs' bytes) and says what is wrong, if anything:
-    a sample whose check fails is no time.
+    a sample whose check fails is no time. A `watch` (memory_watch.MemoryWatch) fingerprints all other memory before and
+    after each sample: nothing may be kept outside the buffers between runs.
 
     Where CUDA events cannot be recorded inside a graph (`events` False, or the capture refuses them), a sample is the
     difference of two graphs' back-to-back replays, [prepare, work] and [prepare] alone, per call (`mode` says which).
@@ -144,10 +153,11 @@ class FreshSampler:
     REPLAY_MS = SAMPLE_MS  # one replay is a sample: its intervals span it, as GraphSampler's events span its replays
     MAX_CALLS = 4096  # per graph: the capture launches each from Python (tens of us each)
 
-    def __init__(self, steps: list[Step], check: Callable[[], str] | None = None,
+    def __init__(self, steps: list[Step], check: Callable[[], str] | None = None, watch: Watch | None = None,
                  sample_ms: float = SAMPLE_MS, events: bool = True) -> None:
         self.steps = steps
         self.check = check
+        self.watch = watch
         self.sample_ms = sample_ms
         self.calls = len(steps)
         self.wall_a, self.wall_b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -239,8 +249,11 @@ class FreshSampler:
         self.spin_up(spin_up_ms)
         medians = []
         for _ in range(repeats):
+            if self.watch is not None:
+                self.watch.before()
             medians.append(self.sample())
-            problem = self.check() if self.check is not None else ""
+            problem = (self.watch.after() if self.watch is not None else "") \
+                or (self.check() if self.check is not None else "")
             if problem:
                 return Timing(tuple(medians)), problem
         return Timing(tuple(medians)), ""

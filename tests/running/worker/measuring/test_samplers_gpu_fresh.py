@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from grader.running import protocol
+from grader.running.worker.measuring.memory_watch import MemoryWatch
 from grader.running.worker.measuring.planned_launches import PlannedRun
 from grader.running.worker.measuring.samplers import FreshSampler
 
@@ -64,3 +65,63 @@ def test_every_sample_leaves_checked_outputs_and_skipping_work_saves_no_time(eve
         times[name] = timing.median_ms
     print(f"\nFreshSampler ({'events' if events else 'subtracted'}) ms per run: {times}")
     assert times["skips-when-done"] >= 0.7 * times["honest"], times
+
+
+@triton.jit
+def _double_or_stash(x_ptr, out_ptr, n, stash, BLOCK: tl.constexpr):
+    """Doubles x once, keeping the answer and a mark at `stash` elements past out (a free block it learned of);
+    every later run copies the kept answer back instead."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    mark = tl.load(out_ptr + stash + n + tl.program_id(0))
+    if mark == 12345.0:
+        tl.store(out_ptr + offsets, tl.load(out_ptr + stash + offsets, mask=mask), mask=mask)
+    else:
+        value = 2 * tl.load(x_ptr + offsets, mask=mask)
+        tl.store(out_ptr + offsets, value, mask=mask)
+        tl.store(out_ptr + stash + offsets, value, mask=mask)
+        tl.store(out_ptr + stash + n + tl.program_id(0), 12345.0)
+
+
+def _steps(kernel, n: int, stash: bool) -> tuple[list, torch.Tensor, torch.Tensor]:
+    """One timed call of `kernel` on x -> out (out poisoned before each run); with `stash`, the kernel is told where a
+    free block of the allocator lies, relative to out (in a segment that x and out keep)."""
+    torch.cuda.empty_cache()  # x, out and the hole come from one new segment
+    x = torch.randn(n, device="cuda")
+    out = torch.empty(n, device="cuda")
+    extra = ()
+    if stash:
+        hole = torch.empty(2 * n, device="cuda")  # a free block of the allocator once let go
+        extra = ((hole.data_ptr() - out.data_ptr()) // out.element_size(),)
+        del hole
+
+    def prepare() -> None:
+        out.view(torch.uint8).fill_(0xFF)
+
+    def launch() -> None:
+        kernel[(n // 1024,)](x, out, n, *extra, BLOCK=1024)
+
+    launch()
+    torch.cuda.synchronize()
+    return [(prepare, launch)], x, out
+
+
+def test_a_kernel_that_keeps_its_answer_past_its_buffers_is_refused_and_an_honest_one_is_not() -> None:
+    """The stash lives in a free block of the allocator: the output check alone passes it (every run leaves the right
+    answer); the memory watch sees memory outside the case's buffers change during the sample and refuses it. An honest
+    kernel under the same watch, and PlannedRun's own watch, refuse nothing."""
+    n = 1 << 20
+    verdicts = {}
+    for name, kernel, watched in (("stash, output check only", _double_or_stash, False),
+                                  ("stash, watched", _double_or_stash, True),
+                                  ("honest, watched", _double, True)):
+        steps, x, out = _steps(kernel, n, stash=kernel is _double_or_stash)
+        watch = MemoryWatch([out], torch.device("cuda")) if watched else None
+        sampler = FreshSampler(steps, lambda x=x, out=out: "" if torch.equal(out, 2 * x) else "wrong output", watch)
+        verdicts[name] = sampler.samples(5, spin_up_ms=20)[1]
+    print(f"\nverdicts: {verdicts}")
+    assert verdicts["stash, output check only"] == ""
+    assert "outside the case's buffers" in verdicts["stash, watched"]
+    assert verdicts["honest, watched"] == ""
+    planned = _planned(_double)
+    assert FreshSampler(planned.steps(), planned.check, planned.memory_watch()).samples(5, spin_up_ms=20)[1] == ""
