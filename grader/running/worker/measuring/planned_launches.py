@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -209,6 +210,7 @@ class PlannedRun:
         self.sets = len(self.inputs)
         self.expected: list[list[SealedOutput]] = []  # per given set
         note_rewritten(self.rewritten())  # poisoned before every sample of any run (memory_watch)
+        _LIVE.add(self)  # its constant data checked after every sample of any run
 
     def prepare(self, index: int) -> None:
         _, inits, poisoned = self.built[index]
@@ -251,7 +253,9 @@ class PlannedRun:
         return [(functools.partial(self.prepare, i), functools.partial(self.launch, i)) for i in range(self.sets)]
 
     def check(self) -> str:
-        """"" when every set's outputs equal the first run's and every input holds its bytes; else what differs."""
+        """"" when every set's outputs equal the first run's, every input holds its bytes and every fill source its
+        pattern, and every other kept run's constant data is intact (a kernel may keep nothing there either); else
+        what differs."""
         for index in range(self.sets):
             own = index if index < self.distinct else 0
             for number, (got, sealed) in enumerate(zip(self.outputs(index), self.expected[own], strict=True)):
@@ -259,6 +263,20 @@ class PlannedRun:
                 if wrong:
                     return (f"output {number + 1} of input set {index + 1} differs from the checked run's at {wrong} "
                             f"of {got.numel()} elements after a timed sample")
+        problem = self.constants_changed()
+        for other in list(_LIVE):
+            if problem:
+                break
+            if other is not self:
+                problem = other.constants_changed()
+                problem = f"another case's {problem}" if problem else ""
+        return problem
+
+    def constants_changed(self) -> str:
+        """What of this run's constant data (inputs against their pristine copies, fill sources against the host's
+        pattern) no longer holds its bytes ("" for nothing)."""
+        for index in range(self.sets):
+            own = index if index < self.distinct else 0
             for number, (got, want) in enumerate(zip(self.inputs[index], self.pristine[own], strict=True)):
                 if not torch.equal(got.view(-1).view(torch.uint8), want.view(-1).view(torch.uint8)):
                     return f"input {number + 1} of input set {index + 1} changed during a timed sample"
@@ -273,6 +291,9 @@ class PlannedRun:
         starts from a constant fill: a kernel may not keep anything in a fill's source either."""
         return [(source, torch.tensor(list(pattern), dtype=torch.uint8, device=self.device).view(1, -1))
                 for source, pattern in self.fill_sources[index]]
+
+
+_LIVE: weakref.WeakSet[PlannedRun] = weakref.WeakSet()  # every run this process keeps
 
 
 def _fill_inits(buffers: Mapping[int, Mapping[str, Any]],

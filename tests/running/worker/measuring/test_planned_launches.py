@@ -277,6 +277,42 @@ def test_state_kept_in_a_scratch_buffer_is_poisoned_before_every_run() -> None:
             assert found == "" and len(worked) == 1 + 2 * 2  # the checked run, then every timed run worked
 
 
+def test_state_kept_in_another_kept_cases_inputs_or_in_a_fill_source_is_caught() -> None:
+    """Two cases kept in one timer: a kernel of the first that writes into the second case's input (memory it can
+    reach past its own buffers) is refused at its own sample's check, not only when the second is timed; a kernel that
+    writes into the source its zero-filled scratch starts from (so the scratch starts from its answer) is refused."""
+    from grader.running.worker.measuring.planned_launches import PlannedRun
+
+    other = _planned(lambda x, out, calls: out.copy_(x * 2))
+    thief = _planned(lambda x, out, calls: (out.copy_(x * 2), other.inputs[0][0].__setitem__(0, 99.0)))
+    assert "another case's input 1 of input set 1 changed" in _timed_runs(thief)
+
+    sources: list[torch.Tensor] = []
+
+    class KeepsItInTheFill:
+        def __getitem__(self, grid):
+            def launch(x, out, acc):
+                out.copy_(x * 2 if calls.append(1) or len(calls) == 1 else acc)
+                sources[0].view(torch.float32).copy_(x * 2)  # the fill's source: acc starts from the answer
+            return launch
+
+    calls: list[int] = []
+    x = torch.arange(8, dtype=torch.float32)
+    views = [{"sid": sid, "offset": 0, "shape": [8], "stride": [1], "dtype": "float32"} for sid in (1, 2, 3)]
+    request = protocol.TimeLaunches(
+        inputs=(x,), buffers={1: {"input": 0, "nbytes": 32}, 2: {"fresh": True, "nbytes": 32},
+                              3: {"fill": [0, 0, 0, 0], "nbytes": 32}},
+        launches=({"kernel": "k", "grid": [1], "args": [{"tensor": v} for v in views], "kwargs": {}},),
+        outputs=(views[1],), sets=1)
+    planned = PlannedRun(lambda name: KeepsItInTheFill(), request, torch.device("cpu"), 1)
+    sources.append(planned.fill_sources[0][0][0])
+    assert planned.fill_sources[0][0][1] == bytes(4)
+    planned.run(0)
+    planned.keep_first_outputs()
+    assert "the value a buffer of input set 1 starts from changed" in _timed_runs(planned)
+    del other, thief
+
+
 def _held_tensors(value, seen=None):
     """Every tensor reachable from `value` (a PlannedRun: its lists, dicts and sealed outputs): what a kernel that
     reads the timer's memory at addresses learned offline could find there."""
