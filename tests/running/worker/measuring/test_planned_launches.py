@@ -310,7 +310,6 @@ def test_state_kept_in_another_kept_cases_inputs_or_in_a_fill_source_is_caught()
     planned.run(0)
     planned.keep_first_outputs()
     assert "the value a buffer of input set 1 starts from changed" in _timed_runs(planned)
-    del other, thief
 
 
 def _held_tensors(value, seen=None):
