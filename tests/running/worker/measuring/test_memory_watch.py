@@ -1,0 +1,23 @@
+"""grader/running/worker/measuring/memory_watch.py: which bytes a timer watches around a sample (pure parts; the
+watch itself runs on a GPU: test_samplers_gpu_fresh.py)."""
+
+from __future__ import annotations
+
+from grader.running.worker.measuring.memory_watch import chunk_table, spans_outside
+
+
+def test_every_byte_of_the_segments_but_the_rewritten_buffers_is_watched() -> None:
+    segments = [(1000, 100), (5000, 50)]
+    rewritten = [(1010, 20), (1025, 10), (1090, 30), (5000, 50), (9000, 4)]  # overlapping, past the end, outside
+    assert spans_outside(segments, rewritten) == [(1000, 10), (1035, 55)]
+    assert spans_outside(segments, []) == [(1000, 100), (5000, 50)]
+    assert spans_outside([(0, 10)], [(0, 0)]) == [(0, 10)]  # an empty buffer hides nothing
+
+
+def test_spans_become_chunks_of_one_bound_relative_to_the_base() -> None:
+    table = chunk_table([(1000, 10), (1035, 55)], base=1000, entries=8, min_chunk=20)
+    pairs = list(zip(table[::2], table[1::2], strict=True))
+    assert pairs == [(0, 10), (35, 20), (55, 20), (75, 15)]
+    assert sum(size for _, size in pairs) == 65  # every watched byte in exactly one chunk
+    big = chunk_table([(0, 10_000)], base=0, entries=4, min_chunk=1)
+    assert len(big) // 2 <= 4 and sum(big[1::2]) == 10_000  # chunks grow so the table holds them
