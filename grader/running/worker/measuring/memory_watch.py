@@ -131,8 +131,9 @@ def allocator_layout(device: torch.device) -> tuple[list[tuple[int, int]], list[
             address, size = int(block["address"]), int(block["size"])
             if block.get("state") == "inactive":
                 unused.append((address, size))
-            else:
-                used = int(block.get("requested_size", size))
+            else:  # a block whose requested size is not known is all in use: nothing live is ever poisoned
+                requested = int(block.get("requested_size", 0) or 0)
+                used = requested if 0 < requested <= size else size
                 if used < size:
                     unused.append((address + used, size - used))
     return segments, unused
