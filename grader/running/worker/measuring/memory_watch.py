@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -119,12 +119,18 @@ def note_rewritten(buffers: Iterable[torch.Tensor]) -> None:
 
 
 def allocator_layout(device: torch.device) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """The caching allocator's segments on `device` (address, bytes) and what in them holds no tensor's bytes: free
-    blocks and the slack behind each allocation (address, bytes)."""
+    """The caching allocator's segments on `device` and what in them holds no tensor's bytes (layout_of)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
+    return layout_of(torch.cuda.memory_snapshot(), index)
+
+
+def layout_of(snapshot: Sequence[Mapping[str, Any]],
+              device_index: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """Pure: from torch.cuda.memory_snapshot()'s segments, those of `device_index` (address, bytes) and what in them
+    holds no tensor's bytes: free blocks and the slack behind each allocation (address, bytes)."""
     segments, unused = [], []
-    for segment in torch.cuda.memory_snapshot():
-        if int(segment.get("device", index)) != index:
+    for segment in snapshot:
+        if int(segment.get("device", device_index)) != device_index:
             continue
         segments.append((int(segment["address"]), int(segment["total_size"])))
         for block in segment.get("blocks", []):

@@ -21,3 +21,21 @@ def test_spans_become_chunks_of_one_bound_relative_to_the_base() -> None:
     assert sum(size for _, size in pairs) == 65  # every watched byte in exactly one chunk
     big = chunk_table([(0, 10_000)], base=0, entries=4, min_chunk=1)
     assert len(big) // 2 <= 4 and sum(big[1::2]) == 10_000  # chunks grow so the table holds them
+
+
+def test_free_blocks_and_the_slack_behind_allocations_are_what_gets_poisoned() -> None:
+    from grader.running.worker.measuring.memory_watch import layout_of
+
+    snapshot = [
+        {"device": 0, "address": 0, "total_size": 2048, "blocks": [
+            {"address": 0, "size": 512, "requested_size": 100, "state": "active_allocated"},
+            {"address": 512, "size": 512, "requested_size": 512, "state": "active_allocated"},
+            {"address": 1024, "size": 512, "requested_size": 0, "state": "active_allocated"},  # size unknown: all used
+            {"address": 1536, "size": 512, "requested_size": 0, "state": "inactive"},
+        ]},
+        {"device": 1, "address": 9000, "total_size": 512, "blocks": [
+            {"address": 9000, "size": 512, "requested_size": 0, "state": "inactive"}]},  # another GPU's
+    ]
+    segments, unused = layout_of(snapshot, 0)
+    assert segments == [(0, 2048)]
+    assert unused == [(100, 412), (1536, 512)]
