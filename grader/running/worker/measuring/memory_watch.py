@@ -110,12 +110,14 @@ class _Address:
         return (1,)
 
 
-_REWRITTEN: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()  # every kept run's buffers rewritten before its runs
+# every kept run's buffers rewritten before its runs, by id (a WeakSet would compare tensors with ==)
+_REWRITTEN: weakref.WeakValueDictionary[int, torch.Tensor] = weakref.WeakValueDictionary()
 
 
 def note_rewritten(buffers: Iterable[torch.Tensor]) -> None:
     """Buffers some run poisons or initialises before each of its own runs: poisoned before every sample of any run."""
-    _REWRITTEN.update(buffers)
+    for buffer in buffers:
+        _REWRITTEN[id(buffer)] = buffer
 
 
 def allocator_layout(device: torch.device) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -179,7 +181,7 @@ class MemoryWatch:
         """Give back unused segments, poison what no tensor holds and every kept run's rewritten buffers, list the
         watched spans anew (the allocator may have grown since) and take the first fingerprint."""
         torch.cuda.empty_cache()
-        for buffer in list(_REWRITTEN):
+        for buffer in list(_REWRITTEN.values()):
             buffer.view(torch.uint8).fill_(0xFF)
         segments, unused = allocator_layout(self.device)
         base = self._load(unused)

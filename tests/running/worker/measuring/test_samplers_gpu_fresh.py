@@ -5,6 +5,8 @@ still does the work in every timed run (its output is poisoned before each), so 
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 import triton
@@ -86,7 +88,8 @@ def _double_or_stash(x_ptr, out_ptr, n, stash, BLOCK: tl.constexpr):
 def _steps(kernel, n: int, stash: bool) -> tuple[list, torch.Tensor, torch.Tensor]:
     """One timed call of `kernel` on x -> out (out poisoned before each run); with `stash`, the kernel is told where a
     free block of the allocator lies, relative to out (in a segment that x and out keep)."""
-    torch.cuda.empty_cache()  # x, out and the hole come from one new segment
+    gc.collect()  # what earlier tests left goes, and its segments with it: x, out and the hole share a new one
+    torch.cuda.empty_cache()
     x = torch.randn(n, device="cuda")
     out = torch.empty(n, device="cuda")
     extra = ()
