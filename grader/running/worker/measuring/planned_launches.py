@@ -192,7 +192,9 @@ class PlannedRun:
         # against its own first run, each copy against the first set's.
         self.distinct = len(given)
         self.inputs = given + [[t.clone() for t in first] for _ in range(sets - len(given))]
-        self.pristine = [[t.detach().clone() for t in inputs] for inputs in given]
+        # the inputs' original bytes, sealed like the checked outputs: a kernel that overwrote an input and its copy
+        # alike (to keep an answer there) could not write the copy's sealed bytes without the key
+        self.pristine = [[SealedOutput(_bytes_of(t)) for t in inputs] for inputs in given]
         self.built = [_build_set(buffers, inputs, device) for inputs in self.inputs]
         self.fill_sources = [[(source, bytes(buffers[sid]["fill"])) for sid, (_, source) in _fill_inits(buffers, built)]
                              for _, built, _ in self.built]
@@ -278,7 +280,7 @@ class PlannedRun:
         for index in range(self.sets):
             own = index if index < self.distinct else 0
             for number, (got, want) in enumerate(zip(self.inputs[index], self.pristine[own], strict=True)):
-                if not torch.equal(got.view(-1).view(torch.uint8), want.view(-1).view(torch.uint8)):
+                if _differing(_bytes_of(got), want):
                     return f"input {number + 1} of input set {index + 1} changed during a timed sample"
             for source, pattern in self._fills(index):
                 if not torch.equal(source.view(-1, pattern.numel()), pattern.expand(source.numel() // pattern.numel(),
@@ -294,6 +296,11 @@ class PlannedRun:
 
 
 _LIVE: weakref.WeakSet[PlannedRun] = weakref.WeakSet()  # every run this process keeps
+
+
+def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
+    """A tensor's bytes, flat (uint8): what an input's check compares, bit for bit."""
+    return tensor.detach().reshape(-1).contiguous().view(torch.uint8)
 
 
 def _fill_inits(buffers: Mapping[int, Mapping[str, Any]],

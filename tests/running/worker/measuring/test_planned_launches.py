@@ -280,12 +280,25 @@ def test_state_kept_in_a_scratch_buffer_is_poisoned_before_every_run() -> None:
 def test_state_kept_in_another_kept_cases_inputs_or_in_a_fill_source_is_caught() -> None:
     """Two cases kept in one timer: a kernel of the first that writes into the second case's input (memory it can
     reach past its own buffers) is refused at its own sample's check, not only when the second is timed; a kernel that
-    writes into the source its zero-filled scratch starts from (so the scratch starts from its answer) is refused."""
+    writes into the source its zero-filled scratch starts from (so the scratch starts from its answer) is refused; one
+    that keeps its answer in its own input and overwrites the grader's copy of the input alike is refused (the copy
+    is sealed: its bytes are not the input's)."""
     from grader.running.worker.measuring.planned_launches import PlannedRun
 
     other = _planned(lambda x, out, calls: out.copy_(x * 2))
     thief = _planned(lambda x, out, calls: (out.copy_(x * 2), other.inputs[0][0].__setitem__(0, 99.0)))
     assert "another case's input 1 of input set 1 changed" in _timed_runs(thief)
+
+    def overwrites_its_input_and_the_copy(x, out, calls):  # keeps its answer in its input, and the copy alike
+        out.copy_(x * 2 if calls <= 2 else x)
+        if calls == 2:  # the first timed run: the checked run is done
+            x.copy_(out)
+            for kept in (p for run in runs for sets in run.pristine for p in sets):
+                getattr(kept, "sealed", kept).view(torch.uint8).copy_(x.view(torch.uint8))
+
+    runs: list = []
+    runs.append(_planned(overwrites_its_input_and_the_copy, sets=1))
+    assert _timed_runs(runs[0]).startswith("input 1 of input set 1 changed")  # its own, before the other case's
 
     sources: list[torch.Tensor] = []
 
