@@ -19,6 +19,7 @@ Only torch and triton are imported (a timer loads this after it confined imports
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -147,12 +148,48 @@ def layout_of(snapshot: Sequence[Mapping[str, Any]],
     return segments, unused
 
 
+_SELF_TESTS: dict[str, str] = {}  # device -> "" or why the watch stands aside there
+
+
+def self_test(device: torch.device) -> str:
+    """"" when the watch's own kernels poison and fingerprint a raw span on `device` as they must (once per process);
+    else why not, also printed to the worker's log. The watch then stands aside: a timing is never lost to a failure
+    of the grader's own check, and the log says the samples were not watched."""
+    name = str(device)
+    if name in _SELF_TESTS:
+        return _SELF_TESTS[name]
+    try:
+        probe = torch.zeros(3 * BLOCK_BYTES, dtype=torch.uint8, device=device)
+        table = torch.tensor([BLOCK_BYTES, BLOCK_BYTES], dtype=torch.int64, device=device)  # the middle third
+        base = triton.reinterpret(_Address(probe.data_ptr(), device), tl.uint8)
+        sums = torch.zeros(3, dtype=torch.int64, device=device)
+        _poison_kernel[(1,)](base, table, BLOCK=BLOCK_BYTES)
+        for slot in range(3):
+            if slot == 2:
+                probe[BLOCK_BYTES + 7] = 3
+            _fingerprint_kernel[(1,)](base, table, sums[slot:], 12345, BLOCK=BLOCK_BYTES)
+        middle = probe[BLOCK_BYTES:2 * BLOCK_BYTES]
+        poisoned = int((middle == 255).sum()) == BLOCK_BYTES - 1 and not bool(probe[:BLOCK_BYTES].any()) \
+            and not bool(probe[2 * BLOCK_BYTES:].any())
+        first, again, changed = sums.tolist()
+        problem = "" if poisoned and first == again != changed else \
+            f"its kernels misbehaved (poisoned only the span: {poisoned}; fingerprints {first}, {again}, {changed})"
+    except Exception as exc:  # the grader's own kernels failed to compile or launch here
+        problem = f"its kernels could not run: {type(exc).__name__}: {exc}"
+    _SELF_TESTS[name] = problem
+    if problem:
+        print(f"grader: the memory watch stands aside on {name}: {problem}", file=sys.stderr, flush=True)
+    return problem
+
+
 class MemoryWatch:
     """`before()` then `after()` around a timed sample: "" when every watched byte holds what it held, else what
-    changed. `rewritten` are the buffers this run itself rewrites before every run (never watched)."""
+    changed. `rewritten` are the buffers this run itself rewrites before every run (never watched). Where its own
+    kernels fail their self-test, it watches nothing (self_test)."""
 
     def __init__(self, rewritten: Sequence[torch.Tensor], device: torch.device) -> None:
         self.device = device
+        self.off = self_test(device)
         self.sums = torch.zeros(2, dtype=torch.int64, device=device)
         self.table = torch.zeros(2 * TABLE_ENTRIES, dtype=torch.int64, device=device)
         self.rewritten = [(t.data_ptr(), t.numel() * t.element_size()) for t in rewritten]
@@ -180,6 +217,8 @@ class MemoryWatch:
     def before(self) -> None:
         """Give back unused segments, poison what no tensor holds and every kept run's rewritten buffers, list the
         watched spans anew (the allocator may have grown since) and take the first fingerprint."""
+        if self.off:
+            return
         torch.cuda.empty_cache()
         for buffer in list(_REWRITTEN.values()):
             buffer.view(torch.uint8).fill_(0xFF)
@@ -196,7 +235,7 @@ class MemoryWatch:
         self._base_pointer = base
 
     def after(self) -> str:
-        if not self.chunks:
+        if self.off or not self.chunks:
             return ""
         self._fingerprint(1, self._base_pointer)
         first, second = self.sums.tolist()
