@@ -31,7 +31,7 @@ from grader.running import protocol
 from grader.running.worker import progress
 from grader.running.worker.launch_record import decode_value, storage_id
 from grader.running.worker.measuring import samplers
-from grader.running.worker.measuring.memory_watch import MemoryWatch, note_rewritten
+from grader.running.worker.measuring.memory_watch import MemoryWatch, digest, note_rewritten
 
 # Torch operators that make views: they neither initialise nor write a storage.
 VIEW_OPS = frozenset(f"aten.{name}" for name in (
@@ -158,6 +158,11 @@ class SealedOutput:
             plain = flat[first:first + count].contiguous().view(torch.uint8)
             self.sealed[first * self.size:(first + count) * self.size] = torch.bitwise_xor(
                 plain, self._key(number, count * self.size))
+        self.digest = digest(self.sealed)
+
+    def intact(self) -> bool:
+        """Do the sealed bytes still hold what they held when sealed (memory_watch.digest)?"""
+        return digest(self.sealed) == self.digest
 
     def _key(self, number: int, count: int) -> torch.Tensor:
         generator = torch.Generator(device=self.device).manual_seed(self.seed + number)
@@ -276,7 +281,10 @@ class PlannedRun:
 
     def constants_changed(self) -> str:
         """What of this run's constant data (inputs against their pristine copies, fill sources against the host's
-        pattern) no longer holds its bytes ("" for nothing)."""
+        pattern, the sealed checked outputs against their digests) no longer holds its bytes ("" for nothing)."""
+        for number, sealed_set in enumerate(self.expected):
+            if not all(sealed.intact() for sealed in sealed_set):
+                return f"checked outputs of input set {number + 1} were overwritten during a timed sample"
         for index in range(self.sets):
             own = index if index < self.distinct else 0
             for number, (got, want) in enumerate(zip(self.inputs[index], self.pristine[own], strict=True)):

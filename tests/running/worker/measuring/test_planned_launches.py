@@ -300,6 +300,7 @@ def test_state_kept_in_another_kept_cases_inputs_or_in_a_fill_source_is_caught()
     runs.append(_planned(overwrites_its_input_and_the_copy, sets=1))
     assert _timed_runs(runs[0]).startswith("input 1 of input set 1 changed")  # its own, before the other case's
 
+
     sources: list[torch.Tensor] = []
 
     class KeepsItInTheFill:
@@ -323,6 +324,19 @@ def test_state_kept_in_another_kept_cases_inputs_or_in_a_fill_source_is_caught()
     planned.run(0)
     planned.keep_first_outputs()
     assert "the value a buffer of input set 1 starts from changed" in _timed_runs(planned)
+
+
+def test_a_kernel_that_overwrites_another_kept_cases_checked_outputs_is_refused() -> None:
+    """The checked outputs are kept sealed and digested with a key only the timer holds: a kernel of one case that
+    writes over another case's (to keep something there) is found at its own sample's check."""
+    import gc
+
+    gc.collect()  # runs of earlier tests, and the damage their kernels did, are gone
+    victim = _planned(lambda x, out, calls: out.copy_(x * 2), sets=1)
+    raider = _planned(lambda x, out, calls: (out.copy_(x * 2), victim.expected[0][0].sealed.__setitem__(0, 7)),
+                      sets=1)
+    assert _timed_runs(raider) == "another case's checked outputs of input set 1 were overwritten during a timed sample"
+    assert _timed_runs(victim) == "checked outputs of input set 1 were overwritten during a timed sample"
 
 
 def _held_tensors(value, seen=None):
