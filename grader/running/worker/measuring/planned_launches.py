@@ -159,7 +159,6 @@ class SealedOutput:
             self.sealed[first * self.size:(first + count) * self.size] = torch.bitwise_xor(
                 plain, self._key(number, count * self.size))
         self.digest = digest(self.sealed)
-        self.plain_digest = digest(flat.contiguous().view(torch.uint8))  # what the sealed values' bytes digest to
 
     def intact(self) -> bool:
         """Do the sealed bytes still hold what they held when sealed (memory_watch.digest)?"""
@@ -201,6 +200,7 @@ class PlannedRun:
         # the inputs' original bytes, sealed like the checked outputs: a kernel that overwrote an input and its copy
         # alike (to keep an answer there) could not write the copy's sealed bytes without the key
         self.pristine = [[SealedOutput(_bytes_of(t)) for t in inputs] for inputs in given]
+        self.input_digests = [[digest(_bytes_of(t)) for t in inputs] for inputs in given]  # the cheaper check
         self.built = [_build_set(buffers, inputs, device) for inputs in self.inputs]
         self.fill_sources = [[(source, bytes(buffers[sid]["fill"])) for sid, (_, source) in _fill_inits(buffers, built)]
                              for _, built, _ in self.built]
@@ -271,14 +271,8 @@ class PlannedRun:
                 if wrong:
                     return (f"output {number + 1} of input set {index + 1} differs from the checked run's at {wrong} "
                             f"of {got.numel()} elements after a timed sample")
-        problem = self.constants_changed()
-        for other in list(_LIVE):
-            if problem:
-                break
-            if other is not self:
-                problem = other.constants_changed(exact=False)
-                problem = f"another case's {problem}" if problem else ""
-        return problem
+        others = (other.constants_changed(exact=False) for other in list(_LIVE) if other is not self)
+        return self.constants_changed() or next((f"another case's {problem}" for problem in others if problem), "")
 
     def constants_changed(self, exact: bool = True) -> str:
         """What of this run's constant data (inputs against their pristine copies, or with `exact` False against their
@@ -291,7 +285,7 @@ class PlannedRun:
             own = index if index < self.distinct else 0
             for number, got in enumerate(self.inputs[index]):
                 changed = _differing(_bytes_of(got), self.pristine[own][number]) if exact \
-                    else digest(_bytes_of(got)) != self.pristine[own][number].plain_digest
+                    else digest(_bytes_of(got)) != self.input_digests[own][number]
                 if changed:
                     return f"input {number + 1} of input set {index + 1} changed during a timed sample"
             for source, pattern in self._fills(index):
