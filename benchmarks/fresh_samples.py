@@ -12,6 +12,8 @@ turn (sample for sample, so all see the same clocks), each sample's median and s
 - poison+events: each launch's outputs set to NaN (0xFF bytes) before its start event, outside the interval;
 - poison+flush+events: as above, then a read of a buffer twice the L2's size before the start event (the poison's
   dirty lines written back outside the interval);
+- poison+events-empty: poison+events, each interval less an empty one (a start and an end event recorded back to
+  back before it, in the same graph): the events' own cost taken out;
 - poison-subtracted: back-to-back replays of [poison, launch] minus back-to-back replays of [poison] alone.
 
 Needs a CUDA GPU. Prints a table; docs/performance.md quotes it.
@@ -93,12 +95,16 @@ class Method:
     """One way of timing: a captured graph and how to read a sample from it."""
 
     def __init__(self, name: str, sets: list[list[torch.Tensor]], launch, outputs: list[int], *, events: bool,
-                 poison: bool, flush: torch.Tensor | None = None, launch_kernels: bool = True) -> None:
+                 poison: bool, flush: torch.Tensor | None = None, launch_kernels: bool = True,
+                 empty: bool = False) -> None:
         self.name = name
         self.events = events
         iterations = len(sets)
         self.starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(iterations)]
         self.ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(iterations)]
+        pairs = iterations if empty else 0
+        self.empties = [(torch.cuda.Event(enable_timing=True, external=True),
+                         torch.cuda.Event(enable_timing=True, external=True)) for _ in range(pairs)]
 
         def body() -> None:
             for i, tensors in enumerate(sets):
@@ -107,6 +113,9 @@ class Method:
                         tensors[o].view(torch.uint8).fill_(0xFF)
                 if flush is not None:
                     flush.sum()
+                if self.empties:
+                    self.empties[i][0].record()
+                    self.empties[i][1].record()
                 if events:
                     self.starts[i].record()
                 if launch_kernels:
@@ -145,6 +154,8 @@ class Method:
             self.graph.replay()
             torch.cuda.synchronize()
             spent += sum(s.elapsed_time(e) for s, e in zip(self.starts, self.ends, strict=True))
+            if self.empties:
+                spent -= len(self.starts) * statistics.median(s.elapsed_time(e) for s, e in self.empties)
         return spent / (self.count * self.calls)
 
 
@@ -165,6 +176,7 @@ def main() -> int:
         methods = [Method("back-to-back", sets, launch, outputs, events=False, poison=False),
                    Method("events", sets, launch, outputs, events=True, poison=False),
                    Method("poison+events", sets, launch, outputs, events=True, poison=True),
+                   Method("poison+events-empty", sets, launch, outputs, events=True, poison=True, empty=True),
                    Method("poison+flush+events", sets, launch, outputs, events=True, poison=True, flush=flush)]
         with_poison = Method("poison+launch", sets, launch, outputs, events=False, poison=True)
         poison_only = Method("poison", sets, launch, outputs, events=False, poison=True, launch_kernels=False)
