@@ -20,7 +20,7 @@ import torch
 import triton
 
 from grader.running import protocol
-from grader.running.worker import fence, interpreter_compat, kernel_host, progress, traffic
+from grader.running.worker import fence, interpreter_compat, kernel_host, progress, scratch, traffic
 from grader.running.worker.confinement import confine_imports
 from grader.running.worker.errors import describe_exception, is_fatal_device_error
 from grader.running.worker.hint_check import HintLog
@@ -118,6 +118,8 @@ class Harness:
         except BaseException as exc:
             return protocol.failed(protocol.Loaded, describe_exception(exc, bundle.filename))
         confine_imports()
+        if self.backend == "cuda":
+            scratch.install()  # kernels that build tensor descriptors on the device get their scratch from the grader
         self.module = module
         symbols = {name: ({"kind": "unavailable", "why": unavailable[name]} if name in unavailable
                           else describe_symbol(getattr(module, name, None))) for name in request.names}

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from grader.running import protocol
+from grader.running.worker import scratch
 from grader.running.worker.measuring.memory_watch import MemoryWatch
 from grader.running.worker.measuring.planned_launches import PlannedRun
 from grader.running.worker.measuring.samplers import FreshSampler
@@ -128,3 +129,41 @@ def test_a_kernel_that_keeps_its_answer_past_its_buffers_is_refused_and_an_hones
     assert verdicts["honest, watched"] == ""
     planned = _planned(_double)
     assert FreshSampler(planned.steps(), planned.check, planned.memory_watch()).samples(5, spin_up_ms=20)[1] == ""
+
+
+@triton.jit
+def _double_by_descriptor(x_ptr, out_ptr, rows, BLOCK_R: tl.constexpr):
+    """Doubles x (rows x 128) through tensor descriptors built on the device: Triton asks its allocator for scratch
+    at every launch."""
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[rows, 128], strides=[128, 1], block_shape=[BLOCK_R, 128])
+    out_desc = tl.make_tensor_descriptor(out_ptr, shape=[rows, 128], strides=[128, 1], block_shape=[BLOCK_R, 128])
+    row = tl.program_id(0) * BLOCK_R
+    out_desc.store([row, 0], 2 * x_desc.load([row, 0]))
+
+
+def test_a_kernel_that_builds_descriptors_on_the_device_gets_scratch_and_no_false_alarm() -> None:
+    """A kernel host's scratch (grader.running.worker.scratch): the kernel runs, and its scratch, written at every
+    replay of the captured graph, is no change the memory watch refuses."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("tensor descriptors need sm_90 or newer")
+    scratch.install()
+    gc.collect()
+    torch.cuda.empty_cache()
+    n, block_r = 1 << 20, 8
+    x = torch.randn(n, device="cuda")
+    out = torch.empty(n, device="cuda")
+
+    def prepare() -> None:
+        out.view(torch.uint8).fill_(0xFF)
+
+    def launch() -> None:
+        _double_by_descriptor[(n // 128 // block_r,)](x, out, n // 128, BLOCK_R=block_r)
+
+    launch()
+    torch.cuda.synchronize()
+    assert torch.equal(out, 2 * x)
+    sampler = FreshSampler([(prepare, launch)], lambda: "" if torch.equal(out, 2 * x) else "wrong output",
+                           MemoryWatch([out], torch.device("cuda")))
+    timing, refused = sampler.samples(5, spin_up_ms=20)
+    print(f"\ndescriptor kernel: {timing.median_ms:.4f} ms, refused: {refused!r}")
+    assert refused == ""
