@@ -89,8 +89,10 @@ def _double_or_stash(x_ptr, out_ptr, n, stash, BLOCK: tl.constexpr):
 def _steps(kernel, n: int, stash: bool) -> tuple[list, torch.Tensor, torch.Tensor]:
     """One timed call of `kernel` on x -> out (out poisoned before each run); with `stash`, the kernel is told where a
     free block of the allocator lies, relative to out (in a segment that x and out keep)."""
-    gc.collect()  # what earlier tests left goes, and its segments with it: x, out and the hole share a new one
+    gc.collect()  # what earlier tests left goes, and its segments with it
     torch.cuda.empty_cache()
+    room = torch.empty(5 * n, device="cuda")  # one segment, then free: x, out and the hole are cut from it, so the
+    del room  # hole stays in a segment that x and out keep (a segment all free goes back to the driver)
     x = torch.randn(n, device="cuda")
     out = torch.empty(n, device="cuda")
     extra = ()
@@ -110,19 +112,22 @@ def _steps(kernel, n: int, stash: bool) -> tuple[list, torch.Tensor, torch.Tenso
     return [(prepare, launch)], x, out
 
 
+def _verdict(kernel, watched: bool, n: int = 1 << 20) -> str:
+    """What five samples of `kernel` on x -> out found wrong (with the memory watch or the output check alone); its
+    tensors and graphs die with the call, so the next call's segment is its own."""
+    steps, x, out = _steps(kernel, n, stash=kernel is _double_or_stash)
+    watch = MemoryWatch([out], torch.device("cuda")) if watched else None
+    sampler = FreshSampler(steps, lambda: "" if torch.equal(out, 2 * x) else "wrong output", watch)
+    return sampler.samples(5, spin_up_ms=20)[1]
+
+
 def test_a_kernel_that_keeps_its_answer_past_its_buffers_is_refused_and_an_honest_one_is_not() -> None:
     """The stash lives in a free block of the allocator: the output check alone passes it (every run leaves the right
     answer); the memory watch sees memory outside the case's buffers change during the sample and refuses it. An honest
     kernel under the same watch, and PlannedRun's own watch, refuse nothing."""
-    n = 1 << 20
-    verdicts = {}
-    for name, kernel, watched in (("stash, output check only", _double_or_stash, False),
-                                  ("stash, watched", _double_or_stash, True),
-                                  ("honest, watched", _double, True)):
-        steps, x, out = _steps(kernel, n, stash=kernel is _double_or_stash)
-        watch = MemoryWatch([out], torch.device("cuda")) if watched else None
-        sampler = FreshSampler(steps, lambda x=x, out=out: "" if torch.equal(out, 2 * x) else "wrong output", watch)
-        verdicts[name] = sampler.samples(5, spin_up_ms=20)[1]
+    verdicts = {name: _verdict(kernel, watched) for name, kernel, watched in (
+        ("stash, output check only", _double_or_stash, False), ("stash, watched", _double_or_stash, True),
+        ("honest, watched", _double, True))}
     print(f"\nverdicts: {verdicts}")
     assert verdicts["stash, output check only"] == ""
     assert "outside the case's buffers" in verdicts["stash, watched"]
