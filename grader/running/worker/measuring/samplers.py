@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -132,13 +132,22 @@ class Watch(Protocol):
     def after(self) -> str: ...
 
 
+def net_of_events(inside_ms: float, calls: int, empties_ms: Sequence[float]) -> float:
+    """Pure: the time inside `calls` intervals less what a pair of events costs by itself (the median of `empties_ms`,
+    empty intervals recorded beside them), once per call; never below a hundredth of `inside_ms`."""
+    empty = statistics.median(empties_ms) if empties_ms else 0.0
+    return max(inside_ms - calls * max(empty, 0.0), inside_ms / 100)
+
+
 class FreshSampler:
     """Timed calls that each do fresh work, captured in one CUDA graph. A call is a pair of steps: `prepare` (poison its
     outputs, restore what must start from a value) runs outside the timed interval, `work` (the kernel launches) runs
     between two external CUDA events recorded inside the graph; the graph holds `rounds` passes over the calls, so
     one replay lasts about `REPLAY_MS` (= `sample_ms`). A sample replays the graph (once, unless one replay is shorter
     than `sample_ms`) and gives the mean time per call inside the intervals of its last replay: the whole sample's
-    calls, as GraphSampler's events span its replays. After every sample
+    calls, as GraphSampler's events span its replays, less the events' own cost: before each call's start event the
+    graph records an empty interval (two events back to back), and a call's interval is counted less the median empty
+    one (so a 14 us kernel does not pay the ~1 us that two event nodes cost it in the graph). After every sample
     `check()` looks at what the last replay left (the outputs, the inputs' bytes) and says what is wrong, if anything:
     a sample whose check fails is no time. A `watch` (memory_watch.MemoryWatch) fingerprints all other memory before and
     after each sample: nothing may be kept outside the buffers between runs.
@@ -164,29 +173,32 @@ class FreshSampler:
         self.mode = "events" if events else "subtracted"
         self.prepare_only: Any = None
         try:
-            self.graph, self.starts, self.ends = self._capture(1, timed=events, work=True)
+            self.graph, self.starts, self.ends, self.empties = self._capture(1, timed=events, work=True)
             if events:  # an event a graph recorded must be readable once the graph ran
                 self._replays(self.graph, 1)
                 self._inside()
         except RuntimeError:
             torch.cuda.synchronize()
             self.mode = "subtracted"
-            self.graph, self.starts, self.ends = self._capture(1, timed=False, work=True)
+            self.graph, self.starts, self.ends, self.empties = self._capture(1, timed=False, work=True)
         one = max(self._replays(self.graph, 1), 1e-4)
         self.rounds = max(1, min(self.MAX_CALLS // self.calls, int(self.REPLAY_MS / one)))
         timed = self.mode == "events"
         if self.rounds > 1:
-            self.graph, self.starts, self.ends = self._capture(self.rounds, timed=timed, work=True)
+            self.graph, self.starts, self.ends, self.empties = self._capture(self.rounds, timed=timed, work=True)
             one = max(self._replays(self.graph, 1), 1e-4)
         if not timed:
             self.prepare_only = self._capture(self.rounds, timed=False, work=False)[0]
         self.count = max(1, int(sample_ms / one))
 
-    def _capture(self, rounds: int, timed: bool, work: bool) -> tuple[Any, list[Any], list[Any]]:
-        starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(rounds * self.calls)] if timed \
-            else []
-        ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(rounds * self.calls)] if timed \
-            else []
+    def _capture(self, rounds: int, timed: bool, work: bool) -> tuple[Any, list[Any], list[Any], list[tuple[Any, Any]]]:
+        """A graph of `rounds` passes over the steps; `timed`: with each call's start and end events, and an empty
+        interval (a pair of events back to back) before each start."""
+        events = rounds * self.calls if timed else 0
+        starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(events)]
+        ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in range(events)]
+        empties = [(torch.cuda.Event(enable_timing=True, external=True),
+                    torch.cuda.Event(enable_timing=True, external=True)) for _ in range(events)]
 
         def body(record: bool) -> None:
             index = 0
@@ -194,6 +206,8 @@ class FreshSampler:
                 for prepare, launch in self.steps:
                     prepare()
                     if record:
+                        empties[index][0].record()
+                        empties[index][1].record()
                         starts[index].record()
                     if work:
                         launch()
@@ -210,7 +224,7 @@ class FreshSampler:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             body(timed)
-        return graph, starts, ends
+        return graph, starts, ends, empties
 
     def _replays(self, graph: Any, count: int) -> float:
         """`count` replays of `graph` back to back: their wall time on the GPU (ms)."""
@@ -222,9 +236,11 @@ class FreshSampler:
         return float(self.wall_a.elapsed_time(self.wall_b))
 
     def _inside(self) -> float:
-        """The GPU time inside the calls' intervals of the last replay (ms)."""
+        """The GPU time inside the calls' intervals of the last replay (ms), less the events' own cost (the median
+        empty interval, once per call; never below a hundredth of the intervals)."""
         self.ends[-1].synchronize()
-        return float(sum(start.elapsed_time(end) for start, end in zip(self.starts, self.ends, strict=True)))
+        inside = float(sum(start.elapsed_time(end) for start, end in zip(self.starts, self.ends, strict=True)))
+        return net_of_events(inside, len(self.starts), [float(start.elapsed_time(end)) for start, end in self.empties])
 
     def spin_up(self, spin_up_ms: float) -> None:
         """Replays, discarded, for about `spin_up_ms`: bring the clocks up from idle."""

@@ -37,3 +37,13 @@ def test_timing_median_and_spread() -> None:
     assert timing.median_ms == 2.0 and timing.spread_pct == 50.0
     assert timing.to_dict() == {"medians_ms": [1.0, 3.0, 2.0]}
     assert Timing((0.0, 0.0)).spread_pct == 0.0
+
+
+def test_a_fresh_samples_intervals_are_counted_less_the_events_own_cost() -> None:
+    """samplers.net_of_events: each call's interval less the median empty interval (an outlier empty one moves
+    nothing), never below a hundredth of the intervals (an empty interval slower than the work is not a time of 0)."""
+    from grader.running.worker.measuring.samplers import net_of_events
+
+    assert net_of_events(30.0, 2, [1.0, 1.0, 9.0]) == 28.0
+    assert net_of_events(30.0, 2, []) == 30.0
+    assert net_of_events(3.0, 2, [5.0, 5.0]) == 0.03
