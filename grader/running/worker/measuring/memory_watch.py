@@ -9,9 +9,12 @@ before every sample the timer (`MemoryWatch.before`) lets the allocator give bac
 rewrites before its own runs, then fingerprints every byte the allocator holds but this run's rewritten buffers;
 after the sample (`after`) it fingerprints them again: a difference refuses the sample, whatever wrote it.
 
-The fingerprint is a keyed sum over (address, byte) pairs, its key drawn afresh for every sample from os.urandom in
-this process: a kernel cannot write bytes that keep it. Poison and fingerprint run as the grader's own Triton kernels
-over a table of spans (raw addresses), which allocate nothing between the two fingerprints.
+The fingerprint is a keyed sum over (address, 8-byte word) pairs, its key drawn afresh for every sample from
+os.urandom in this process: a kernel cannot write bytes that keep it. It reads whole words (a byte at a time cost
+8.5 ms per GiB held on an H100, 36 ms a sample at 4 GiB): a watched span is cut to the words inside it, so up to 7
+bytes at its ends go unwatched, which hold no answer (they are the slack behind a rewritten buffer, poisoned before
+every sample; a buffer's own bytes are digested whole, `digest`). Poison and fingerprint run as the grader's own
+Triton kernels over a table of spans (raw addresses), which allocate nothing between the two fingerprints.
 
 Only torch and triton are imported (a timer loads this after it confined imports).
 """
@@ -32,6 +35,8 @@ import triton.language as tl
 TABLE_ENTRIES = 1 << 16  # spans in one fingerprint (each at most a chunk; chunks grow when memory does)
 MIN_CHUNK_BYTES = 1 << 20  # a program's share: thousands of programs over gigabytes
 BLOCK_BYTES = 4096
+WORD = 8  # the fingerprint reads int64 words
+BLOCK_WORDS = 1024
 
 
 def spans_outside(segments: Sequence[tuple[int, int]], rewritten: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -52,16 +57,29 @@ def spans_outside(segments: Sequence[tuple[int, int]], rewritten: Sequence[tuple
     return spans
 
 
+def words_inside(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Pure: each (start, nbytes) span cut to the whole 8-byte words inside it, as (start, nbytes); spans holding no
+    whole word dropped."""
+    words = []
+    for start, size in spans:
+        first, end = -(-start // WORD) * WORD, (start + size) // WORD * WORD
+        if end > first:
+            words.append((first, end - first))
+    return words
+
+
 def chunk_table(spans: Sequence[tuple[int, int]], base: int, entries: int = TABLE_ENTRIES,
-                min_chunk: int = MIN_CHUNK_BYTES) -> list[int]:
-    """Pure: the spans cut into at most `entries` chunks of equal bound, flattened as [offset from `base`, nbytes, ...]
-    (a chunk is one program of the fingerprint kernel)."""
+                min_chunk: int = MIN_CHUNK_BYTES, unit: int = 1) -> list[int]:
+    """Pure: the spans cut into at most `entries` chunks of equal bound, flattened as [offset from `base`, size, ...]
+    in `unit`s of bytes (a chunk is one program of the poison or fingerprint kernel; with `unit` 8, every span and
+    `base` are whole words: words_inside)."""
     total = sum(size for _, size in spans)
     chunk = max(min_chunk, -(-total // max(entries - len(spans), 1)))
+    chunk = -(-chunk // unit) * unit
     table: list[int] = []
     for start, size in spans:
         for first in range(0, size, chunk):
-            table += [start - base + first, min(chunk, size - first)]
+            table += [(start - base + first) // unit, min(chunk, size - first) // unit]
     return table
 
 
@@ -80,7 +98,8 @@ def _poison_kernel(base_ptr, table_ptr, BLOCK: tl.constexpr):
 
 @triton.jit
 def _fingerprint_kernel(base_ptr, table_ptr, out_ptr, key, BLOCK: tl.constexpr):
-    """out += sum over this program's chunk of mix(address, key) * (byte + 1), wrapping mod 2**64."""
+    """out += sum over this program's chunk of int64 words of mix(word offset, key) * (word + 1), wrapping mod 2**64;
+    the mix is odd, so any one word changed changes the sum."""
     chunk = tl.program_id(0)
     start = tl.load(table_ptr + 2 * chunk)
     size = tl.load(table_ptr + 2 * chunk + 1)
@@ -89,21 +108,26 @@ def _fingerprint_kernel(base_ptr, table_ptr, out_ptr, key, BLOCK: tl.constexpr):
     for first in range(0, size, BLOCK):
         offsets = first + lanes
         mask = offsets < size
-        value = tl.load(base_ptr + start + offsets, mask=mask, other=0).to(tl.int64)
+        value = tl.load(base_ptr + start + offsets, mask=mask, other=0)
         mixed = (start + offsets) * 0x2545F491 + key
         mixed = mixed ^ (mixed >> 29)
         mixed = mixed * 0x5851F42D + (key >> 7)
-        mixed = mixed ^ (mixed >> 32)
+        mixed = (mixed ^ (mixed >> 32)) | 1
         acc += tl.where(mask, mixed * (value + 1), 0)
     tl.atomic_add(out_ptr, tl.sum(acc, axis=0))
 
 
 class _Address:
-    """A device address Triton takes as a uint8 pointer (triton.reinterpret wraps anything with data_ptr)."""
+    """A device address Triton takes as a pointer (triton.reinterpret wraps anything with data_ptr)."""
 
     def __init__(self, address: int, device: torch.device) -> None:
         self.address, self.device = address, device
         self.data, self.shape, self.dtype = None, (0,), torch.uint8
+
+
+def _pointer(address: int, device: torch.device, words: bool) -> Any:
+    """`address` as Triton's uint8 pointer, or its int64 pointer (`words`: an 8-byte aligned address)."""
+    return triton.reinterpret(_Address(address, device), tl.int64 if words else tl.uint8)
 
     def data_ptr(self) -> int:
         return self.address
@@ -161,18 +185,15 @@ def self_test(device: torch.device) -> str:
         return _SELF_TESTS[name]
     try:
         probe = torch.zeros(3 * BLOCK_BYTES, dtype=torch.uint8, device=device)
-        table = torch.tensor([BLOCK_BYTES, BLOCK_BYTES], dtype=torch.int64, device=device)  # the middle third
-        base = triton.reinterpret(_Address(probe.data_ptr(), device), tl.uint8)
-        sums = torch.zeros(3, dtype=torch.int64, device=device)
-        _poison_kernel[(1,)](base, table, BLOCK=BLOCK_BYTES)
-        for slot in range(3):
-            if slot == 2:
-                probe[BLOCK_BYTES + 7] = 3
-            _fingerprint_kernel[(1,)](base, table, sums[slot:], 12345, BLOCK=BLOCK_BYTES)
-        middle = probe[BLOCK_BYTES:2 * BLOCK_BYTES]
-        poisoned = int((middle == 255).sum()) == BLOCK_BYTES - 1 and not bool(probe[:BLOCK_BYTES].any()) \
+        middle = [(probe.data_ptr() + BLOCK_BYTES, BLOCK_BYTES)]  # the middle third
+        _poison(middle, device)
+        sums = [_fingerprint_sum(middle, 12345, device) for _ in range(2)]
+        probe[BLOCK_BYTES + 7] = 3
+        sums.append(_fingerprint_sum(middle, 12345, device))
+        inside = probe[BLOCK_BYTES:2 * BLOCK_BYTES]
+        poisoned = int((inside == 255).sum()) == BLOCK_BYTES - 1 and not bool(probe[:BLOCK_BYTES].any()) \
             and not bool(probe[2 * BLOCK_BYTES:].any())
-        first, again, changed = sums.tolist()
+        first, again, changed = sums
         problem = "" if poisoned and first == again != changed else \
             f"its kernels misbehaved (poisoned only the span: {poisoned}; fingerprints {first}, {again}, {changed})"
     except Exception as exc:  # the grader's own kernels failed to compile or launch here
@@ -183,26 +204,71 @@ def self_test(device: torch.device) -> str:
     return problem
 
 
+def _poison(spans: Sequence[tuple[int, int]], device: torch.device, into: torch.Tensor | None = None) -> None:
+    """Every byte of `spans` set to 0xFF (`into`: where the chunks' table goes, else a tensor of its own)."""
+    base = min((start for start, _ in spans), default=0)
+    table, chunks = _table(chunk_table(spans, base), device, into)
+    if chunks:
+        _poison_kernel[(chunks,)](_pointer(base, device, words=False), table, BLOCK=BLOCK_BYTES)
+
+
+def _table(table: list[int], device: torch.device, into: torch.Tensor | None) -> tuple[torch.Tensor, int]:
+    """`table` on the device, in `into` where given (nothing allocated), and its number of chunks."""
+    if into is None:
+        return torch.tensor(table or [0, 0], dtype=torch.int64, device=device), len(table) // 2
+    if table:
+        into[:len(table)].copy_(torch.tensor(table, dtype=torch.int64))
+    return into, len(table) // 2
+
+
+class _Fingerprint:
+    """The fingerprint kernel's launch over the whole words inside some spans, ready to run again (`launch`)."""
+
+    def __init__(self, spans: Sequence[tuple[int, int]], device: torch.device,
+                 into: torch.Tensor | None = None) -> None:
+        words = words_inside(spans)
+        self.base = min((start for start, _ in words), default=0)
+        self.table, self.chunks = _table(chunk_table(words, self.base, unit=WORD), device, into)
+        self.pointer = _pointer(self.base, device, words=True)
+
+    def launch(self, out: torch.Tensor, key: int) -> None:
+        """out[0] = the spans' fingerprint under `key`."""
+        out[:1].zero_()
+        if self.chunks:
+            _fingerprint_kernel[(self.chunks,)](self.pointer, self.table, out, key, BLOCK=BLOCK_WORDS)
+
+
+def _fingerprint_sum(spans: Sequence[tuple[int, int]], key: int, device: torch.device) -> int:
+    sums = torch.zeros(1, dtype=torch.int64, device=device)
+    _Fingerprint(spans, device).launch(sums, key)
+    return int(sums.item())
+
+
 _DIGEST_KEY = int.from_bytes(os.urandom(6), "little")  # this process's own, never sent anywhere
+
+
+def _keyed_sha(data: bytes) -> int:
+    return int.from_bytes(hashlib.sha256(_DIGEST_KEY.to_bytes(8, "little") + data).digest()[:8], "little")
 
 
 def digest(tensor: torch.Tensor) -> int:
     """A keyed fingerprint of a contiguous tensor's bytes, its key this process's secret: the watch's kernel on CUDA
-    (0 where its self-test failed: no check), SHA-256 elsewhere. Data the timer keeps (a sealed output) is digested
-    when made and again after every sample: a kernel that wrote there in between cannot write bytes that keep it."""
+    over its whole words, its few bytes outside them hashed on the host (0 where the self-test failed: no check),
+    SHA-256 elsewhere. Data the timer keeps (a sealed output) is digested when made and again after every sample: a
+    kernel that wrote there in between cannot write bytes that keep it."""
     nbytes = tensor.numel() * tensor.element_size()
+    flat = tensor.detach().reshape(-1).view(torch.uint8)
     if tensor.device.type != "cuda":
-        data = tensor.detach().reshape(-1).contiguous().view(torch.uint8).numpy().tobytes()
-        return int.from_bytes(hashlib.sha256(_DIGEST_KEY.to_bytes(8, "little") + data).digest()[:8], "little")
+        return _keyed_sha(flat.contiguous().numpy().tobytes())
     if not nbytes or self_test(tensor.device):
         return 0
-    start = tensor.data_ptr()
-    table = chunk_table([(start, nbytes)], start)
-    table_tensor = torch.tensor(table, dtype=torch.int64, device=tensor.device)
-    sums = torch.zeros(1, dtype=torch.int64, device=tensor.device)
-    _fingerprint_kernel[(len(table) // 2,)](triton.reinterpret(_Address(start, tensor.device), tl.uint8),
-                                            table_tensor, sums, _DIGEST_KEY, BLOCK=BLOCK_BYTES)
-    return int(sums.item())
+    start = flat.data_ptr()
+    words = words_inside([(start, nbytes)])
+    head, body = (words[0][0] - start, words[0][1]) if words else (nbytes, 0)
+    edges = torch.cat([flat[:head], flat[head + body:]]).cpu().numpy().tobytes() if head or head + body < nbytes \
+        else b""
+    total = _fingerprint_sum([(start, nbytes)], _DIGEST_KEY, tensor.device) if body else 0
+    return (total + (_keyed_sha(edges) if edges else 0)) & ((1 << 64) - 1)
 
 
 class MemoryWatch:
@@ -218,24 +284,9 @@ class MemoryWatch:
         self.rewritten = [(t.data_ptr(), t.numel() * t.element_size()) for t in rewritten]
         self.rewritten.append((self.sums.data_ptr(), self.sums.numel() * 8))
         note_rewritten(rewritten)
-        self.chunks = 0
         self.watched = 0
         self.key = 0
-        self.base = 0
-        self._base_pointer: Any = None
-
-    def _load(self, spans: Sequence[tuple[int, int]]) -> Any:
-        """The spans as the kernels' table; their base address as a pointer Triton takes."""
-        self.base = min((start for start, _ in spans), default=0)
-        table = chunk_table(spans, self.base)
-        self.chunks = len(table) // 2
-        if self.chunks:
-            self.table[:len(table)].copy_(torch.tensor(table, dtype=torch.int64))
-        return triton.reinterpret(_Address(self.base, self.device), tl.uint8)
-
-    def _fingerprint(self, slot: int, base: Any) -> None:
-        self.sums[slot].zero_()
-        _fingerprint_kernel[(self.chunks,)](base, self.table, self.sums[slot:], self.key, BLOCK=BLOCK_BYTES)
+        self.fingerprint: _Fingerprint | None = None
 
     def before(self) -> None:
         """Give back unused segments, poison what no tensor holds and every kept run's rewritten buffers, list the
@@ -246,21 +297,17 @@ class MemoryWatch:
         for buffer in list(_REWRITTEN.values()):
             buffer.view(torch.uint8).fill_(0xFF)
         segments, unused = allocator_layout(self.device)
-        base = self._load(unused)
-        if self.chunks:
-            _poison_kernel[(self.chunks,)](base, self.table, BLOCK=BLOCK_BYTES)
+        _poison(unused, self.device, self.table)
         spans = spans_outside(segments, self.rewritten)
-        self.watched = sum(size for _, size in spans)
-        base = self._load(spans)
-        if self.chunks:
-            self.key = int.from_bytes(os.urandom(6), "little")
-            self._fingerprint(0, base)
-        self._base_pointer = base
+        self.watched = sum(size for _, size in words_inside(spans))
+        self.fingerprint = _Fingerprint(spans, self.device, self.table)
+        self.key = int.from_bytes(os.urandom(6), "little")
+        self.fingerprint.launch(self.sums[0:], self.key)
 
     def after(self) -> str:
-        if self.off or not self.chunks:
+        if self.off or self.fingerprint is None or not self.fingerprint.chunks:
             return ""
-        self._fingerprint(1, self._base_pointer)
+        self.fingerprint.launch(self.sums[1:], self.key)
         first, second = self.sums.tolist()
         if first == second:
             return ""

@@ -39,3 +39,12 @@ def test_free_blocks_and_the_slack_behind_allocations_are_what_gets_poisoned() -
     segments, unused = layout_of(snapshot, 0)
     assert segments == [(0, 2048)]
     assert unused == [(100, 412), (1536, 512)]
+
+
+def test_spans_are_cut_to_whole_words_and_chunked_in_words() -> None:
+    from grader.running.worker.measuring.memory_watch import words_inside
+
+    assert words_inside([(1003, 30), (2000, 7), (4096, 16)]) == [(1008, 24), (4096, 16)]  # 1003..1033 -> 1008..1032
+    table = chunk_table([(1008, 24), (4096, 16)], base=1008, min_chunk=16, unit=8)
+    assert list(zip(table[::2], table[1::2], strict=True)) == [(0, 2), (2, 1), (386, 2)]
+
