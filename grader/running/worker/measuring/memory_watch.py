@@ -271,6 +271,15 @@ def digest(tensor: torch.Tensor) -> int:
     return (total + (_keyed_sha(edges) if edges else 0)) & ((1 << 64) - 1)
 
 
+def too_many_spans(unused: int, watched: int, entries: int = TABLE_ENTRIES) -> str:
+    """Pure: "" when the watch's table holds both lists of spans, else why the sample is refused (the timer's memory
+    cut into more pieces than one table holds: a run of that many buffers is not watched, so it is not timed)."""
+    if max(unused, watched) < entries:
+        return ""
+    return (f"the timed case's buffers cut the timer's memory into {max(unused, watched)} pieces, more than the memory "
+            f"watch holds ({entries - 1}): it cannot be timed unwatched")
+
+
 class MemoryWatch:
     """`before()` then `after()` around a timed sample: "" when every watched byte holds what it held, else what
     changed. `rewritten` are the buffers this run itself rewrites before every run (never watched). Where its own
@@ -287,6 +296,7 @@ class MemoryWatch:
         self.watched = 0
         self.key = 0
         self.fingerprint: _Fingerprint | None = None
+        self.unwatchable = ""
 
     def before(self) -> None:
         """Give back unused segments, poison what no tensor holds and every kept run's rewritten buffers, list the
@@ -297,14 +307,20 @@ class MemoryWatch:
         for buffer in list(_REWRITTEN.values()):
             buffer.view(torch.uint8).fill_(0xFF)
         segments, unused = allocator_layout(self.device)
-        _poison(unused, self.device, self.table)
         spans = spans_outside(segments, self.rewritten)
+        self.unwatchable = too_many_spans(len(unused), len(spans))
+        if self.unwatchable:
+            self.fingerprint = None
+            return
+        _poison(unused, self.device, self.table)
         self.watched = sum(size for _, size in words_inside(spans))
         self.fingerprint = _Fingerprint(spans, self.device, self.table)
         self.key = int.from_bytes(os.urandom(6), "little")
         self.fingerprint.launch(self.sums[0:], self.key)
 
     def after(self) -> str:
+        if self.unwatchable:
+            return self.unwatchable
         if self.off or self.fingerprint is None or not self.fingerprint.chunks:
             return ""
         self.fingerprint.launch(self.sums[1:], self.key)

@@ -48,3 +48,11 @@ def test_spans_are_cut_to_whole_words_and_chunked_in_words() -> None:
     table = chunk_table([(1008, 24), (4096, 16)], base=1008, min_chunk=16, unit=8)
     assert list(zip(table[::2], table[1::2], strict=True)) == [(0, 2), (2, 1), (386, 2)]
 
+
+
+def test_memory_cut_into_more_pieces_than_the_watch_holds_is_refused_not_left_unwatched() -> None:
+    from grader.running.worker.measuring.memory_watch import too_many_spans
+
+    assert too_many_spans(10, 20, entries=21) == ""
+    assert "more than the memory watch holds (20)" in too_many_spans(21, 3, entries=21)
+    assert "cannot be timed unwatched" in too_many_spans(0, 500, entries=21)
