@@ -98,8 +98,8 @@ def _poison_kernel(base_ptr, table_ptr, BLOCK: tl.constexpr):
 
 @triton.jit
 def _fingerprint_kernel(base_ptr, table_ptr, out_ptr, key, BLOCK: tl.constexpr):
-    """out += sum over this program's chunk of int64 words of mix(word offset, key) * (word + 1), wrapping mod 2**64;
-    the mix is odd, so any one word changed changes the sum."""
+    """out += sum over this program's chunk of int64 words of mix(word offset, key) * (word + key), wrapping mod 2**64;
+    the mix is odd, so any one word changed changes the sum (and poisoned words, -1, still count)."""
     chunk = tl.program_id(0)
     start = tl.load(table_ptr + 2 * chunk)
     size = tl.load(table_ptr + 2 * chunk + 1)
@@ -113,7 +113,7 @@ def _fingerprint_kernel(base_ptr, table_ptr, out_ptr, key, BLOCK: tl.constexpr):
         mixed = mixed ^ (mixed >> 29)
         mixed = mixed * 0x5851F42D + (key >> 7)
         mixed = (mixed ^ (mixed >> 32)) | 1
-        acc += tl.where(mask, mixed * (value + 1), 0)
+        acc += tl.where(mask, mixed * (value + key), 0)
     tl.atomic_add(out_ptr, tl.sum(acc, axis=0))
 
 

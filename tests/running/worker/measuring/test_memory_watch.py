@@ -56,3 +56,36 @@ def test_memory_cut_into_more_pieces_than_the_watch_holds_is_refused_not_left_un
     assert too_many_spans(10, 20, entries=21) == ""
     assert "more than the memory watch holds (20)" in too_many_spans(21, 3, entries=21)
     assert "cannot be timed unwatched" in too_many_spans(0, 500, entries=21)
+
+
+def test_the_watch_kernels_poison_a_span_and_fingerprint_its_words_in_the_interpreter() -> None:
+    """The kernels themselves on CPU tensors under Triton's interpreter, with the worker's shims (on a GPU they take
+    raw addresses): the poison reaches exactly its span; the fingerprint is the same twice, changes with any one byte
+    and with the key, and comes back when the byte does."""
+    from tests.running.worker.interpreted import run_interpreted
+
+    result = run_interpreted('''
+import json, torch
+from grader.running.worker import interpreter_compat
+from grader.running.worker.measuring import memory_watch as mw
+interpreter_compat.install()
+buf = torch.zeros(4096, dtype=torch.uint8)
+table = torch.tensor(mw.chunk_table([(1000, 1000)], 0, min_chunk=300), dtype=torch.int64)
+mw._poison_kernel[(len(table) // 2,)](buf, table, BLOCK=256)
+poisoned = [int(buf[:1000].sum()), int((buf[1000:2000] == 255).sum()), int(buf[2000:].sum())]
+words = buf.view(torch.int64)
+wtable = torch.tensor(mw.chunk_table(mw.words_inside([(1000, 1000)]), 0, min_chunk=128, unit=8), dtype=torch.int64)
+def fingerprint(key):
+    out = torch.zeros(1, dtype=torch.int64)
+    mw._fingerprint_kernel[(len(wtable) // 2,)](words, wtable, out, key, BLOCK=16)
+    return int(out)
+sums = [fingerprint(7), fingerprint(7)]
+buf[1500] = 3
+sums.append(fingerprint(7))
+buf[1500] = 255
+sums += [fingerprint(7), fingerprint(8)]
+print(json.dumps({"poisoned": poisoned, "sums": sums, "chunks": len(wtable) // 2}))
+''')
+    assert result["poisoned"] == [0, 1000, 0]
+    first, again, changed, restored, other_key = result["sums"]
+    assert result["chunks"] > 1 and first == again == restored and changed != first and other_key != first
