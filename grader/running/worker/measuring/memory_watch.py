@@ -187,9 +187,10 @@ def self_test(device: torch.device) -> str:
         probe = torch.zeros(3 * BLOCK_BYTES, dtype=torch.uint8, device=device)
         middle = [(probe.data_ptr() + BLOCK_BYTES, BLOCK_BYTES)]  # the middle third
         _poison(middle, device)
-        sums = [_fingerprint_sum(middle, 12345, device) for _ in range(2)]
+        fingerprint = _Fingerprint(middle, device)
+        sums = [_fingerprint_sum(fingerprint, 12345, device) for _ in range(2)]
         probe[BLOCK_BYTES + 7] = 3
-        sums.append(_fingerprint_sum(middle, 12345, device))
+        sums.append(_fingerprint_sum(fingerprint, 12345, device))
         inside = probe[BLOCK_BYTES:2 * BLOCK_BYTES]
         poisoned = int((inside == 255).sum()) == BLOCK_BYTES - 1 and not bool(probe[:BLOCK_BYTES].any()) \
             and not bool(probe[2 * BLOCK_BYTES:].any())
@@ -226,9 +227,9 @@ class _Fingerprint:
 
     def __init__(self, spans: Sequence[tuple[int, int]], device: torch.device,
                  into: torch.Tensor | None = None) -> None:
-        words = words_inside(spans)
-        self.base = min((start for start, _ in words), default=0)
-        self.table, self.chunks = _table(chunk_table(words, self.base, unit=WORD), device, into)
+        self.words = words_inside(spans)
+        self.base = min((start for start, _ in self.words), default=0)
+        self.table, self.chunks = _table(chunk_table(self.words, self.base, unit=WORD), device, into)
         self.pointer = _pointer(self.base, device, words=True)
 
     def launch(self, out: torch.Tensor, key: int) -> None:
@@ -238,9 +239,9 @@ class _Fingerprint:
             _fingerprint_kernel[(self.chunks,)](self.pointer, self.table, out, key, BLOCK=BLOCK_WORDS)
 
 
-def _fingerprint_sum(spans: Sequence[tuple[int, int]], key: int, device: torch.device) -> int:
+def _fingerprint_sum(fingerprint: _Fingerprint, key: int, device: torch.device) -> int:
     sums = torch.zeros(1, dtype=torch.int64, device=device)
-    _Fingerprint(spans, device).launch(sums, key)
+    fingerprint.launch(sums, key)
     return int(sums.item())
 
 
@@ -263,11 +264,11 @@ def digest(tensor: torch.Tensor) -> int:
     if not nbytes or self_test(tensor.device):
         return 0
     start = flat.data_ptr()
-    words = words_inside([(start, nbytes)])
-    head, body = (words[0][0] - start, words[0][1]) if words else (nbytes, 0)
+    fingerprint = _Fingerprint([(start, nbytes)], tensor.device)
+    head, body = (fingerprint.words[0][0] - start, fingerprint.words[0][1]) if fingerprint.words else (nbytes, 0)
     edges = torch.cat([flat[:head], flat[head + body:]]).cpu().numpy().tobytes() if head or head + body < nbytes \
         else b""
-    total = _fingerprint_sum([(start, nbytes)], _DIGEST_KEY, tensor.device) if body else 0
+    total = _fingerprint_sum(fingerprint, _DIGEST_KEY, tensor.device) if body else 0
     return (total + (_keyed_sha(edges) if edges else 0)) & ((1 << 64) - 1)
 
 
@@ -313,8 +314,8 @@ class MemoryWatch:
             self.fingerprint = None
             return
         _poison(unused, self.device, self.table)
-        self.watched = sum(size for _, size in words_inside(spans))
         self.fingerprint = _Fingerprint(spans, self.device, self.table)
+        self.watched = sum(size for _, size in self.fingerprint.words)
         self.key = int.from_bytes(os.urandom(6), "little")
         self.fingerprint.launch(self.sums[0:], self.key)
 
