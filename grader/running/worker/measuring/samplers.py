@@ -24,6 +24,7 @@ import torch
 from triton.testing import do_bench  # bound before any submission is imported
 
 from grader.running import protocol
+from grader.running.worker import scratch
 
 COPY_BYTES = 1 << 30  # the copy-bandwidth probe: a 1 GiB device-to-device copy
 DEFAULT_WARMUP_MS = 25.0
@@ -94,7 +95,7 @@ class GraphSampler:
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
+        with scratch.kept_by(self.graph), torch.cuda.graph(self.graph):
             run()
         self.calls = calls
         self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -222,7 +223,7 @@ class FreshSampler:
         torch.cuda.current_stream().wait_stream(stream)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with scratch.kept_by(graph), torch.cuda.graph(graph):
             body(timed)
         return graph, starts, ends, empties
 
