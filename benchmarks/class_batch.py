@@ -1,7 +1,8 @@
 """Benchmark: grade a class through `grader batch` and check it is fast, fair and one verdict per seed.
 
     python benchmarks/class_batch.py [--assignment fused_layers] [--backend cuda] [--workers 6] [--seed 3]
-                                     [--copies 2] [--identical 3] [--out DIR] [--no-profile] [--phases] [--limit-s S]
+                                     [--copies 2] [--identical 3] [--out DIR] [--no-profile] [--no-template]
+                                     [--phases] [--limit-s S]
 
 `--workers 1,4,8` grades the same class once per worker count, one batch after the other. `--phases` also says
 where each batch's CPU-seconds and GPU-slot seconds went, phase by phase over all its grades
@@ -105,6 +106,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--no-profile", dest="profile", action="store_false",
                         help="grade without the profiled replays (Nsight Compute), to weigh what they cost a class")
+    parser.add_argument("--no-template", dest="template", action="store_false",
+                        help="every child of the batch started afresh ($GRADER_CHILD_TEMPLATE=0), to weigh what the "
+                             "child template saves a class")
     parser.add_argument("--hostile", action="store_true",
                         help="fused_layers: add a student that spins at the timed size and one that hogs GPU memory")
     parser.add_argument("--phases", action="store_true",
@@ -146,7 +150,8 @@ def _await_batch(batch: subprocess.Popen[str], out: Path, students: int, started
 def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], workers: int, out: Path) -> int:
     """One `grader batch` of the class with `workers` workers, and what it showed."""
     trace = work / f"phases-{workers}.jsonl"
-    env = dict(os.environ, GRADER_PHASE_TRACE=str(trace)) if args.phases else None
+    env = dict(os.environ, **({"GRADER_PHASE_TRACE": str(trace)} if args.phases else {}),
+               **({} if args.template else {"GRADER_CHILD_TEMPLATE": "0"}))
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(work / "class"), "--assignment",
@@ -170,7 +175,8 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
     timing = f"median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s" if seconds else "none"
     print(f"class of {len(origin)} ({args.copies} copies of each corpus file, {args.identical} identical references): "
           f"{len(grades)} graded in {wall:.1f} s wall with {workers} workers ({args.executor}"
-          f"{'' if args.profile else ', --no-profile'}); grading time per student {timing}")
+          f"{'' if args.profile else ', --no-profile'}{'' if args.template else ', --no-template'}); "
+          f"grading time per student {timing}")
     phases = sorted({p for g in grades.values() for p in g.get("phases", {})})
     print("phases, seconds per grade (median / max / sum over the class): " + "; ".join(
         f"{p} {statistics.median(g.get('phases', {}).get(p, 0.0) for g in grades.values()):.1f} / "

@@ -1,11 +1,12 @@
 """Where a class batch's CPU-seconds and GPU-slot seconds go, phase by phase, over every grade of the batch.
 
 Used by benchmarks/class_batch.py --phases. While `grader batch` runs with $GRADER_PHASE_TRACE set (every grade
-appends its phases' spans, grader.running.phases), a thread reads /proc every `every_s`: each grade is a child
-process of the batch, and its CPU seconds are its whole process tree's (its sandbox, zygote, workers and the
-children they reaped). Each interval between two reads of a grade is laid on the phase open in that grade at its
-midpoint (the innermost), as benchmarks/grading_time.py --profile does for one grade. The table sums the grades:
-grade-seconds of wall time in the phase, CPU-seconds, CPU-seconds per grade, and the cores the phase kept busy.
+appends its phases' spans, grader.running.phases), a thread reads /proc every `every_s`: each grade is a process
+under the batch (its child, or its child template's: grader.operations.child_template) that traced spans, and its
+CPU seconds are its whole process tree's (its sandbox, zygote, workers and the children they reaped). Each interval
+between two reads of a grade is laid on the phase open in that grade at its midpoint (the innermost), as
+benchmarks/grading_time.py --profile does for one grade. The table sums the grades: grade-seconds of wall time in
+the phase, CPU-seconds, CPU-seconds per grade, and the cores the phase kept busy.
 """
 
 from __future__ import annotations
@@ -59,15 +60,22 @@ def tree_cpu(root: int, children: Mapping[int, Sequence[int]], cpu: Mapping[int,
     return total
 
 
-def cpu_by_child(root: int, parents: Mapping[int, int], cpu: Mapping[int, float]) -> dict[int, float]:
-    """For every child of `root`: the CPU seconds of its whole live tree."""
+def cpu_by_descendant(root: int, parents: Mapping[int, int], cpu: Mapping[int, float]) -> dict[int, float]:
+    """For every process under `root`: the CPU seconds of its whole live tree (a grade is whichever of them traced
+    spans: a child of the batch, or of the template the batch forks its children from)."""
     children = children_of(parents)
-    return {child: tree_cpu(child, children, cpu) for child in children.get(root, ())}
+    found, todo = {}, list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        found[pid] = tree_cpu(pid, children, cpu)
+        todo.extend(children.get(pid, ()))
+    return found
 
 
 @dataclass
 class ClassSampler:
-    """Reads /proc every `every_s` until stopped: per child of `root` (a grade), (time, CPU seconds so far)."""
+    """Reads /proc every `every_s` until stopped: per process under `root` (a grade, if it traces spans), (time, CPU
+    seconds so far)."""
 
     root: int
     every_s: float = 0.25
@@ -89,7 +97,7 @@ class ClassSampler:
         while not self._stop.is_set():
             now = time.monotonic()
             parents, cpu = process_table()
-            for child, seconds in cpu_by_child(self.root, parents, cpu).items():
+            for child, seconds in cpu_by_descendant(self.root, parents, cpu).items():
                 self.samples[child].append((now, seconds))
             self._stop.wait(self.every_s)
 

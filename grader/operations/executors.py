@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from grader.operations.child import POLL_INTERVAL_S, Child, signal_group
+from grader.operations.child_template import Template, TemplateUnavailable
 from grader.running.timing.calibration import CalibrationStore
 
 LOG_TAIL_CHARS = 3000
@@ -119,7 +120,10 @@ def graded_name(job: GradeJob) -> str:
     return job.submission.name
 
 
-def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: bool, held: bool = False) -> list[str]:
+def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: bool, held: bool = False,
+                  parent: int | None = None) -> list[str]:
+    """The child's command line; `parent`: the process whose end ends it (default: this one; a template's children
+    have the template as their parent)."""
     command = [
         sys.executable, "-m", "grader.operations.executors",
         "--submission", str(submission),
@@ -128,7 +132,7 @@ def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: boo
         "--backend", job.backend,
         "--seed", str(job.seed), "--seed-source", job.seed_source,
         "--out", str(out_dir),
-        "--parent", str(os.getpid()),
+        "--parent", str(parent if parent is not None else os.getpid()),
     ]
     for path in job.hidden:
         command += ["--hide", path]
@@ -163,7 +167,8 @@ class _Attempt:
     """A child process grading one job, in a scratch folder of its own. `held`: it prepares (imports, starts
     the submission's sandbox) and waits for `child.go()` before grading."""
 
-    def __init__(self, job: GradeJob, scratch: Path, device: str | None, pdeathsig: bool, held: bool = False) -> None:
+    def __init__(self, job: GradeJob, scratch: Path, device: str | None, pdeathsig: bool, held: bool = False,
+                 template: Template | None = None) -> None:
         self.job = job
         self.scratch = scratch
         self.device = device
@@ -171,8 +176,7 @@ class _Attempt:
         submission.parent.mkdir(parents=True)
         shutil.copyfile(job.submission, submission)
         self.out_dir = scratch / "out"
-        self.child = Child(child_command(job, submission, self.out_dir, pdeathsig, held), scratch,
-                           child_environment(device), scratch / "child.log", job.timeout_s, held=held)
+        self.child = _start_child(job, submission, self.out_dir, scratch, device, pdeathsig, held, template)
 
     def outcome(self, timed_out: bool = False) -> JobOutcome:
         code = self.child.returncode
@@ -194,6 +198,19 @@ class _Attempt:
 
     def cleanup(self) -> None:
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _start_child(job: GradeJob, submission: Path, out_dir: Path, scratch: Path, device: str | None, pdeathsig: bool,
+                 held: bool, template: Template | None) -> Child:
+    """The job's child: forked from the batch's `template` (its parent then), or started afresh."""
+    log, env = scratch / "child.log", child_environment(device)
+    if template is not None:
+        try:
+            return Child(child_command(job, submission, out_dir, pdeathsig, held, template.pid), scratch, env, log,
+                         job.timeout_s, held=held, template=template)
+        except TemplateUnavailable:
+            pass
+    return Child(child_command(job, submission, out_dir, pdeathsig, held), scratch, env, log, job.timeout_s, held=held)
 
 
 def run_job(job: GradeJob, scratch_root: Path, device: str | None = None) -> JobOutcome:
@@ -291,12 +308,14 @@ class LocalExecutor:
         running: dict[int, _Attempt] = {}
         started = 0
         self.scratch_root.mkdir(parents=True, exist_ok=True)
+        template = _template() if len(pending) > 1 else None  # one grade gains nothing from it
         try:
             while pending or ready or running:
                 while pending and len(ready) < self.lookahead:
                     job = pending.popleft()
                     scratch = Path(tempfile.mkdtemp(prefix=f"{job.student}.", dir=self.scratch_root))
-                    ready.append(_Attempt(job, scratch, self._device(started), pdeathsig=True, held=True))
+                    ready.append(_Attempt(job, scratch, self._device(started), pdeathsig=True, held=True,
+                                          template=template))
                     started += 1
                 for slot in range(self.workers):
                     if slot not in running and ready:
@@ -324,6 +343,22 @@ class LocalExecutor:
             for attempt in [*running.values(), *ready]:
                 attempt.child.terminate()
                 attempt.cleanup()
+            if template is not None:
+                template.close()
+
+
+TEMPLATE_VARIABLE = "GRADER_CHILD_TEMPLATE"  # "0": every child of a batch starts afresh (no template)
+
+
+def _template() -> Template | None:
+    """The batch's template process (grader.operations.child_template), or None where it cannot start or
+    $GRADER_CHILD_TEMPLATE is "0" (each child then starts afresh)."""
+    if os.environ.get(TEMPLATE_VARIABLE, "") == "0":
+        return None
+    try:
+        return Template(child_environment(None))
+    except OSError:
+        return None
 
 
 # ------------------------------------------------------------------------------------------- ray

@@ -109,3 +109,29 @@ def test_the_batch_banner_names_what_grades_in_words(tmp_path: Path) -> None:
     assert executors.RayExecutor(None, 2).describe() == "a local Ray instance"
     assert (executors.RayExecutor("ray://head:10001", 2, gpus_per_task=0.25).describe()
             == "the Ray cluster at ray://head:10001 (0.25 GPU per grade)")
+
+
+def test_a_batchs_children_are_forked_from_its_template_and_know_it_as_their_parent(
+        tmp_path: Path, repo_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two grades: both children forked from the batch's template (grader.operations.child_template), each told
+    the template's pid as the parent whose end ends it; $GRADER_CHILD_TEMPLATE=0 starts them afresh instead."""
+    started: list[tuple[list[str], object]] = []
+    real_child = executors.Child
+
+    def recording(command: list[str], *args: object, **kwargs: object) -> executors.Child:
+        started.append((command, kwargs.get("template")))
+        return real_child(command, *args, **kwargs)
+
+    monkeypatch.setattr(executors, "Child", recording)
+    jobs = [GradeJob(name, write(tmp_path / f"{name}.py"), "fused_layers", repo_root / "assignments", "interpreter",
+                     3, timeout_s=120) for name in ("ada", "bo")]
+    outcomes = list(LocalExecutor(2, tmp_path / "scratch").run(jobs))
+    assert sorted(o.student for o in outcomes) == ["ada", "bo"] and all(o.ok for o in outcomes), outcomes
+    templates = {id(template) for _, template in started}
+    assert len(started) == 2 and len(templates) == 1 and started[0][1] is not None
+    parent = started[0][1].pid
+    assert all(executors.child_parser().parse_args(c[3:]).parent == parent for c, _ in started)
+    assert parent != os.getpid()
+
+    monkeypatch.setenv(executors.TEMPLATE_VARIABLE, "0")
+    assert executors._template() is None
