@@ -114,7 +114,7 @@ def test_its_children_end_with_the_template(tmp_path: Path) -> None:
 
 def test_the_template_ends_when_its_stdin_closes_and_the_grader_it_preloads_starts_no_cuda(tmp_path: Path) -> None:
     """Forked children may use CUDA only if the template never initialised it: importing what a grading child
-    imports (PRELOAD) calls none of torch's CUDA entry points."""
+    imports (PRELOAD) calls none of torch's CUDA entry points and makes no Triton driver."""
     script = textwrap.dedent(f"""
         import torch
         calls = []
@@ -125,7 +125,9 @@ def test_the_template_ends_when_its_stdin_closes_and_the_grader_it_preloads_star
             setattr(torch.cuda, name, record)
         for module in {child_template.PRELOAD!r}:
             __import__(module)
-        print(calls)
+        import sys
+        triton_driver = sys.modules["triton.runtime.driver"].driver  # Triton's driver starts CUDA when made
+        print(calls + (["triton's driver"] if triton_driver._default is not None else []))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env(), timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
