@@ -351,9 +351,10 @@ TEMPLATE_VARIABLE = "GRADER_CHILD_TEMPLATE"  # "0": every child of a batch start
 
 
 def _template() -> Template | None:
-    """The batch's template process (grader.operations.child_template), or None where it cannot start or
-    $GRADER_CHILD_TEMPLATE is "0" (each child then starts afresh)."""
-    if os.environ.get(TEMPLATE_VARIABLE, "") == "0":
+    """The batch's template process (grader.operations.child_template), or None where it cannot start, off Linux
+    (macOS forbids much after a fork of a process that loaded its frameworks) or where $GRADER_CHILD_TEMPLATE is "0":
+    each child then starts afresh."""
+    if os.environ.get(TEMPLATE_VARIABLE, "") == "0" or not sys.platform.startswith("linux"):
         return None
     try:
         return Template(child_environment(None))

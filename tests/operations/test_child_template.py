@@ -21,6 +21,8 @@ from grader.operations.child_template import Template, TemplateUnavailable, fork
 from tests.conftest import ROOT
 from tests.operations.test_child import alive
 
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the template serves Linux batches")
+
 PROBE = [sys.executable, "-m", "tests.operations.child_probe"]
 
 

@@ -111,6 +111,7 @@ def test_the_batch_banner_names_what_grades_in_words(tmp_path: Path) -> None:
             == "the Ray cluster at ray://head:10001 (0.25 GPU per grade)")
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the template serves Linux batches")
 def test_a_batchs_children_are_forked_from_its_template_and_know_it_as_their_parent(
         tmp_path: Path, repo_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two grades: both children forked from the batch's template (grader.operations.child_template), each told
@@ -134,4 +135,7 @@ def test_a_batchs_children_are_forked_from_its_template_and_know_it_as_their_par
     assert parent != os.getpid()
 
     monkeypatch.setenv(executors.TEMPLATE_VARIABLE, "0")
+    assert executors._template() is None
+    monkeypatch.delenv(executors.TEMPLATE_VARIABLE)
+    monkeypatch.setattr(executors.sys, "platform", "darwin")
     assert executors._template() is None
