@@ -295,8 +295,9 @@ class LocalExecutor:
 
     @property
     def lookahead(self) -> int:
-        """Children prepared ahead of a free slot: each imports the grader and starts its submission's
-        sandbox (its zygote imports torch and triton, seconds of CPU) while the running grades go on."""
+        """Children prepared ahead of a free slot: each starts its submission's sandbox (its zygote imports torch
+        and triton, seconds of CPU; the child itself, forked from the batch's template, imported them already)
+        while the running grades go on."""
         return max(2, self.workers // 4)
 
     def run(self, jobs: Iterable[GradeJob],
