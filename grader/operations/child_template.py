@@ -174,21 +174,21 @@ def _serve(parent: int, preload: Sequence[str]) -> int:
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so that SIGCHLD wakes the loop through the pipe
-    requests = sys.stdin.buffer
+    requests = sys.stdin.fileno()
     held: dict[int, int] = {}  # pid -> the write end of its "go" pipe
     pending = b""
     while True:
         try:
-            ready, _, _ = select.select([requests.fileno(), wake_r], [], [])
+            ready, _, _ = select.select([requests, wake_r], [], [])
         except InterruptedError:
             continue
         if wake_r in ready:
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_r, 4096)
         _reap(held, replies)
-        if requests.fileno() not in ready:
+        if requests not in ready:
             continue
-        chunk = os.read(requests.fileno(), 1 << 16)
+        chunk = os.read(requests, 1 << 16)
         if not chunk:  # the batch closed our stdin (or died): end; the children notice their parent gone
             return 0
         pending += chunk
@@ -198,7 +198,7 @@ def _serve(parent: int, preload: Sequence[str]) -> int:
             if "go" in message:
                 _go(held, int(message["go"]))
             else:
-                _reply(replies, _fork(message["start"], held, closing=(wake_r, wake_w)))
+                _reply(replies, _fork(message["start"], held))
 
 
 def _reply(replies: IO[str], message: dict[str, Any]) -> None:
@@ -228,7 +228,7 @@ def _go(held: dict[int, int], pid: int) -> None:
     os.close(fd)
 
 
-def _fork(request: dict[str, Any], held: dict[int, int], closing: tuple[int, int]) -> dict[str, Any]:
+def _fork(request: dict[str, Any], held: dict[int, int]) -> dict[str, Any]:
     go_r, go_w = os.pipe() if request["held"] else (-1, -1)
     try:
         pid = os.fork()
