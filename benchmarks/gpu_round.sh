@@ -19,6 +19,7 @@
 #                       stopped at 480 s with what was graded by then)
 #   identical           identical_timings.py (byte-identical files timed in one batch: the spread per case)
 #   fresh               fresh_samples.py: ways of timing fresh work per launch, side by side (issue 47)
+#   spin                timing_spin_up.py: a small kernel's medians from idle, with and without the spin-up
 #   watch               memory_watch_cost.py: the memory watch's time per sample with 1, 4 and 16 GiB held, and an
 #                       honest kernel's time with and without it
 #   pytest:<path>       pytest -m gpu -s -rA on one test file or node (e.g. an attack's test)
@@ -54,6 +55,7 @@ for step in "$@"; do
     identical) python3 benchmarks/identical_timings.py ;;
     fresh) python3 benchmarks/fresh_samples.py ;;
     watch) python3 benchmarks/memory_watch_cost.py ;;
+    spin) python3 benchmarks/timing_spin_up.py ;;
     ci:*) OUT=$out GPU_PASSES="${step#ci:}" bash .ci/gpu ;;
     pytest:*) python3 -m pytest -m gpu -p no:cacheprovider -s -rA -n 0 "${step#pytest:}" ;;
     grade:*) python3 -m grader grade "${step#grade:}" --assignment fused_layers --backend cuda --seed 3 --out "/tmp/gpu-grade-$$" && python3 -c "import json,sys; g=json.load(open('/tmp/gpu-grade-$$/grade.json')); print(g['score'], [(t['case_id'], t['score'], t.get('traps')) for t in g['cases']][:50]); print([(p['perf_id'], p['status'], p.get('speedup_vs_reference'), p.get('reason','')[:200]) for p in g['performance']])" ;;

@@ -6,7 +6,9 @@ batches on one machine: correctness requests take the GPU `shared()`; a grade's 
 holders from starving the timing: once a timed phase waits, no new shared holder enters.
 
 The lock files live in GRADER_GPU_LOCK_DIR (default: a folder under the system's temporary folder),
-one pair per GPU, named by the GPU's UUID (CUDA_VISIBLE_DEVICES renumbers devices; UUIDs do not).
+one pair per GPU, named by the GPU's UUID (CUDA_VISIBLE_DEVICES renumbers devices; UUIDs do not). Beside them,
+the moment the last exclusive holder let go (the system's monotonic clock): `exclusive()` yields how long ago that
+was, so a timed phase that follows another closely knows the GPU's clocks are still up.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +45,7 @@ class GpuSlot:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         self.main = folder / f"gpu-{safe}.lock"
         self.turnstile = folder / f"gpu-{safe}.turnstile"
+        self.released = folder / f"gpu-{safe}.released"
 
     @contextmanager
     def shared(self) -> Iterator[None]:
@@ -55,9 +59,34 @@ class GpuSlot:
             os.close(main)
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self) -> Iterator[float]:
+        """The GPU alone; yields the seconds since the last exclusive holder let go (inf: never, or unreadable)."""
         with _locked(self.turnstile, fcntl.LOCK_EX), _locked(self.main, fcntl.LOCK_EX):
-            yield
+            try:
+                yield _seconds_since(self.released)
+            finally:
+                _write_now(self.released)
+
+
+def _seconds_since(path: Path) -> float:
+    try:
+        then = float(path.read_text())
+    except (OSError, ValueError):
+        return float("inf")
+    age = time.monotonic() - then
+    return age if age >= 0 else float("inf")  # a moment in the future: written before this boot
+
+
+def _write_now(path: Path) -> None:
+    """Best effort (only the slot's holder writes it): a lost moment costs the next holder a full spin-up."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        try:
+            os.write(fd, repr(time.monotonic()).encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
 
 
 def _open(path: Path) -> int:

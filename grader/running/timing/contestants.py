@@ -99,6 +99,10 @@ class Contestants:
         self.reference_kept.clear()
         self.timer_kept.clear()
 
+    def clocks_already_up(self) -> None:
+        """The GPU was timing another grade a moment ago (`samplers.CLOCKS_STAY_UP_S`): no full spin-up needed."""
+        self._spun = True
+
     def spin_up_ms(self) -> float:
         """The first timing of a grade brings the clocks up from idle; the rest follow it closely."""
         first = not self._spun

@@ -281,7 +281,9 @@ class PerformanceRunner:
             slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
             with contextlib.ExitStack() as exclusive:  # only the timed and profiled replays hold the slot
                 with clock.phase("timing/wait-for-slot"):
-                    exclusive.enter_context(slot.exclusive() if slot else contextlib.nullcontext())
+                    idle_s = exclusive.enter_context(slot.exclusive()) if slot else float("inf")
+                if idle_s <= samplers.CLOCKS_STAY_UP_S:
+                    self.contestants.clocks_already_up()
                 for prepared in checked:
                     measured = self._case_alone(prepared, "timing",
                                                 functools.partial(self._measure_again_for_memory, prepared, battery))

@@ -58,3 +58,23 @@ def test_exclusive_keeps_everyone_out(tmp_path: Path) -> None:
         time.sleep(1.0)
         assert shared.poll() is None
     assert shared.wait(timeout=60) == 0
+
+
+def test_exclusive_says_how_long_ago_the_last_holder_let_go(tmp_path: Path) -> None:
+    slot = GpuSlot("GPU-test", tmp_path)
+    with slot.exclusive() as idle_s:
+        assert idle_s == float("inf")  # nobody held it before: the clocks may be idle
+    time.sleep(0.3)
+    other = hold(tmp_path, "exclusive", 0.0)  # another process's holder: the moment is shared through the folder
+    assert other.wait(timeout=60) == 0
+    with slot.exclusive() as idle_s:
+        assert 0.0 <= idle_s < 0.3
+    time.sleep(0.5)
+    with slot.exclusive() as idle_s:
+        assert 0.5 <= idle_s < 5.0
+    slot.released.write_text(repr(time.monotonic() + 3600))  # written before this boot's clock began: unknown
+    with slot.exclusive() as idle_s:
+        assert idle_s == float("inf")
+    slot.released.write_text("torn")
+    with slot.exclusive() as idle_s:
+        assert idle_s == float("inf")

@@ -40,6 +40,9 @@ def test_the_first_timing_spins_the_clocks_up_and_the_rest_follow(tmp_path: Path
     assert contestants.spin_up_ms() == contestants.spin_up_ms() == samplers.FOLLOW_UP_SPIN_UP_MS
     assert contestants.timer is None and contestants.timer_problem  # started by the runner, not here
     assert contestants.reference_problem == ""  # the course has a reference solution to time
+    warm = Contestants(assignment, "cpu", tmp_path, lambda perf: timed_deadline(perf, None))
+    warm.clocks_already_up()  # another grade's timed phase let the GPU go a moment ago
+    assert warm.spin_up_ms() == samplers.FOLLOW_UP_SPIN_UP_MS
 
 
 def test_the_reference_compiles_once_per_course_in_a_cache_student_code_cannot_see(tmp_path: Path) -> None:
