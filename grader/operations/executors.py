@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from grader.operations.batch_helpers import BatchHelpers, start_helpers
 from grader.operations.child import POLL_INTERVAL_S, Child, signal_group
 from grader.operations.child_template import Template, TemplateUnavailable
 from grader.running.timing.calibration import CalibrationStore
@@ -168,7 +169,7 @@ class _Attempt:
     the submission's sandbox) and waits for `child.go()` before grading."""
 
     def __init__(self, job: GradeJob, scratch: Path, device: str | None, pdeathsig: bool, held: bool = False,
-                 template: Template | None = None) -> None:
+                 template: Template | None = None, helpers: BatchHelpers | None = None) -> None:
         self.job = job
         self.scratch = scratch
         self.device = device
@@ -176,7 +177,8 @@ class _Attempt:
         submission.parent.mkdir(parents=True)
         shutil.copyfile(job.submission, submission)
         self.out_dir = scratch / "out"
-        self.child = _start_child(job, submission, self.out_dir, scratch, device, pdeathsig, held, template)
+        self.child = _start_child(job, submission, self.out_dir, scratch, device, pdeathsig, held, template,
+                                  helpers.environment() if helpers is not None else {})
 
     def outcome(self, timed_out: bool = False) -> JobOutcome:
         code = self.child.returncode
@@ -201,9 +203,10 @@ class _Attempt:
 
 
 def _start_child(job: GradeJob, submission: Path, out_dir: Path, scratch: Path, device: str | None, pdeathsig: bool,
-                 held: bool, template: Template | None) -> Child:
-    """The job's child: forked from the batch's `template` (its parent then), or started afresh."""
-    log, env = scratch / "child.log", child_environment(device)
+                 held: bool, template: Template | None, extra_env: Mapping[str, str]) -> Child:
+    """The job's child: forked from the batch's `template` (its parent then), or started afresh; `extra_env`: what the
+    batch's helpers tell it (grader.operations.batch_helpers)."""
+    log, env = scratch / "child.log", {**child_environment(device), **extra_env}
     if template is not None:
         try:
             return Child(child_command(job, submission, out_dir, pdeathsig, held, template.pid), scratch, env, log,
@@ -309,14 +312,15 @@ class LocalExecutor:
         running: dict[int, _Attempt] = {}
         started = 0
         self.scratch_root.mkdir(parents=True, exist_ok=True)
-        template = _template() if len(pending) > 1 else None  # one grade gains nothing from it
+        helpers = start_helpers(len(pending), [job.backend for job in pending], child_environment(None))
+        template = helpers.template
         try:
             while pending or ready or running:
                 while pending and len(ready) < self.lookahead:
                     job = pending.popleft()
                     scratch = Path(tempfile.mkdtemp(prefix=f"{job.student}.", dir=self.scratch_root))
                     ready.append(_Attempt(job, scratch, self._device(started), pdeathsig=True, held=True,
-                                          template=template))
+                                          template=template, helpers=helpers))
                     started += 1
                 for slot in range(self.workers):
                     if slot not in running and ready:
@@ -344,23 +348,7 @@ class LocalExecutor:
             for attempt in [*running.values(), *ready]:
                 attempt.child.terminate()
                 attempt.cleanup()
-            if template is not None:
-                template.close()
-
-
-TEMPLATE_VARIABLE = "GRADER_CHILD_TEMPLATE"  # "0": every child of a batch starts afresh (no template)
-
-
-def _template() -> Template | None:
-    """The batch's template process (grader.operations.child_template), or None where it cannot start, off Linux
-    (macOS forbids much after a fork of a process that loaded its frameworks) or where $GRADER_CHILD_TEMPLATE is "0":
-    each child then starts afresh."""
-    if os.environ.get(TEMPLATE_VARIABLE, "") == "0" or not sys.platform.startswith("linux"):
-        return None
-    try:
-        return Template(child_environment(None))
-    except OSError:
-        return None
+            helpers.close()
 
 
 # ------------------------------------------------------------------------------------------- ray

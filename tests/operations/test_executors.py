@@ -133,9 +133,3 @@ def test_a_batchs_children_are_forked_from_its_template_and_know_it_as_their_par
     parent = started[0][1].pid
     assert all(executors.child_parser().parse_args(c[3:]).parent == parent for c, _ in started)
     assert parent != os.getpid()
-
-    monkeypatch.setenv(executors.TEMPLATE_VARIABLE, "0")
-    assert executors._template() is None
-    monkeypatch.delenv(executors.TEMPLATE_VARIABLE)
-    monkeypatch.setattr(executors.sys, "platform", "darwin")
-    assert executors._template() is None

@@ -117,10 +117,14 @@ class Sandbox:
     """One submission's confinement for one grade: its folder, its zygote, the workers forked from it."""
 
     def __init__(self, options: WorkerOptions, triton_cache: Path | None = None,
-                 gpu_budget: GpuBudget | None = None, kept_caches: Path | None = None) -> None:
+                 gpu_budget: GpuBudget | None = None, kept_caches: Path | None = None,
+                 zygote_address: str | None = None) -> None:
         """`gpu_budget`: on CUDA, every worker started here is watched against it. `kept_caches`: `grader check`'s
-        Triton caches, kept between checks (kept_cache_folders), where the workers run as the grader's user."""
+        Triton caches, kept between checks (kept_cache_folders), where the workers run as the grader's user.
+        `zygote_address`: fork from the batch's shared zygote there (grader.running.processes.shared_zygote: trusted
+        code only, as the grader's user, no namespaces) instead of starting one."""
         self.options = options
+        self.zygote_address = zygote_address
         self.gpu_budget = gpu_budget
         self.root = Path(tempfile.mkdtemp(prefix="grader-sandbox-", dir=sandbox_parent()))
         self.token = secrets.token_hex(8)
@@ -144,7 +148,7 @@ class Sandbox:
 
     @property
     def isolated(self) -> bool:
-        return namespaces_available() and namespaces_wanted()
+        return self.zygote_address is None and namespaces_available() and namespaces_wanted()
 
     def _own(self, paths: Sequence[Path]) -> None:
         if self.identity is not None:
@@ -259,7 +263,17 @@ class Sandbox:
     def start(self) -> None:
         """Start the zygote (it imports torch and triton in the background); `ready` waits for it. Call it
         from a thread that lives as long as the grade: the zygote dies with the thread that started it."""
-        if self._zygote is not None:
+        if self._zygote is not None or self._control is not None:
+            return
+        if self.zygote_address is not None:  # the batch's shared zygote: connect (it answers once it preloaded)
+            connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                connection.connect(self.zygote_address)
+            except OSError as exc:
+                connection.close()
+                self._failure = SandboxFailure(f"the batch's shared zygote could not be reached ({exc})")
+                return
+            self._control = connection
             return
         grader_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -278,7 +292,9 @@ class Sandbox:
             if self._ready is not None:
                 return self._ready
             self.start()
-            assert self._control is not None and self._zygote is not None
+            if self._failure is not None:
+                raise self._failure
+            assert self._control is not None
             try:
                 tree, fds = receive_control(self._control, ZYGOTE_START_TIMEOUT_S)
                 for fd in fds:
@@ -292,7 +308,8 @@ class Sandbox:
                 self._failure = SandboxFailure("the sandbox's zygote initialised CUDA: it cannot fork workers")
                 self._stop_zygote()
                 raise self._failure
-            self._zygote_pid = self._find_zygote()
+            # the shared zygote is in no namespace of its own: the pid it tells is the grader's view
+            self._zygote_pid = self._find_zygote() if self._zygote is not None else message.pid
             if self._zygote_pid is not None and self.isolated:
                 self._namespace_inode = os.stat(f"/proc/{self._zygote_pid}/ns/pid").st_ino
             self._ready = message

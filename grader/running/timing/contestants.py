@@ -18,6 +18,8 @@ from grader.judging.errors import error_message
 from grader.running import protocol
 from grader.running.cases.battery import Battery
 from grader.running.processes.client import Deadline, Worker, WorkerFailure, WorkerOptions
+from grader.running.processes.sandbox import Sandbox, SandboxFailure
+from grader.running.processes.shared_zygote import shared_address
 from grader.running.timing.calls import Prepared
 from grader.running.timing.launch_plan import PerformancePlan, plan_performance_run
 from grader.running.worker.measuring import samplers
@@ -90,6 +92,8 @@ class Contestants:
         self.timer_problem = "the timer was not started"
         self.timer_kept: set[str] = set()  # cases whose launches wait in the current timer worker
         self._spun = False
+        self._shared: Sandbox | None = None  # this grade's connection to the batch's shared zygote
+        self._shared_problem = ""  # why the reference's workers start afresh in a batch that has one
 
     def close(self) -> None:
         for worker in (self.reference, self.timer):
@@ -98,6 +102,9 @@ class Contestants:
         self.reference = self.timer = None
         self.reference_kept.clear()
         self.timer_kept.clear()
+        if self._shared is not None:  # after every worker forked through it (the runner closes its own first)
+            self._shared.close()
+            self._shared = None
 
     def clocks_already_up(self) -> None:
         """The GPU was timing another grade a moment ago (`samplers.CLOCKS_STAY_UP_S`): no full spin-up needed."""
@@ -200,10 +207,29 @@ class Contestants:
         if self.assignment.reference_solution is None:
             raise RuntimeError("the assignment has no reference solution")
         path = self.assignment.reference_solution.resolve()
-        return Worker(path, list(self.assignment.required_symbols),
-                      WorkerOptions(backend="cuda" if self.device == "cuda" else "interpreter",
-                                    import_timeout_s=self.assignment.import_timeout_s, sandbox_user=None, tool=tool),
-                      triton_cache=self.reference_cache)
+        options = WorkerOptions(backend="cuda" if self.device == "cuda" else "interpreter",
+                                import_timeout_s=self.assignment.import_timeout_s, sandbox_user=None, tool=tool)
+        shared = None if tool else self._shared_sandbox(options)
+        return Worker(path, list(self.assignment.required_symbols), options, triton_cache=self.reference_cache,
+                      sandbox=shared)
+
+    def _shared_sandbox(self, options: WorkerOptions) -> Sandbox | None:
+        """In a batch with a shared zygote (grader.running.processes.shared_zygote), the sandbox that forks the
+        reference's workers there: no import of torch and triton per grade. None elsewhere, or where it cannot be
+        reached (then each reference worker is a fresh process, as in a single grade)."""
+        address = shared_address()
+        if address is None or self._shared_problem:
+            return None
+        if self._shared is None:
+            sandbox = Sandbox(options, self.reference_cache, zygote_address=address)
+            try:
+                sandbox.ready()
+            except SandboxFailure as failure:
+                sandbox.close()
+                self._shared_problem = failure.detail
+                return None
+            self._shared = sandbox
+        return self._shared
 
     def start_reference(self) -> Worker:
         """A worker running the assignment's reference solution (trusted code, same timing path)."""

@@ -18,6 +18,11 @@ orphans (PID 1 of its namespace, or a child subreaper): `strays` kills every pro
 Control messages are length-prefixed JSON (no tensors on this channel), each one of grader.running.protocol's:
 `Fork` (+ fds: the channel's socket and the progress pipe) -> `Forked`; `Status` -> `ExitStatus` (status as
 subprocess reports it: -signal or the exit code); `KillStrays` -> `StraysKilled`.
+
+`python -m grader.running.worker.zygote --listen FD` is the batch's shared zygote for trusted workers (the reference
+solution's: grader.running.processes.shared_zygote): FD is a listening Unix socket in a folder only the grader can
+enter; every connection is one grade's control channel (the same messages), told `ZygoteReady` as it is accepted.
+A connection sees and asks after only its own workers, and its workers are killed when it closes.
 """
 
 from __future__ import annotations
@@ -107,6 +112,8 @@ class Zygote:
         self.control = control
         self.pid = os.getpid()
         self.forked: dict[int, int | None] = {}  # pid -> exit status (None while running)
+        self.owners: dict[int, socket.socket] = {}  # pid -> the connection that asked for it (shared zygote)
+        self.connections: list[socket.socket] = []  # the shared zygote's grades
 
     def preload(self) -> list[str]:
         loaded = []
@@ -118,15 +125,18 @@ class Zygote:
                 pass
         return loaded
 
+    def _ready_message(self, loaded: Sequence[str]) -> dict[str, Any]:
+        import torch
+
+        return protocol.encode(protocol.ZygoteReady(
+            ok=True, pid=self.pid, preloaded=tuple(loaded), cuda_initialized=bool(torch.cuda.is_initialized())))
+
     def serve(self) -> int:
         libc = _libc()
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # orphans of workers come back here (strays)
         libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # workers (same user) cannot ptrace it or read its memory
         loaded = self.preload()
-        import torch
-
-        send_control(self.control, protocol.encode(protocol.ZygoteReady(
-            ok=True, pid=self.pid, preloaded=tuple(loaded), cuda_initialized=bool(torch.cuda.is_initialized()))))
+        send_control(self.control, self._ready_message(loaded))
         while True:
             self.reap()
             ready = select.select([self.control], [], [], 0.5)[0]
@@ -147,7 +157,8 @@ class Zygote:
                         pass
             send_control(self.control, protocol.encode(reply))
 
-    def handle(self, message: dict[str, Any], fds: list[int]) -> protocol.Reply:
+    def handle(self, message: dict[str, Any], fds: list[int], owner: socket.socket | None = None) -> protocol.Reply:
+        """One control request; `owner`: the connection it came on (shared zygote: it sees only its own workers)."""
         try:
             request = protocol.decode_request(message, protocol.ZYGOTE_REQUESTS)
         except protocol.ProtocolError as exc:
@@ -157,14 +168,59 @@ class Zygote:
                 if len(fds) != 2:
                     why = "fork needs the channel's socket and the progress pipe"
                     return protocol.error_reply("ProtocolError", why)
-                return protocol.Forked(ok=True, pid=self.fork(request, fds))
+                pid = self.fork(request, fds)
+                if owner is not None:
+                    self.owners[pid] = owner
+                return protocol.Forked(ok=True, pid=pid)
             case protocol.Status(pid=pid):
                 self.reap()
+                if owner is not None and self.owners.get(pid) is not owner:
+                    return protocol.ExitStatus(ok=True, exited=False, status=None)
                 status = self.forked.get(pid)
                 return protocol.ExitStatus(ok=True, exited=pid in self.forked and status is not None, status=status)
             case protocol.KillStrays():
                 return protocol.StraysKilled(ok=True, killed=self.kill_strays())
         return protocol.error_reply("ProtocolError", f"no handler for {type(request).__name__}")
+
+    def serve_many(self) -> int:
+        """The shared zygote: `self.control` listens; each accepted connection is one grade's control channel."""
+        libc = _libc()
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+        loaded = self.preload()
+        ready = self._ready_message(loaded)
+        connections = self.connections
+        while True:
+            self.reap()
+            readable = select.select([self.control, *connections], [], [], 0.5)[0]
+            for sock in readable:
+                if sock is self.control:
+                    try:
+                        accepted, _ = self.control.accept()
+                        send_control(accepted, ready)
+                        connections.append(accepted)
+                    except OSError:
+                        pass
+                    continue
+                try:
+                    message, fds = receive_control(sock)
+                except (EOFError, OSError, ValueError):
+                    connections.remove(sock)
+                    self.kill_all(sock)
+                    sock.close()
+                    continue
+                try:
+                    reply = self.handle(message, fds, sock)
+                finally:
+                    for fd in fds:
+                        try:
+                            os.close(fd)
+                        except OSError:
+                            pass
+                try:
+                    send_control(sock, protocol.encode(reply))
+                except OSError:
+                    pass  # it closed: its end is read next
 
     def fork(self, message: protocol.Fork, fds: list[int]) -> int:
         channel_fd, progress_fd = fds
@@ -190,6 +246,8 @@ class Zygote:
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
         self.control.close()
+        for connection in self.connections:  # the shared zygote's: no worker holds another grade's channel
+            connection.close()
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
@@ -250,9 +308,10 @@ class Zygote:
         self.reap()
         return killed
 
-    def kill_all(self) -> None:
+    def kill_all(self, owner: socket.socket | None = None) -> None:
+        """Kill every live worker (`owner`'s only, where given: a grade's connection closed) and the strays."""
         for pid, status in self.forked.items():
-            if status is None:
+            if status is None and (owner is None or self.owners.get(pid) is owner):
                 try:
                     os.killpg(pid, signal.SIGKILL)
                 except OSError:
@@ -261,6 +320,8 @@ class Zygote:
 
 
 def main() -> int:
+    if sys.argv[1] == "--listen":
+        return Zygote(socket.socket(fileno=int(sys.argv[2]))).serve_many()
     control = socket.socket(fileno=int(sys.argv[1]))
     return Zygote(control).serve()
 

@@ -159,3 +159,35 @@ def test_a_sample_that_times_out_ends_the_timing_with_the_blocks_measured(tmp_pa
     crashed = "crash: timing layernorm: the worker died (signal SIGSEGV)"
     crash = _scripted(tmp_path, {"student": [[5.0], [5.0], crashed], "reference": [[0.1]] * 3})
     assert crash.time_in_turn("student", PERF, "timing") == crashed  # type: ignore[arg-type]  # only a timeout ends early
+
+
+def test_in_a_batch_the_references_worker_forks_from_the_shared_zygote(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """grader.running.processes.shared_zygote: the reference's worker of each grade is a fork of the batch's zygote
+    (no torch import per grade); Nsight Compute's reference worker stays a fresh process under the tool; an
+    unreachable zygote leaves the reference's workers fresh processes, as in a single grade."""
+    from grader.running.processes.shared_zygote import ADDRESS_VARIABLE, SharedZygote
+
+    assignment = load_assignment(ROOT / "assignments" / "fused_layers" / "assignment.toml")
+    shared = SharedZygote("interpreter")
+    monkeypatch.setenv(ADDRESS_VARIABLE, shared.address)
+    contestants = Contestants(assignment, "cpu", tmp_path, lambda perf: timed_deadline(perf, None))
+    try:
+        worker = contestants.new_reference()
+        assert not worker.own_sandbox and worker.sandbox_ref.zygote_address == shared.address
+        assert worker.start().ok and worker.warm
+        with open(f"/proc/{worker.pid}/stat", "rb") as f:
+            assert int(f.read().rsplit(b")", 1)[-1].split()[1]) == shared.process.pid
+        contestants.reference = worker
+        under_tool = contestants.new_reference(tool=("true",))
+        assert under_tool.own_sandbox  # a tool's worker (Nsight Compute's): never forked
+        under_tool.close()
+    finally:
+        contestants.close()
+        shared.close()
+    monkeypatch.setenv(ADDRESS_VARIABLE, str(tmp_path / "gone.sock"))
+    fresh = Contestants(assignment, "cpu", tmp_path, lambda perf: timed_deadline(perf, None))
+    worker = fresh.new_reference()
+    assert worker.own_sandbox and "could not be reached" in fresh._shared_problem
+    worker.close()
+    fresh.close()

@@ -1,0 +1,60 @@
+"""The processes a local batch starts once for all its grades, so that no grade pays for them.
+
+- The child template (grader.operations.child_template): every grade's child is forked from a process that
+  imported the grader, torch and triton (no CUDA, no assignment or student data), instead of importing them afresh.
+- On CUDA, the shared zygote (grader.running.processes.shared_zygote): every grade's reference-solution worker is
+  forked from one process that imported torch and triton, instead of each grade starting a fresh one.
+
+Both only where the batch has more than one grade and runs on Linux; each can be turned off ("0" in its variable),
+and each grade falls back to starting afresh where one cannot start or is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from grader.operations.child_template import Template
+from grader.running.processes.shared_zygote import SharedZygote
+
+TEMPLATE_VARIABLE = "GRADER_CHILD_TEMPLATE"  # "0": every child of a batch starts afresh (no template)
+SHARED_ZYGOTE_VARIABLE = "GRADER_REFERENCE_ZYGOTE"  # "0": every grade's reference worker starts afresh
+
+
+@dataclass
+class BatchHelpers:
+    template: Template | None = None
+    shared_zygote: SharedZygote | None = None
+
+    def environment(self) -> dict[str, str]:
+        """What every child of the batch is told (where the shared zygote listens)."""
+        return self.shared_zygote.environment() if self.shared_zygote is not None else {}
+
+    def close(self) -> None:
+        if self.template is not None:
+            self.template.close()
+            self.template = None
+        if self.shared_zygote is not None:
+            self.shared_zygote.close()
+            self.shared_zygote = None
+
+
+def start_helpers(grades: int, backends: Sequence[str], template_environment: dict[str, str]) -> BatchHelpers:
+    """The helpers worth starting for `grades` grades on `backends` (each job's); none for one grade or off Linux
+    (macOS forbids much after a fork of a process that loaded its frameworks)."""
+    helpers = BatchHelpers()
+    if grades < 2 or not sys.platform.startswith("linux"):
+        return helpers
+    if os.environ.get(TEMPLATE_VARIABLE, "") != "0":
+        try:
+            helpers.template = Template(template_environment)
+        except OSError:
+            pass
+    if "cuda" in backends and os.environ.get(SHARED_ZYGOTE_VARIABLE, "") != "0":
+        try:
+            helpers.shared_zygote = SharedZygote("cuda")
+        except OSError:
+            pass
+    return helpers
