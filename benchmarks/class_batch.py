@@ -2,7 +2,7 @@
 
     python benchmarks/class_batch.py [--assignment fused_layers] [--backend cuda] [--workers 6] [--seed 3]
                                      [--copies 2] [--identical 3] [--out DIR] [--no-profile] [--no-template]
-                                     [--phases] [--limit-s S]
+                                     [--no-shared-zygote] [--phases] [--limit-s S]
 
 `--workers 1,4,8` grades the same class once per worker count, one batch after the other. `--phases` also says
 where each batch's CPU-seconds and GPU-slot seconds went, phase by phase over all its grades
@@ -109,6 +109,9 @@ def main() -> int:
     parser.add_argument("--no-template", dest="template", action="store_false",
                         help="every child of the batch started afresh ($GRADER_CHILD_TEMPLATE=0), to weigh what the "
                              "child template saves a class")
+    parser.add_argument("--no-shared-zygote", dest="shared_zygote", action="store_false",
+                        help="every grade's reference worker started afresh ($GRADER_REFERENCE_ZYGOTE=0), to weigh "
+                             "what the batch's shared zygote saves a class")
     parser.add_argument("--hostile", action="store_true",
                         help="fused_layers: add a student that spins at the timed size and one that hogs GPU memory")
     parser.add_argument("--phases", action="store_true",
@@ -151,7 +154,8 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
     """One `grader batch` of the class with `workers` workers, and what it showed."""
     trace = work / f"phases-{workers}.jsonl"
     env = dict(os.environ, **({"GRADER_PHASE_TRACE": str(trace)} if args.phases else {}),
-               **({} if args.template else {"GRADER_CHILD_TEMPLATE": "0"}))
+               **({} if args.template else {"GRADER_CHILD_TEMPLATE": "0"}),
+               **({} if args.shared_zygote else {"GRADER_REFERENCE_ZYGOTE": "0"}))
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(work / "class"), "--assignment",
@@ -175,7 +179,8 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
     timing = f"median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s" if seconds else "none"
     print(f"class of {len(origin)} ({args.copies} copies of each corpus file, {args.identical} identical references): "
           f"{len(grades)} graded in {wall:.1f} s wall with {workers} workers ({args.executor}"
-          f"{'' if args.profile else ', --no-profile'}{'' if args.template else ', --no-template'}); "
+          f"{'' if args.profile else ', --no-profile'}{'' if args.template else ', --no-template'}"
+          f"{'' if args.shared_zygote else ', --no-shared-zygote'}); "
           f"grading time per student {timing}")
     phases = sorted({p for g in grades.values() for p in g.get("phases", {})})
     print("phases, seconds per grade (median / max / sum over the class): " + "; ".join(
