@@ -4,6 +4,8 @@
   imported the grader, torch and triton (no CUDA, no assignment or student data), instead of importing them afresh.
 - On CUDA, the shared zygote (grader.running.processes.shared_zygote): every grade's reference-solution worker is
   forked from one process that imported torch and triton, instead of each grade starting a fresh one.
+- Where sandboxes are isolated (root, namespaces), the zygote template (the same module): every grade's sandbox zygote
+  is forked from one process that imported the zygote's preload, and confined there, instead of importing it afresh.
 
 Both only where the batch has more than one grade and runs on Linux; each can be turned off ("0" in its variable),
 and each grade falls back to starting afresh where one cannot start or is gone.
@@ -17,20 +19,27 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from grader.operations.child_template import Template
-from grader.running.processes.shared_zygote import SharedZygote
+from grader.running.processes.confinement import namespaces_available, namespaces_wanted
+from grader.running.processes.shared_zygote import SharedZygote, ZygoteTemplate
 
 TEMPLATE_VARIABLE = "GRADER_CHILD_TEMPLATE"  # "0": every child of a batch starts afresh (no template)
 SHARED_ZYGOTE_VARIABLE = "GRADER_REFERENCE_ZYGOTE"  # "0": every grade's reference worker starts afresh
+SANDBOX_TEMPLATE_VARIABLE = "GRADER_SANDBOX_TEMPLATE"  # "0": every grade's sandbox zygote starts afresh
 
 
 @dataclass
 class BatchHelpers:
     template: Template | None = None
     shared_zygote: SharedZygote | None = None
+    zygote_template: ZygoteTemplate | None = None
 
     def environment(self) -> dict[str, str]:
-        """What every child of the batch is told (where the shared zygote listens)."""
-        return self.shared_zygote.environment() if self.shared_zygote is not None else {}
+        """What every child of the batch is told (where the shared zygote and the zygote template listen)."""
+        told: dict[str, str] = {}
+        for helper in (self.shared_zygote, self.zygote_template):
+            if helper is not None:
+                told.update(helper.environment())
+        return told
 
     def close(self) -> None:
         if self.template is not None:
@@ -39,6 +48,9 @@ class BatchHelpers:
         if self.shared_zygote is not None:
             self.shared_zygote.close()
             self.shared_zygote = None
+        if self.zygote_template is not None:
+            self.zygote_template.close()
+            self.zygote_template = None
 
 
 def start_helpers(grades: int, backends: Sequence[str], template_environment: dict[str, str]) -> BatchHelpers:
@@ -55,6 +67,13 @@ def start_helpers(grades: int, backends: Sequence[str], template_environment: di
     if "cuda" in backends and os.environ.get(SHARED_ZYGOTE_VARIABLE, "") != "0":
         try:
             helpers.shared_zygote = SharedZygote("cuda")
+        except OSError:
+            pass
+    kinds = set(backends)
+    if (len(kinds) == 1 and kinds <= {"cuda", "interpreter"} and namespaces_available() and namespaces_wanted()
+            and os.environ.get(SANDBOX_TEMPLATE_VARIABLE, "") != "0"):
+        try:
+            helpers.zygote_template = ZygoteTemplate(kinds.pop())
         except OSError:
             pass
     return helpers

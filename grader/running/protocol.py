@@ -442,9 +442,39 @@ class KillStrays(Request[StraysKilled]):
     REPLY: ClassVar[type[Reply]] = StraysKilled
 
 
+@dataclass(frozen=True)
+class ZygoteStarted(Reply):
+    """A confined zygote forked from the batch's zygote template: its pid as the grader sees it (it is 1 in its PID
+    namespace); its `ZygoteReady` follows on the same connection."""
+
+    pid: int = 0
+
+
+@dataclass(frozen=True)
+class StartZygote(Request[ZygoteStarted]):
+    """To the batch's zygote template (grader.running.worker.zygote_template): become one sandbox's zygote, confined
+    as the `unshare`/`setpriv` command of a fresh one would be: these resource limits, new PID, mount and network
+    namespaces with `hide` under empty tmpfs mounts, then the user `uid`:`gid` (None: stay) with no new privileges,
+    this environment, folder and log. The connection it came on becomes the zygote's control channel."""
+
+    OP: ClassVar[str] = "start_zygote"
+    REPLY: ClassVar[type[Reply]] = ZygoteStarted
+    backend: str
+    env: Mapping[str, str]
+    cwd: str
+    log: str
+    hide: tuple[str, ...]
+    uid: int | None
+    gid: int | None
+    file_limit: int
+    cpu_limit_s: int
+    address_limit: int | None = None
+
+
 WORKER_REQUESTS: tuple[type[Request[Any]], ...] = (Load, LoadKernels, Launch, Call, Compile, Warmup, Replay, Run,
                                                    TimeLaunches, TimeKept, ProfileKept)
 ZYGOTE_REQUESTS: tuple[type[Request[Any]], ...] = (Fork, Status, KillStrays)
+TEMPLATE_REQUESTS: tuple[type[Request[Any]], ...] = (StartZygote,)
 
 
 # ------------------------------------------------------------------------------------------------------ codec

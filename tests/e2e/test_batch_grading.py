@@ -131,6 +131,20 @@ def test_two_workers_on_a_zip_give_the_same_gradebook(one_worker: Path, repo_roo
     assert comparable(gradebook(tmp_path / "out")) == comparable(gradebook(one_worker))
 
 
+def test_processes_started_afresh_give_the_same_gradebook(one_worker: Path, repo_root: Path, corpus: Path,
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One grade per file whichever way a batch starts its processes: the one-worker batch forked its children from
+    the child template and (as root, isolated) its sandbox zygotes from the zygote template
+    (grader.operations.batch_helpers); started afresh, every grade is the same."""
+    from grader.operations import batch_helpers
+
+    monkeypatch.setenv(batch_helpers.TEMPLATE_VARIABLE, "0")
+    monkeypatch.setenv(batch_helpers.SANDBOX_TEMPLATE_VARIABLE, "0")
+    code, printed = run_batch(repo_root, corpus, tmp_path / "out", "--workers", "2")
+    assert code == 0, printed
+    assert comparable(gradebook(tmp_path / "out")) == comparable(gradebook(one_worker))
+
+
 def test_ray_executor_gives_the_same_gradebook(one_worker: Path, repo_root: Path, corpus: Path,
                                                tmp_path: Path) -> None:
     code, printed = run_batch(repo_root, corpus, tmp_path / "out", "--executor", "ray", "--workers", "2")

@@ -25,7 +25,7 @@ from typing import Any
 from grader import trap_ids
 from grader.running import protocol
 from grader.running.phases import traced
-from grader.running.processes.confinement import describe_exit, kill_marked, marked_pids
+from grader.running.processes.confinement import await_exit, describe_exit, kill_marked, marked_pids
 from grader.running.processes.cpu_share import SAID_FROM_S, LoadAllowance, stretched
 from grader.running.processes.gpu_memory import Watch
 from grader.running.processes.sandbox import Sandbox, SandboxFailure, WorkerOptions
@@ -244,7 +244,7 @@ class Worker:
                 os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            _await_exit(self.pid)  # its CUDA context (and GPU memory) is gone when it is
+            await_exit(self.pid)  # its CUDA context (and GPU memory) is gone when it is
             self.sandbox_ref.kill_strays()
         self.pid = None
         if self.channel is not None:
@@ -452,19 +452,6 @@ class Worker:
         if self.watch is None or self.watch.exceeded:
             return False
         return is_out_of_memory(reply.error)
-
-
-def _await_exit(pid: int, timeout_s: float = 10.0) -> None:
-    """Wait until a killed process (not our child: its zygote reaps it) has exited."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                if f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
-                    return
-        except (OSError, IndexError):
-            return
-        time.sleep(0.005)
 
 
 def is_out_of_memory(error: protocol.WorkerError | None) -> bool:

@@ -28,6 +28,13 @@ TOKEN_VARIABLE = "GRADER_WORKER_TOKEN"  # every process of a sandbox carries its
 GRADER_PACKAGE = Path(__file__).resolve().parents[2]  # grader/ (this file is grader/running/processes/...)
 PROJECT_ROOT = GRADER_PACKAGE.parent  # what a worker's PYTHONPATH names, so it imports this grader
 _CLONE_NEWNET = 0x40000000
+# Variables the worker inherits from the grader; everything else (tokens, credentials) stays behind.
+PASSED_ENVIRONMENT = (
+    "PATH", "LANG", "LC_ALL", "VIRTUAL_ENV",
+    "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
+    "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_F32_DEFAULT", "TRITON_DEFAULT_FP_FUSION",
+    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -199,6 +206,19 @@ def kill_marked(token: str) -> None:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass
+
+
+def await_exit(pid: int, timeout_s: float = 10.0) -> None:
+    """Wait until a killed process (not our child: its zygote or template reaps it) has exited."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[-1].split()[0] in (b"Z", b"X"):
+                    return
+        except (OSError, IndexError):
+            return
+        time.sleep(0.005)
 
 
 def describe_exit(code: int | None) -> str:

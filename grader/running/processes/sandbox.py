@@ -38,8 +38,12 @@ from grader.running import protocol
 from grader.running.processes.confinement import (
     GRADER_PACKAGE,
     INTERPRETER_MEMORY_LIMIT_BYTES,
+    PASSED_ENVIRONMENT,
     PROJECT_ROOT,
     TOKEN_VARIABLE,
+    WORKER_CPU_LIMIT_S,
+    WORKER_OUTPUT_LIMIT_BYTES,
+    await_exit,
     become_subreaper,
     confine,
     host_pid,
@@ -52,17 +56,11 @@ from grader.running.processes.confinement import (
 from grader.running.processes.gpu_memory import MemoryWatchdog, Watch, first_guard_fraction, worker_budget_bytes
 from grader.running.processes.gpu_slot import lock_dir
 from grader.running.processes.nvml import NvmlReader, nvml_reader
+from grader.running.processes.shared_zygote import template_address
 from grader.running.worker.zygote import receive_control, send_control
 
 ZYGOTE_START_TIMEOUT_S = 120.0
 ZYGOTE_REPLY_TIMEOUT_S = 10.0
-# Variables the worker inherits from the grader; everything else (tokens, credentials) stays behind.
-PASSED_ENVIRONMENT = (
-    "PATH", "LANG", "LC_ALL", "VIRTUAL_ENV",
-    "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
-    "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_F32_DEFAULT", "TRITON_DEFAULT_FP_FUSION",
-    "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
-)
 MEMORY_FRACTION_VARIABLE = "GRADER_GPU_MEMORY_FRACTION"  # read by the worker's harness (the first guard)
 SANDBOX_USER = "nobody"
 
@@ -139,6 +137,7 @@ class Sandbox:
         self._zygote: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self._zygote_pid: int | None = None  # as the grader sees it
+        self._forked_zygote: int | None = None  # a zygote forked from the batch's template (not our child)
         self._namespace_inode: int | None = None
         self._lock = threading.Lock()
         self._ready: protocol.ZygoteReady | None = None
@@ -275,6 +274,9 @@ class Sandbox:
                 return
             self._control = connection
             return
+        template = template_address(self.options.backend) if self.isolated else None
+        if template is not None and self._start_from_template(template):
+            return
         grader_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             env = self.environment(self.root, self.options.backend)
@@ -283,6 +285,33 @@ class Sandbox:
         finally:
             zygote_end.close()
         self._control = grader_end
+
+    def _start_from_template(self, address: str) -> bool:
+        """The zygote forked from the batch's zygote template (grader.running.worker.zygote_template) and confined
+        there as `command` would confine a fresh one; False (nothing started) where that did not work."""
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        identity = self.identity
+        request = protocol.StartZygote(
+            backend=self.options.backend, env=self.environment(self.root, self.options.backend), cwd=str(self.root),
+            log=str(self.root / "zygote.log"), hide=tuple(p for p in self.hidden().split(":") if p),
+            uid=identity.uid if identity else None, gid=identity.gid if identity else None,
+            file_limit=WORKER_OUTPUT_LIMIT_BYTES, cpu_limit_s=WORKER_CPU_LIMIT_S,
+            address_limit=INTERPRETER_MEMORY_LIMIT_BYTES if self.options.backend == "interpreter" else None)
+        try:
+            connection.connect(address)
+            send_control(connection, protocol.encode(request))
+            tree, fds = receive_control(connection, ZYGOTE_REPLY_TIMEOUT_S)
+            for fd in fds:
+                os.close(fd)
+            started = protocol.decode_answer(request, tree)
+        except (TimeoutError, EOFError, OSError, ValueError):
+            connection.close()
+            return False
+        if not started.ok or started.pid <= 0:
+            connection.close()
+            return False
+        self._control, self._forked_zygote = connection, started.pid
+        return True
 
     def ready(self) -> protocol.ZygoteReady:
         """The zygote's ready message (waits for it once); SandboxFailure if it did not come up."""
@@ -308,8 +337,10 @@ class Sandbox:
                 self._failure = SandboxFailure("the sandbox's zygote initialised CUDA: it cannot fork workers")
                 self._stop_zygote()
                 raise self._failure
-            # the shared zygote is in no namespace of its own: the pid it tells is the grader's view
-            self._zygote_pid = self._find_zygote() if self._zygote is not None else message.pid
+            if self._forked_zygote is not None:  # forked from the batch's template: its pid as the template told
+                self._zygote_pid = self._forked_zygote
+            else:  # the shared zygote is in no namespace of its own: the pid it tells is the grader's view
+                self._zygote_pid = self._find_zygote() if self._zygote is not None else message.pid
             if self._zygote_pid is not None and self.isolated:
                 self._namespace_inode = os.stat(f"/proc/{self._zygote_pid}/ns/pid").st_ino
             self._ready = message
@@ -434,6 +465,12 @@ class Sandbox:
                 self._zygote.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
+        if self._forked_zygote is not None:  # PID 1 of its namespace: every process in it dies with it
+            try:
+                os.kill(self._forked_zygote, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            await_exit(self._forked_zygote)
         kill_marked(self.token)  # the zygote's workers and their daemons (all carry its token)
 
     def close(self) -> None:
