@@ -2,7 +2,7 @@
 
     python benchmarks/class_batch.py [--assignment fused_layers] [--backend cuda] [--workers 6] [--seed 3]
                                      [--copies 2] [--identical 3] [--out DIR] [--no-profile] [--no-template]
-                                     [--no-shared-zygote] [--phases] [--limit-s S]
+                                     [--no-shared-zygote] [--no-sandbox-template] [--phases] [--limit-s S]
 
 `--workers 1,4,8` grades the same class once per worker count, one batch after the other. `--phases` also says
 where each batch's CPU-seconds and GPU-slot seconds went, phase by phase over all its grades
@@ -112,6 +112,9 @@ def main() -> int:
     parser.add_argument("--no-shared-zygote", dest="shared_zygote", action="store_false",
                         help="every grade's reference worker started afresh ($GRADER_REFERENCE_ZYGOTE=0), to weigh "
                              "what the batch's shared zygote saves a class")
+    parser.add_argument("--no-sandbox-template", dest="sandbox_template", action="store_false",
+                        help="every grade's sandbox zygote started afresh ($GRADER_SANDBOX_TEMPLATE=0), to weigh what "
+                             "the batch's zygote template saves a class")
     parser.add_argument("--hostile", action="store_true",
                         help="fused_layers: add a student that spins at the timed size and one that hogs GPU memory")
     parser.add_argument("--phases", action="store_true",
@@ -150,14 +153,26 @@ def _await_batch(batch: subprocess.Popen[str], out: Path, students: int, started
             batch.terminate()
 
 
+def machine_busy_s() -> float:
+    """Seconds of CPU the whole machine has spent busy since boot (/proc/stat: all but idle and iowait)."""
+    try:
+        fields = [int(f) for f in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], workers: int, out: Path) -> int:
     """One `grader batch` of the class with `workers` workers, and what it showed."""
     trace = work / f"phases-{workers}.jsonl"
     env = dict(os.environ, **({"GRADER_PHASE_TRACE": str(trace)} if args.phases else {}),
                **({} if args.template else {"GRADER_CHILD_TEMPLATE": "0"}),
-               **({} if args.shared_zygote else {"GRADER_REFERENCE_ZYGOTE": "0"}))
+               **({} if args.shared_zygote else {"GRADER_REFERENCE_ZYGOTE": "0"}),
+               **({} if args.sandbox_template else {"GRADER_SANDBOX_TEMPLATE": "0"}))
     started = time.monotonic()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    machine_before = machine_busy_s()
     batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(work / "class"), "--assignment",
                               args.assignment, "--out", str(out), "--backend", args.backend, "--workers",
                               str(workers), "--seed", str(args.seed), "--executor", args.executor,
@@ -171,16 +186,21 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)  # every process of the batch the batch waited for
     cpu_s = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    machine_s = machine_busy_s() - machine_before
     print(done.stdout[-3000:], done.stderr[-2000:], sep="\n")
     grades = {s: json.loads((out / s / "grade.json").read_text()) for s in origin if (out / s / "grade.json").is_file()}
     print(f"CPU-seconds of the batch: {cpu_s:.0f} ({cpu_s / max(len(grades), 1):.1f} per student graded, "
           f"{cpu_s / wall:.1f} cores busy on average over {wall:.0f} s; {os.cpu_count()} cores here)")
+    per_grade = machine_s / max(len(grades), 1)
+    print(f"CPU-seconds the whole machine was busy meanwhile: {machine_s:.0f} ({per_grade:.1f} per student graded; "
+          "every process, those the batch never waited for too: a template's forks)")
     seconds = [g["execution_time_s"] for g in grades.values()]
     timing = f"median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s" if seconds else "none"
     print(f"class of {len(origin)} ({args.copies} copies of each corpus file, {args.identical} identical references): "
           f"{len(grades)} graded in {wall:.1f} s wall with {workers} workers ({args.executor}"
           f"{'' if args.profile else ', --no-profile'}{'' if args.template else ', --no-template'}"
-          f"{'' if args.shared_zygote else ', --no-shared-zygote'}); "
+          f"{'' if args.shared_zygote else ', --no-shared-zygote'}"
+          f"{'' if args.sandbox_template else ', --no-sandbox-template'}); "
           f"grading time per student {timing}")
     phases = sorted({p for g in grades.values() for p in g.get("phases", {})})
     print("phases, seconds per grade (median / max / sum over the class): " + "; ".join(
