@@ -147,15 +147,18 @@ class Zygote:
             except (EOFError, OSError, ValueError):
                 self.kill_all()
                 return 0
-            try:
-                reply = self.handle(message, fds)
-            finally:
-                for fd in fds:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
-            send_control(self.control, protocol.encode(reply))
+            send_control(self.control, protocol.encode(self._answer(message, fds)))
+
+    def _answer(self, message: dict[str, Any], fds: list[int], owner: socket.socket | None = None) -> protocol.Reply:
+        """`handle`, then the fds that came with the message closed here (a forked worker has its own copies)."""
+        try:
+            return self.handle(message, fds, owner)
+        finally:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
 
     def handle(self, message: dict[str, Any], fds: list[int], owner: socket.socket | None = None) -> protocol.Reply:
         """One control request; `owner`: the connection it came on (shared zygote: it sees only its own workers)."""
@@ -209,14 +212,7 @@ class Zygote:
                     self.kill_all(sock)
                     sock.close()
                     continue
-                try:
-                    reply = self.handle(message, fds, sock)
-                finally:
-                    for fd in fds:
-                        try:
-                            os.close(fd)
-                        except OSError:
-                            pass
+                reply = self._answer(message, fds, sock)
                 try:
                     send_control(sock, protocol.encode(reply))
                 except OSError:

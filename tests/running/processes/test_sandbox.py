@@ -78,12 +78,16 @@ def sandbox(tmp_path: Path):
     box.close()
 
 
-@pytest.fixture
-def submission(tmp_path: Path) -> Path:
-    path = tmp_path / "student" / "submission.py"
+def write_submission(folder: Path) -> Path:
+    path = folder / "student" / "submission.py"
     path.parent.mkdir()
     path.write_text(SUBMISSION, encoding="utf-8")
     return path
+
+
+@pytest.fixture
+def submission(tmp_path: Path) -> Path:
+    return write_submission(tmp_path)
 
 
 def gone(pid: int) -> bool:

@@ -22,7 +22,7 @@ from grader.running.processes.shared_zygote import (
     shared_address,
     zygote_environment,
 )
-from tests.running.processes.test_sandbox import NAMES, SUBMISSION, call, gone
+from tests.running.processes.test_sandbox import NAMES, call, gone, write_submission
 
 OPTIONS = WorkerOptions(backend="interpreter", import_timeout_s=60, sandbox_user=None)
 
@@ -36,10 +36,7 @@ def shared():
 
 @pytest.fixture
 def submission(tmp_path: Path) -> Path:
-    path = tmp_path / "course" / "reference.py"
-    path.parent.mkdir()
-    path.write_text(SUBMISSION, encoding="utf-8")
-    return path
+    return write_submission(tmp_path)
 
 
 def parent_of(pid: int) -> int:

@@ -17,7 +17,7 @@ from grader.running.processes.confinement import namespaces_available
 from grader.running.processes.sandbox import Sandbox, WorkerOptions
 from grader.running.processes.shared_zygote import TEMPLATE_ADDRESS_VARIABLE, ZygoteTemplate, template_address
 from grader.running.worker.zygote import receive_control, send_control
-from tests.running.processes.test_sandbox import NAMES, SUBMISSION, call, gone
+from tests.running.processes.test_sandbox import NAMES, call, gone, write_submission
 
 pytestmark = pytest.mark.skipif(not namespaces_available(), reason="needs root and PID/mount/network namespaces")
 
@@ -32,10 +32,7 @@ def template(monkeypatch: pytest.MonkeyPatch):
 
 @pytest.fixture
 def submission(tmp_path: Path) -> Path:
-    path = tmp_path / "student" / "submission.py"
-    path.parent.mkdir()
-    path.write_text(SUBMISSION, encoding="utf-8")
-    return path
+    return write_submission(tmp_path)
 
 
 def facts(pid: int) -> dict[str, object]:
