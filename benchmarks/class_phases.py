@@ -24,8 +24,12 @@ from pathlib import Path
 EXCLUSIVE_PHASES = ("timing/bars", "timing/student", "profile/replay")
 
 
-def process_table() -> tuple[dict[int, int], dict[int, float]]:
-    """Every live process's parent and CPU seconds (user + system, with the children it has reaped)."""
+SANDBOX_OF = "sbx-"  # a sandbox zygote forked from the batch's zygote template names the grade it serves
+
+
+def process_table(names: dict[int, str] | None = None) -> tuple[dict[int, int], dict[int, float]]:
+    """Every live process's parent and CPU seconds (user + system, with the children it has reaped); each one's name
+    into `names` where given."""
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
@@ -34,10 +38,13 @@ def process_table() -> tuple[dict[int, int], dict[int, float]]:
             continue
         try:
             with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
+                head, tail = stat.read().rsplit(")", 1)
+                fields = tail.split()
+        except (OSError, ValueError):
             continue
         pid = int(entry)
+        if names is not None:
+            names[pid] = head.split("(", 1)[-1]
         parents[pid] = int(fields[1])  # after the name: state, ppid, ..., utime (12th), stime, cutime, cstime
         cpu[pid] = sum(int(f) for f in fields[11:15]) / tick
     return parents, cpu
@@ -60,15 +67,22 @@ def tree_cpu(root: int, children: Mapping[int, Sequence[int]], cpu: Mapping[int,
     return total
 
 
-def cpu_by_descendant(root: int, parents: Mapping[int, int], cpu: Mapping[int, float]) -> dict[int, float]:
+def cpu_by_descendant(root: int, parents: Mapping[int, int], cpu: Mapping[int, float],
+                      names: Mapping[int, str] | None = None) -> dict[int, float]:
     """For every process under `root`: the CPU seconds of its whole live tree (a grade is whichever of them traced
-    spans: a child of the batch, or of the template the batch forks its children from)."""
+    spans: a child of the batch, or of the template the batch forks its children from). A sandbox forked from the
+    batch's zygote template is under the template, not its grade: its tree counts to the grade its name gives."""
     children = children_of(parents)
     found, todo = {}, list(children.get(root, ()))
     while todo:
         pid = todo.pop()
         found[pid] = tree_cpu(pid, children, cpu)
         todo.extend(children.get(pid, ()))
+    for pid, name in (names or {}).items():
+        grade = name[len(SANDBOX_OF):] if name.startswith(SANDBOX_OF) else ""
+        if grade.isdigit() and int(grade) in found and parents.get(pid) in found and \
+                not (names or {}).get(parents.get(pid, 0), "").startswith(SANDBOX_OF):
+            found[int(grade)] += tree_cpu(pid, children, cpu)  # the sandbox's first process: its tree once
     return found
 
 
@@ -96,8 +110,9 @@ class ClassSampler:
     def _run(self) -> None:
         while not self._stop.is_set():
             now = time.monotonic()
-            parents, cpu = process_table()
-            for child, seconds in cpu_by_descendant(self.root, parents, cpu).items():
+            names: dict[int, str] = {}
+            parents, cpu = process_table(names)
+            for child, seconds in cpu_by_descendant(self.root, parents, cpu, names).items():
                 self.samples[child].append((now, seconds))
             self._stop.wait(self.every_s)
 

@@ -7,8 +7,10 @@ never any grade's data: it reads nothing from a connection, so nothing of one gr
 zygote inherits).
 
 For each connection on its listening socket (a Unix socket in a folder only the grader's user can enter,
-grader.running.processes.shared_zygote) it forks a child and forgets the connection. The child closes every other
-descriptor (the listening socket first), reads one `StartZygote`, and confines itself as a fresh sandbox zygote's
+grader.running.processes.shared_zygote) it forks a child, named `sbx-<the grade's pid>` (the connecting process's, from
+the kernel: benchmarks/class_phases.py counts the sandbox's CPU to that grade), and forgets the connection. The child
+closes every other descriptor (the listening socket first), reads one `StartZygote`, and confines itself as a fresh
+sandbox zygote's
 `unshare --pid --fork --kill-child --mount-proc --net` and `setpriv` command would (grader.running.processes.sandbox):
 the resource limits, a session of its own, new PID, mount and network namespaces, mounts made private; then it forks
 the zygote proper (PID 1 of the new namespace: it dies with the child, the child waits for it and exits with its
@@ -27,6 +29,7 @@ import resource
 import select
 import signal
 import socket
+import struct
 import sys
 from typing import Any
 
@@ -36,7 +39,7 @@ from grader.running.worker.zygote import Zygote, receive_control, send_control
 REQUEST_TIMEOUT_S = 30.0
 _CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 0x4000, 1 << 18
-_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+_PR_SET_PDEATHSIG, _PR_SET_NAME, _PR_SET_NO_NEW_PRIVS = 1, 15, 38
 _CONTROL_FD = 3
 
 
@@ -59,12 +62,14 @@ def serve(listener: socket.socket, backend: str) -> int:
             continue
         try:
             connection, _ = listener.accept()
+            peer = _peer_pid(connection)
         except OSError:
             continue
         pid = os.fork()
         if pid == 0:
             code = 70
             try:
+                _libc().prctl(_PR_SET_NAME, f"sbx-{peer}".encode()[:15], 0, 0, 0)  # `ps` shows whose sandbox it is
                 code = _become_confined(connection, listener, backend)
             except BaseException:  # noqa: BLE001 - into the template's log
                 import traceback
@@ -73,6 +78,13 @@ def serve(listener: socket.socket, backend: str) -> int:
             finally:
                 os._exit(code)
         connection.close()  # the child's now: nothing of it stays here
+
+
+def _peer_pid(connection: socket.socket) -> int:
+    """The connecting grade's pid (SO_PEERCRED: the kernel's word, no byte read from the connection)."""
+    pid, _uid, _gid = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                               struct.calcsize("3i")))
+    return int(pid)
 
 
 def _reap() -> None:
