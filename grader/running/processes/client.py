@@ -25,7 +25,7 @@ from typing import Any
 from grader import trap_ids
 from grader.running import protocol
 from grader.running.phases import traced
-from grader.running.processes.confinement import await_exit, describe_exit, kill_marked, marked_pids
+from grader.running.processes.confinement import await_exit, describe_exit, kill_marked
 from grader.running.processes.cpu_share import SAID_FROM_S, LoadAllowance, stretched
 from grader.running.processes.gpu_memory import Watch
 from grader.running.processes.sandbox import Sandbox, SandboxFailure, WorkerOptions
@@ -350,8 +350,8 @@ class Worker:
         def compiling_s(at: float) -> float:
             return min(self.compile_credit_s, compiled_s + (at - compiling_from if depth > 0 else 0.0))
 
-        token = self.sandbox_ref.token  # the sandbox's other processes are the submission's own load
-        load = LoadAllowance(self.pid, lambda: marked_pids(token))  # what others' load owes it (cpu_share)
+        # the sandbox's other processes are the submission's own load; the rest is what others' load owes it
+        load = LoadAllowance(self.pid, self.sandbox_ref.own_processes)
         at_last = load.base  # the worker when the last progress mark came
         while True:
             now = time.monotonic()

@@ -189,6 +189,21 @@ def marked_pids(token: str) -> list[int]:
     return found
 
 
+def namespace_members(inode: int) -> list[int]:
+    """Every process in the PID namespace `inode` (as /proc/PID/ns/pid names it), this one excepted: no process can
+    leave its PID namespace, nor change what this says (unlike its environment, which is its own memory)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if os.stat(f"/proc/{entry.name}/ns/pid").st_ino == inode:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def kill_marked(token: str) -> None:
     """Kill every process that carries this sandbox's token (marked_pids)."""
     for _ in range(3):

@@ -48,6 +48,8 @@ from grader.running.processes.confinement import (
     confine,
     host_pid,
     kill_marked,
+    marked_pids,
+    namespace_members,
     namespaces_available,
     namespaces_wanted,
     sandbox_identity,
@@ -418,6 +420,14 @@ class Sandbox:
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)
+
+    def own_processes(self) -> list[int]:
+        """Every process of this sandbox: those carrying its token and, where it has a PID namespace, every process
+        in it (a zygote forked from the batch's template, and what it forks, show the template's environment)."""
+        found = set(marked_pids(self.token))
+        if self._namespace_inode is not None:
+            found.update(namespace_members(self._namespace_inode))
+        return sorted(found)
 
     def watch(self, pid: int, label: str) -> Watch | None:
         """Watch a CUDA worker's GPU memory against this sandbox's budget (None: no budget here)."""

@@ -81,6 +81,9 @@ def test_a_forked_zygote_is_confined_as_a_fresh_one(template: ZygoteTemplate, su
             pid = workers[name].pid
             assert os.listdir(f"/proc/{pid}/root{secret}") == [], name  # hidden under an empty tmpfs
         assert seen["forked"]["no_new_privs"] == "1"  # always, the grader's user or not
+        for name, box in (("forked", forked), ("fresh", fresh)):  # the submission's own load (cpu_share), found
+            assert workers[name].pid in box.own_processes(), name  # though a fork shows the template's environment
+        assert workers["forked"].pid not in fresh.own_processes()
         assert forked._zygote_pid is not None
         zygote_fds = sorted(int(fd) for fd in os.listdir(f"/proc/{forked._zygote_pid}/fd"))
         assert zygote_fds == [0, 1, 2, 3], zygote_fds  # its control channel, and nothing of the template's
