@@ -55,15 +55,20 @@ def _check(result: int, what: str) -> None:
 
 def serve(listener: socket.socket, backend: str) -> int:
     """Accept and fork until the batch ends (this process dies with it: its parent set PR_SET_PDEATHSIG)."""
-    Zygote(listener).preload()
+    template = Zygote(listener)  # its preload and its reaping; it forks no worker itself
+    template.preload()
     while True:
-        _reap()
+        template.reap()
         if not select.select([listener], [], [], 0.5)[0]:
             continue
         try:
             connection, _ = listener.accept()
+        except OSError:
+            continue
+        try:
             peer = _peer_pid(connection)
         except OSError:
+            connection.close()
             continue
         pid = os.fork()
         if pid == 0:
@@ -85,16 +90,6 @@ def _peer_pid(connection: socket.socket) -> int:
     pid, _uid, _gid = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                                struct.calcsize("3i")))
     return int(pid)
-
-
-def _reap() -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 def _become_confined(connection: socket.socket, listener: socket.socket, backend: str) -> int:
