@@ -23,8 +23,6 @@ worker keeps it loaded when it confines imports (grader.running.worker.confineme
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import sys
 import types
 import typing
@@ -33,6 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, Union
 
 from grader.evidence.worker_error import WorkerError
+from grader.running.kernel_bundle import KernelBundle as KernelBundle  # LoadKernels' payload (re-exported)
+from grader.running.kernel_bundle import kernel_bundle_digest as kernel_bundle_digest
 
 if TYPE_CHECKING:
     import torch
@@ -199,30 +199,6 @@ class Load(Request[Loaded]):
     REPLY: ClassVar[type[Reply]] = Loaded
     path: str
     names: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class KernelBundle:
-    """A submission's kernels as data, for a worker that runs none of its Python (grader.running.worker.kernel_host):
-    `source` holds each kernel's `def` at its own line (cut by the grader from its copy of the file, decorators left
-    out), `defs` each kernel's name, line and JIT options, `symbols` each module-level name that holds a kernel (the
-    def under it, the meta-parameters autotune/heuristics choose, whether it is wrapped), `values` every module-level
-    value as the submission's worker encoded it, `digest` the SHA-256 of the rest (kernel_bundle_digest)."""
-
-    filename: str
-    source: str
-    defs: tuple[Mapping[str, Any], ...] = ()
-    symbols: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    values: Mapping[str, Any] = field(default_factory=dict)
-    constexpr_annotated: tuple[str, ...] = ()
-    future_annotations: bool = False
-    digest: str = ""
-
-
-def kernel_bundle_digest(bundle: KernelBundle) -> str:
-    """SHA-256 of a bundle's content (every field but the digest), as canonical JSON."""
-    content = {f.name: _plain(getattr(bundle, f.name)) for f in dataclasses.fields(bundle) if f.name != "digest"}
-    return hashlib.sha256(json.dumps(content, sort_keys=True, default=repr).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -444,18 +420,14 @@ class KillStrays(Request[StraysKilled]):
 
 @dataclass(frozen=True)
 class ZygoteStarted(Reply):
-    """A confined zygote forked from the batch's zygote template: its pid as the grader sees it (it is 1 in its PID
-    namespace); its `ZygoteReady` follows on the same connection."""
-
-    pid: int = 0
+    pid: int = 0  # the forked zygote's as the grader sees it (1 in its namespace); its ZygoteReady follows
 
 
 @dataclass(frozen=True)
 class StartZygote(Request[ZygoteStarted]):
     """To the batch's zygote template (grader.running.worker.zygote_template): become one sandbox's zygote, confined
-    as the `unshare`/`setpriv` command of a fresh one would be: these resource limits, new PID, mount and network
-    namespaces with `hide` under empty tmpfs mounts, then the user `uid`:`gid` (None: stay) with no new privileges,
-    this environment, folder and log. The connection it came on becomes the zygote's control channel."""
+    as a fresh one (these limits, new namespaces with `hide` under empty tmpfs, the user `uid`:`gid`, no new
+    privileges, this environment, folder and log); the connection becomes its control channel."""
 
     OP: ClassVar[str] = "start_zygote"
     REPLY: ClassVar[type[Reply]] = ZygoteStarted
