@@ -124,16 +124,16 @@ class _Address:
         self.address, self.device = address, device
         self.data, self.shape, self.dtype = None, (0,), torch.uint8
 
-
-def _pointer(address: int, device: torch.device, words: bool) -> Any:
-    """`address` as Triton's uint8 pointer, or its int64 pointer (`words`: an 8-byte aligned address)."""
-    return triton.reinterpret(_Address(address, device), tl.int64 if words else tl.uint8)
-
     def data_ptr(self) -> int:
         return self.address
 
     def stride(self, *args: Any) -> tuple[int, ...]:
         return (1,)
+
+
+def _pointer(address: int, device: torch.device, words: bool) -> Any:
+    """`address` as Triton's uint8 pointer, or its int64 pointer (`words`: an 8-byte aligned address)."""
+    return triton.reinterpret(_Address(address, device), tl.int64 if words else tl.uint8)
 
 
 # every kept run's buffers rewritten before its runs, by id (a WeakSet would compare tensors with ==)

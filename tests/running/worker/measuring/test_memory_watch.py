@@ -89,3 +89,17 @@ print(json.dumps({"poisoned": poisoned, "sums": sums, "chunks": len(wtable) // 2
     assert result["poisoned"] == [0, 1000, 0]
     first, again, changed, restored, other_key = result["sums"]
     assert result["chunks"] > 1 and first == again == restored and changed != first and other_key != first
+
+
+def test_a_raw_address_becomes_a_pointer_triton_takes() -> None:
+    """On a GPU the watch's kernels take raw device addresses (`_pointer`): Triton's reinterpret needs an object with
+    `data_ptr` (on the H100, session 9, a misplaced method left `_Address` without one: every self-test failed and the
+    watch stood aside). The same object, in bytes or in 8-byte words, reports the address it was given."""
+    import torch
+    import triton.language as tl
+
+    from grader.running.worker.measuring.memory_watch import _pointer
+
+    for words, dtype in ((False, tl.uint8), (True, tl.int64)):
+        pointer = _pointer(1 << 20, torch.device("cpu"), words)
+        assert pointer.data_ptr() == 1 << 20 and pointer.dtype == dtype and pointer.stride(0) == (1,)
