@@ -10,6 +10,7 @@ and the other runs are compared with it.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import json
@@ -335,3 +336,47 @@ def test_student_code_cannot_see_the_class_or_the_results(repo_root: Path, corpu
     assert code == 0, printed
     grade = json.loads((out / "eve" / "grade.json").read_text(encoding="utf-8"))
     assert "SUBMISSIONS=[] OUT=[]" in grade["cases"][0]["message"]  # empty folders mounted over both
+
+
+REACHER = '''import json, os, signal, struct, _socket  # past the harness's guard on socket.socket
+signal.signal(signal.SIGPIPE, signal.SIG_IGN)  # a refused write is an error to read, not the end
+def reach():
+    tried = {}
+    request = json.dumps({"op": "start_zygote", "backend": "interpreter", "env": {}, "cwd": "/", "log": "/dev/null",
+                          "hide": [], "uid": None, "gid": None, "file_limit": 1 << 20, "cpu_limit_s": 60}).encode()
+    for name in sorted(os.listdir("/tmp")):
+        if name.startswith("grader-zygote"):
+            sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+            sock.settimeout(20)
+            try:
+                sock.connect(f"/tmp/{name}/listening.sock")
+                sock.sendall(struct.pack("<I", len(request)) + request)
+                tried[name] = "answered" if sock.recv(65536) else "closed"
+            except OSError as exc:
+                tried[name] = type(exc).__name__
+            finally:
+                sock.close()
+    return tried
+raise RuntimeError(f"REACHED={reach()}")
+'''
+
+
+def test_student_code_cannot_get_a_zygote_from_the_batchs_template(repo_root: Path, corpus: Path,
+                                                                    tmp_path: Path) -> None:
+    """The batch's zygote template listens in a folder of /tmp that only the grader's user can enter
+    (grader.running.processes.shared_zygote), and serves no process of another PID namespace: a submission that finds
+    it (here the sandbox may run as the grader's user, root: the folder's mode does not stop it) gets no zygote."""
+    from grader.running.processes.confinement import namespaces_available as _namespaces_available
+
+    if not _namespaces_available():
+        skip_outside_ci("the zygote template is started only where sandboxes are isolated (root, unshare)")
+    submissions, out = tmp_path / "class", tmp_path / "out"
+    submissions.mkdir()
+    shutil.copyfile(corpus / "bob.py", submissions / "bob.py")
+    (submissions / "mallory.py").write_text(REACHER, encoding="utf-8")
+    code, printed = run_batch(repo_root, submissions, out, "--workers", "2")
+    assert code == 0, printed
+    message = json.loads((out / "mallory" / "grade.json").read_text(encoding="utf-8"))["cases"][0]["message"]
+    reached = ast.literal_eval(message.rsplit("REACHED=", 1)[1].split("}", 1)[0] + "}")
+    assert any(name.startswith("grader-zygote_template-") for name in reached), message  # it was there to find
+    assert "answered" not in reached.values(), reached  # refused, unreachable, or a stale socket: never served

@@ -8,7 +8,8 @@ zygote inherits).
 
 For each connection on its listening socket (a Unix socket in a folder only the grader's user can enter,
 grader.running.processes.shared_zygote) it forks a child, named `sbx-<the grade's pid>` (the connecting process's, from
-the kernel: benchmarks/class_phases.py counts the sandbox's CPU to that grade), and forgets the connection. The child
+the kernel: benchmarks/class_phases.py counts the sandbox's CPU to that grade), and forgets the connection; a process in
+another PID namespace (a sandbox's, which found the socket) is refused. The child
 closes every other descriptor (the listening socket first), reads one `StartZygote`, and confines itself as a fresh
 sandbox zygote's
 `unshare --pid --fork --kill-child --mount-proc --net` and `setpriv` command would (grader.running.processes.sandbox):
@@ -29,12 +30,11 @@ import resource
 import select
 import signal
 import socket
-import struct
 import sys
 from typing import Any
 
 from grader.running import protocol
-from grader.running.worker.zygote import Zygote, receive_control, send_control
+from grader.running.worker.zygote import Zygote, outside_every_sandbox, peer_pid, receive_control, send_control
 
 REQUEST_TIMEOUT_S = 30.0
 _CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
@@ -66,8 +66,10 @@ def serve(listener: socket.socket, backend: str) -> int:
         except OSError:
             continue
         try:
-            peer = _peer_pid(connection)
+            peer = peer_pid(connection)
         except OSError:
+            peer = 0
+        if not peer or not outside_every_sandbox(peer):  # a sandbox's process found the socket: nothing for it
             connection.close()
             continue
         pid = os.fork()
@@ -83,13 +85,6 @@ def serve(listener: socket.socket, backend: str) -> int:
             finally:
                 os._exit(code)
         connection.close()  # the child's now: nothing of it stays here
-
-
-def _peer_pid(connection: socket.socket) -> int:
-    """The connecting grade's pid (SO_PEERCRED: the kernel's word, no byte read from the connection)."""
-    pid, _uid, _gid = struct.unpack("3i", connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                               struct.calcsize("3i")))
-    return int(pid)
 
 
 def _become_confined(connection: socket.socket, listener: socket.socket, backend: str) -> int:
