@@ -44,5 +44,14 @@ def confine_imports() -> None:
                 and name not in WORKER_SINGLE_MODULES:
             del sys.modules[name]
     sys.meta_path.insert(0, _ImportGuard())  # type: ignore[arg-type]
-    sys.path[:] = [p for p in sys.path if p and not (Path(p) / "assignments").is_dir()]
+    sys.path[:] = [p for p in sys.path if p and not _holds_the_course(p)]
     _deny_network()
+
+
+def _holds_the_course(entry: str) -> bool:
+    """Whether an import path entry is the course's checkout (its `assignments/` folder), or cannot be looked into
+    by the sandbox's user (then nothing could be imported from it either: it goes too)."""
+    try:
+        return (Path(entry) / "assignments").is_dir()
+    except OSError:
+        return True

@@ -162,7 +162,7 @@ def _become_zygote(control: socket.socket, request: protocol.StartZygote, libc: 
     os.dup2(log, 1)
     os.dup2(log, 2)
     os.close(log)
-    os.chdir(request.cwd)
+    _move_to(request.cwd)
     for name in list(os.environ):
         if name not in request.env:
             del os.environ[name]
@@ -173,6 +173,14 @@ def _become_zygote(control: socket.socket, request: protocol.StartZygote, libc: 
         os.setuid(request.uid)
     _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
     return Zygote(control).serve()
+
+
+def _move_to(folder: str) -> None:
+    """Into the sandbox's folder, with the import path a fresh zygote started there has: `python -m` put the
+    template's own folder (0700, the grader's) first on sys.path, where a fresh zygote has its folder."""
+    template_folder = os.getcwd()
+    os.chdir(folder)
+    sys.path[:] = [folder if entry == template_folder else entry for entry in sys.path]
 
 
 def main() -> int:

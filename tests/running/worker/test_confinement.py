@@ -38,3 +38,30 @@ def test_a_confined_worker_keeps_only_what_it_shares_with_the_grader() -> None:
         assert name.startswith(refused.split("'")[1]), (name, refused)
     assert report["found"]["socket"] == "network access is not allowed in a submission"
     assert report["kept"] == [True, True] and report["gone"]
+
+
+UNREADABLE = """
+import json, pathlib, sys
+from grader.running.worker.confinement import confine_imports
+
+looked_into = pathlib.Path.is_dir
+
+
+def is_dir(self):  # as for a folder the sandbox's user may not enter (a 0700 folder of the grader's)
+    if str(self).startswith("/unreadable"):
+        raise PermissionError(13, "Permission denied", str(self))
+    return looked_into(self)
+
+
+pathlib.Path.is_dir = is_dir
+sys.path.insert(0, "/unreadable/folder")
+confine_imports()
+print(json.dumps({"kept": "/unreadable/folder" in sys.path, "path": len(sys.path)}))
+"""
+
+
+def test_an_import_path_the_sandbox_cannot_look_into_is_dropped_not_a_crash() -> None:
+    # On the H100 (sandbox user `nobody`), a worker forked from the batch's zygote template had the template's 0700
+    # folder first on sys.path: the course check raised PermissionError and every import crashed (exit 71).
+    report = run_interpreted(UNREADABLE)
+    assert report["kept"] is False and report["path"] > 0

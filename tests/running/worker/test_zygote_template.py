@@ -133,3 +133,19 @@ def test_the_template_ends_with_the_batch_and_takes_its_zygotes(template: Zygote
         assert gone(zygote) and not template.folder.exists()
     finally:
         sandbox.close()
+
+
+def test_a_forked_zygote_imports_from_its_folder_not_the_templates(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from grader.running.worker.zygote_template import _move_to
+
+    template_folder, sandbox_folder = tmp_path / "template", tmp_path / "sandbox"
+    template_folder.mkdir()
+    sandbox_folder.mkdir()
+    monkeypatch.chdir(template_folder)
+    monkeypatch.setattr("sys.path", [str(template_folder), "/usr/lib/python3.12"])
+    _move_to(str(sandbox_folder))
+    import sys
+
+    assert sys.path == [str(sandbox_folder), "/usr/lib/python3.12"]  # a fresh `python -m` there has the same
+    assert Path.cwd() == sandbox_folder
