@@ -243,6 +243,10 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
     untimed = [s for s, g in grades.items() if origin[s] not in HOSTILE and g["score"] == g["max_score"]
                and any(p["status"] != "timed" for p in g["performance"])]
     print(f"correct students with a performance case not timed: {len(untimed)} {sorted(untimed)}")
+    timeouts = [(s, c["case_id"], c.get("message", "")) for s, g in sorted(grades.items()) for c in g["cases"]
+                if "timeout" in (c.get("traps") or [])]
+    print(f"cases that timed out: {len(timeouts)}" + "".join(
+        f"\n  {s} ({origin[s]}) {case}: {' '.join(message.split())[:400]}" for s, case, message in timeouts))
     return 0 if done.returncode == 0 and not differing else 1
 
 
