@@ -64,6 +64,7 @@ class Battery:
         self.workers = SubmissionWorkers(assignment, self.submission, backend, self.sandbox, self.clock,
                                          tool=sanitizer or fault_tool, prestart_replayer=replayer)
         self.faults = FaultNaming(self.workers, self._request_for, sanitize_all=bool(sanitizer), cpu_rerun=cpu_rerun)
+        self.timeouts = probes.TimeoutsAlone(self.backend.on_gpu)
 
     def phases(self) -> dict[str, float]:
         return {**self.clock.seconds, "compile": self.workers.compile_seconds()}
@@ -131,6 +132,8 @@ class Battery:
                 return self._run(case, problem, inputs, finite_guard)
 
             observation = self._run(case, problem, inputs)
+            observation = self.timeouts.settle(case.target, observation,
+                                               lambda: self._run_alone(case, problem, inputs))
             if probes.runs_again_for_memory(observation):
                 self.workers.replace()  # the run again starts from a fresh worker, as the next case would
                 observation = probes.retry_out_of_memory(run_again, observation)
@@ -153,6 +156,12 @@ class Battery:
             output_dtypes=problem.dtypes_of_outputs(inputs, expected, case.dtype),
         )
         return self.faults.name_unexplained(case, result, seed)
+
+    def _run_alone(self, case: Case, problem: Problem, inputs: Mapping[str, Any]) -> Observation:
+        """The case again from a fresh worker with the GPU to this grade alone (probes.TimeoutsAlone)."""
+        self.workers.replace()
+        with self.workers.alone_on_gpu():
+            return self._run(case, problem, inputs)
 
     def observe(self, case: Case) -> Observation:
         """What the worker reports for one run of `case`: no probes, replays, reruns or judgement (the CPU

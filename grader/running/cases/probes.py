@@ -50,6 +50,28 @@ def runs_again_for_memory(observation: Observation) -> bool:
     return observation.trap == trap_ids.OUT_OF_MEMORY and not names_own_budget(observation.message)
 
 
+class TimeoutsAlone:
+    """A case that timed out on a GPU runs once more from a fresh worker with the GPU to its grade alone (the slot
+    every timed phase takes), and the second run is the case's: beside a class's other grades a kernel waits for
+    the GPU and its driver (contexts, module loads, other contexts' time slices) in ways no CPU allowance sees, and
+    correct code must never lose a case to a busy machine. A kernel that spins forever spins alone too and keeps
+    its timeout; that target's later timeouts are then final (one spinning kernel holds the class's GPU for one
+    case, not for each). On the CPU a worker's waits for a CPU are already not charged to it (cpu_share)."""
+
+    def __init__(self, on_gpu: bool) -> None:
+        self.on_gpu = on_gpu
+        self.spinning: set[str] = set()  # targets that timed out alone
+
+    def settle(self, target: str, observation: Observation, run_alone: Callable[[], Observation]) -> Observation:
+        if not self.on_gpu or observation.trap != trap_ids.TIMEOUT or observation.at_import \
+                or target in self.spinning:
+            return observation
+        again = run_alone()
+        if again.trap == trap_ids.TIMEOUT:
+            self.spinning.add(target)
+        return again
+
+
 def probe_nondeterminism(run_again: RunAgain, expected: Mapping[str, torch.Tensor], tol: Any,
                          observation: Observation) -> Observation:
     """A wrong output: run the identical case once more. Different bits on identical inputs mean a

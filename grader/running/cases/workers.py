@@ -15,7 +15,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +76,7 @@ class SubmissionWorkers:
         self.loaded: protocol.Loaded | None = None
         self.load_problem: SymbolProblem | None = None
         self._gpu: GpuSlot | None = None
+        self._alone = False  # inside alone_on_gpu: the exclusive slot is this grade's, shared_gpu takes nothing
         self._host_start: threading.Thread | None = None
         self._host_lock = threading.Lock()
         self._compile_s: dict[str, float] = {}  # per worker: the Triton compile seconds it reported
@@ -85,11 +86,28 @@ class SubmissionWorkers:
 
     def shared_gpu(self) -> contextlib.AbstractContextManager[None]:
         """Correctness work on CUDA shares the GPU; a grade's timed phase waits for it (gpu_slot)."""
-        if not self.backend.on_gpu or not torch.cuda.is_available():
+        if not self.backend.on_gpu or not torch.cuda.is_available() or self._alone:
             return contextlib.nullcontext()
+        return self._slot().shared()
+
+    @contextlib.contextmanager
+    def alone_on_gpu(self) -> Iterator[None]:
+        """The GPU to this grade alone, as a timed phase has it: no other grade's kernels run meanwhile (a case
+        that timed out beside them runs again so, probes.retry_timeout_alone). Nothing to hold off the GPU."""
+        if not self.backend.on_gpu or not torch.cuda.is_available():
+            yield
+            return
+        with self._slot().exclusive():
+            self._alone = True
+            try:
+                yield
+            finally:
+                self._alone = False
+
+    def _slot(self) -> GpuSlot:
         if self._gpu is None:
             self._gpu = GpuSlot(gpu_name())
-        return self._gpu.shared()
+        return self._gpu
 
     def case_deadline(self) -> Deadline:
         """A correctness request's deadline: the spec's call_timeout_s; on a GPU also CASE_RUN_S after the

@@ -14,6 +14,7 @@ from grader.evidence.observation import Observation
 from grader.running.cases.probes import (
     GUARD_PROBE_VALUE,
     OUT_OF_MEMORY_WAIT_S,
+    TimeoutsAlone,
     probe_guard_reads,
     probe_nondeterminism,
     retry_out_of_memory,
@@ -79,3 +80,25 @@ def test_a_case_that_ran_out_of_gpu_memory_runs_once_more_and_that_run_is_the_ca
     assert retry_out_of_memory(lambda guard: passed, greedy, waits.append) is greedy and len(waits) == 1
     crashed = Observation(trap=trap_ids.CRASH, message="the worker died")
     assert retry_out_of_memory(lambda guard: passed, crashed, waits.append) is crashed and len(waits) == 1
+
+
+def test_a_case_that_timed_out_on_a_gpu_runs_once_more_alone_and_a_spinning_kernel_only_once() -> None:
+    """Beside a class's grades a correct kernel can wait for the GPU past its window (the H100's batch of 16: three
+    correct cases lost): it runs again with the GPU alone and that run is the case's. A kernel that spins alone too
+    keeps its timeout, and its target's later timeouts are final with no run alone each."""
+    timed_out = Observation(trap=trap_ids.TIMEOUT, message="Did not finish: nothing happened for 5 s")
+    passed = Observation(outputs={"out": torch.ones(2)})
+    runs: list[str] = []
+
+    def alone(result: Observation):
+        return lambda: runs.append("alone") or result
+
+    gpu = TimeoutsAlone(on_gpu=True)
+    assert gpu.settle("softmax", timed_out, alone(passed)) is passed and runs == ["alone"]
+    assert gpu.settle("softmax", timed_out, alone(passed)) is passed and len(runs) == 2  # not spinning: again alone
+    assert gpu.settle("kernel", timed_out, alone(timed_out)) is timed_out and len(runs) == 3
+    assert gpu.settle("kernel", timed_out, alone(passed)) is timed_out and len(runs) == 3  # spun alone: final
+    for other in (passed, Observation(trap=trap_ids.CRASH, message="died"),
+                  Observation(trap=trap_ids.TIMEOUT, message="import", at_import=True)):
+        assert gpu.settle("softmax", other, alone(passed)) is other and len(runs) == 3
+    assert TimeoutsAlone(on_gpu=False).settle("softmax", timed_out, alone(passed)) is timed_out and len(runs) == 3

@@ -84,3 +84,39 @@ def test_a_crash_is_observed_and_the_next_request_gets_a_fresh_worker(tmp_path: 
     finally:
         workers.close()
         workers.sandbox.close()
+
+
+def test_a_case_alone_on_the_gpu_holds_the_slot_every_timed_phase_takes(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """probes.TimeoutsAlone's run alone: while it holds the GPU no other grade's shared work enters (their
+    correctness waits), and its own requests (which take the GPU shared) do not wait for itself."""
+    import threading
+
+    from grader.running.cases import workers as workers_module
+    from grader.running.processes.gpu_slot import LOCK_DIR_VARIABLE, GpuSlot
+
+    monkeypatch.setenv(LOCK_DIR_VARIABLE, str(tmp_path / "locks"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(workers_module, "gpu_name", lambda: "GPU-test")
+    submission = tmp_path / "softmax.py"
+    submission.write_text("", encoding="utf-8")
+    workers = SubmissionWorkers(SOFTMAX, submission, Backend.CUDA,
+                                Sandbox(sandbox_options(SOFTMAX, submission, "cuda")), PhaseClock(),
+                                prestart_replayer=False)
+    entered: list[float] = []
+
+    def neighbour() -> None:
+        with GpuSlot("GPU-test").shared():
+            entered.append(time.monotonic())
+
+    with workers.alone_on_gpu():
+        other = threading.Thread(target=neighbour)
+        other.start()
+        with workers.shared_gpu():  # its own case's request: no wait for itself
+            time.sleep(0.3)
+        assert entered == []
+        let_go = time.monotonic()
+    other.join(5)
+    assert len(entered) == 1 and entered[0] >= let_go
+    with workers.shared_gpu():  # afterwards, shared as before
+        pass
