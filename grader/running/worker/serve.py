@@ -58,10 +58,6 @@ def serve(backend: str, channel_fd: int, progress_fd: int = -1, warm: bool = Fal
     from grader.running.worker import progress
 
     progress.connect(progress_fd)
-    if backend == "cuda":
-        from grader.running.worker.cuda_wait import wait_as_asked
-
-        wait_as_asked()
     # Imported here, after the environment was set (TRITON_INTERPRET is read at @jit time).
     import socket
 
