@@ -47,6 +47,9 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=6)
     parser.add_argument("--assignment", default="fused_layers")
     parser.add_argument("--out", type=Path, help="keep the batch folder here (default: a temporary one)")
+    parser.add_argument("--grader", type=Path, default=ROOT,
+                        help="the checkout whose grader grades (default: this one; benchmarks/reference_then_now.sh "
+                             "passes an older one, so both runs are read by this script)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="identical-"))
     class_dir, out = work / "class", args.out or work / "out"
@@ -57,7 +60,7 @@ def main() -> int:
     started = time.monotonic()
     command = [sys.executable, "-m", "grader", "batch", str(class_dir), "--assignment", args.assignment,
                "--backend", "cuda", "--out", str(out), "--workers", str(args.workers)]
-    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    finished = subprocess.run(command, cwd=args.grader, capture_output=True, text=True)
     print(finished.stdout[-2000:], finished.stderr[-2000:], sep="\n")
     print(f"batch of {len(args.files) * args.copies} took {time.monotonic() - started:.0f} s")
     worst = 0.0 if finished.returncode == 0 else float("inf")
