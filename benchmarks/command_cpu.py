@@ -1,0 +1,58 @@
+"""Benchmark helper: the machine's CPU seconds per command name (ptxas, python3, ...) over an interval, read from
+/proc every 0.1 s, so a short-lived compiler's seconds count to it and not to the parent that reaps it.
+
+    python benchmarks/command_cpu.py SECONDS
+
+Each process's own CPU (utime + stime, not its reaped children's) from its first read to its last; what a process
+spent before the interval began is not counted, nor what one that lived under 0.1 s spent."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import defaultdict
+
+
+def read_all() -> dict[int, tuple[str, float]]:
+    tick = os.sysconf("SC_CLK_TCK")
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
+                head, tail = stat.read().rsplit(")", 1)
+        except (OSError, ValueError):
+            continue
+        fields = tail.split()
+        found[int(entry)] = (head.split("(", 1)[-1], (int(fields[11]) + int(fields[12])) / tick)
+    return found
+
+
+def main() -> int:
+    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
+    start = read_all()
+    first = {pid: cpu for pid, (_, cpu) in start.items()}
+    last: dict[int, tuple[str, float]] = dict(start)
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        time.sleep(0.1)
+        for pid, (name, cpu) in read_all().items():
+            if pid not in last or last[pid][0] != name:  # new, or exec'd another program (ptxas after fork)
+                first.setdefault(pid, 0.0)
+                if pid in last and last[pid][0] != name:
+                    first[pid] = 0.0
+            last[pid] = (name, cpu)
+    by_name: dict[str, float] = defaultdict(float)
+    for pid, (name, cpu) in last.items():
+        by_name[name] += max(0.0, cpu - first.get(pid, 0.0))
+    total = sum(by_name.values())
+    print(f"CPU seconds per command over {seconds:g} s ({total:.0f} in all, {total / seconds:.1f} cores busy)")
+    for name, cpu in sorted(by_name.items(), key=lambda item: -item[1])[:25]:
+        print(f"  {name:24} {cpu:8.1f}  {100 * cpu / max(total, 1e-9):5.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
