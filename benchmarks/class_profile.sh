@@ -6,6 +6,7 @@
 # command name (ptxas, python, ...) over the same interval (benchmarks/command_cpu.py). Never changes the GPU's clocks or settings.
 #
 #   bash benchmarks/class_profile.sh [WAIT_S] [DURATION_S]     # default 45 60
+#   OMP_NUM_THREADS=1 bash benchmarks/class_profile.sh          # every grade's and worker's torch on one CPU thread
 #
 # Output: $OUT/class-stacks.txt (py-spy's collapsed stacks: `python3 benchmarks/stacks_summary.py FILE`),
 # $OUT/class-commands.txt (CPU seconds per command name over the interval), $OUT/class-profile-batch.txt.
