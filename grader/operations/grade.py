@@ -204,6 +204,7 @@ def _grade_file(request: GradeRequest) -> list[tuple[GradeResult, str]]:
         # CUDA: what the interpreter found of the submission's promises, as a CPU grade has it in its cases
         promises = run.cpu_hint_evidence()
         notes.extend(run.cpu_notes())
+        notes.extend(run.timing_notes())
         phases = run.phases()
         if compiling is not None:
             waited = time.monotonic()

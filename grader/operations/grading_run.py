@@ -139,6 +139,15 @@ class GradingRun:
                          + "; ".join(self._cpu.problems[:3]))
         return notes
 
+    def timing_notes(self) -> list[str]:
+        """What the grade's notes say when the GPU memory watch stood aside in a timer (its own kernels failed their
+        self-test there): the samples were still checked, but memory outside the case's buffers was not watched."""
+        runner = self._performance_runner
+        why = sorted(runner.contestants.unwatched) if runner is not None else []
+        return [f"The timed samples were not watched for device memory outside your buffers ({'; '.join(why)[:300]}): "
+                "a kernel that keeps its answer there between samples could not be refused. A problem of the grader "
+                "on this machine, not your code: the instructor may re-grade."] if why else []
+
     def grade_case(self, case: Case, seed: int | None = None) -> CaseResult:
         seed = self.seed if seed is None else seed
         if not any(self.seed_cases.values()):  # the first case: compile every case's kernels first, in parallel (GPU)

@@ -16,9 +16,8 @@ symbol's description, an encoded return value, traffic counts) stay plain data, 
 read by the modules that define them.
 
 Imported by both sides, so only the standard library and grader.evidence (torch only where a message's tensors
-are checked: the grader starts a submission's sandbox, and talks to its zygote, before it imports torch); a
-worker keeps it loaded when it confines imports (grader.running.worker.confinement).
-"""
+are checked: the grader starts a sandbox, and talks to its zygote, before it imports torch); a worker keeps it
+loaded when it confines imports (grader.running.worker.confinement)."""
 
 from __future__ import annotations
 
@@ -158,13 +157,14 @@ class Ran(Reply):
 @dataclass(frozen=True)
 class Timed(Reply):
     """A timer's run of planned launches: the outputs of the first run (of every set the grader gave values, set
-    after set; none for `TimeKept`), the input sets it used, the medians when it timed them, and why they are no
-    time when a sample's check failed (`refused`)."""
+    after set; none for `TimeKept`), the input sets it used, the medians when it timed them, why they are no time
+    when a sample's check failed (`refused`), and why the memory watch stood aside for its samples (`unwatched`)."""
 
     outputs: tuple[torch.Tensor, ...] | None = None
     sets: int = 0
     medians_ms: tuple[float, ...] = ()
     refused: str = ""  # what the check after a sample found (outputs unlike the checked run's, an input changed)
+    unwatched: str = ""  # its self-test failed on this device (memory_watch.self_test): no sample was watched
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,7 @@ class Contestants:
         self.deadline = deadline
         self.reference: Worker | None = None
         self.reference_problem = "" if assignment.reference_solution else "the assignment has no reference solution"
+        self.unwatched: set[str] = set()  # why the memory watch stood aside in a timer (its replies' `unwatched`)
         self.reference_kept: set[str] = set()  # cases whose reference launches wait in its worker (in turn)
         self.reference_plans: dict[str, PerformancePlan] = {}  # each case's reference launches, as planned
         self.timer: Worker | None = None
@@ -193,6 +194,8 @@ class Contestants:
             return f"{what} raised " + error_message(reply.error, worker.submission.name)
         if reply.outputs is None:
             return f"{what}: the timer sent a malformed reply"
+        if reply.unwatched:
+            self.unwatched.add(reply.unwatched)
         if reply.refused:
             return f"{TIMED_OUTPUT_CHANGED}: {what}: {reply.refused}"
         return reply.outputs, reply.medians_ms
@@ -376,6 +379,8 @@ class Contestants:
             return f"{failure.trap}: {what}: {failure.detail}"
         if not reply.ok:
             return f"{what} raised " + error_message(reply.error, worker.submission.name)
+        if reply.unwatched:
+            self.unwatched.add(reply.unwatched)
         if reply.refused:
             return f"{TIMED_OUTPUT_CHANGED}: {what}: {reply.refused}"
         return list(reply.medians_ms) if reply.medians_ms else f"{what}: no timing came back"
@@ -391,6 +396,8 @@ class Contestants:
             return f"{failure.trap}: {what}: {failure.detail}"
         if not reply.ok:
             return f"{what} raised " + error_message(reply.error, worker.submission.name)
+        if reply.unwatched:
+            self.unwatched.add(reply.unwatched)
         if reply.refused:
             return f"{TIMED_OUTPUT_CHANGED}: {what}: {reply.refused}"
         return list(reply.medians_ms)

@@ -191,3 +191,31 @@ def test_in_a_batch_the_references_worker_forks_from_the_shared_zygote(tmp_path:
     assert worker.own_sandbox and "could not be reached" in fresh._shared_problem
     worker.close()
     fresh.close()
+
+
+def test_a_timer_whose_memory_watch_stood_aside_is_remembered_for_the_grades_notes(tmp_path: Path) -> None:
+    """Three sessions of GPU grades went unwatched with only a worker's log to say so: every timer reply says why
+    the watch stood aside, and the grade (grading_run.timing_notes) says it once."""
+    from grader.operations.grading_run import GradingRun
+    from grader.running import protocol
+
+    assignment = load_assignment(ROOT / "assignments" / "fused_layers" / "assignment.toml")
+    contestants = Contestants(assignment, "cuda", tmp_path, lambda perf: timed_deadline(perf, None))
+    why = "its kernels could not run: TypeError: Cannot reinterpret a <class '_Address'>"
+    replies = [protocol.Timed(ok=True, medians_ms=(0.5,), unwatched=why), protocol.Timed(ok=True, medians_ms=(0.4,))]
+
+    class Timer:
+        def request(self, request: object, deadline: object, what: str) -> protocol.Timed:
+            return replies.pop(0)
+
+    for _ in range(2):
+        assert contestants.sample(Timer(), PERF, "timing", spin_up_ms=0.0, hold=False) in ([0.5], [0.4])  # type: ignore[arg-type]
+    assert contestants.unwatched == {why}
+    run = GradingRun.__new__(GradingRun)
+    run._performance_runner = type("Runner", (), {"contestants": contestants})()
+    (note,) = run.timing_notes()
+    assert why in note and "not watched" in note and "not your code" in note
+    contestants.unwatched.clear()
+    assert run.timing_notes() == []
+    run._performance_runner = None
+    assert run.timing_notes() == []

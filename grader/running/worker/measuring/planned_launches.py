@@ -358,7 +358,7 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
     planned.keep_first_outputs()
     progress.mark(progress.STEP)
     medians: tuple[float, ...] = ()
-    refused = ""
+    refused = unwatched = ""
     if request.keep:  # timed later, by `time_kept`, when the GPU is this grade's alone
         _KEPT[request.keep] = planned
     elif request.time and device.type == "cuda":
@@ -367,8 +367,9 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
         spin_up_ms = request.spin_up_ms if request.spin_up_ms is not None else samplers.DEFAULT_SPIN_UP_MS
         sampler = samplers.FreshSampler(planned.steps(), planned.check, planned.memory_watch())
         timing, refused = sampler.samples(request.repeats, spin_up_ms)
-        medians = timing.medians_ms
-    return protocol.Timed(ok=True, outputs=outputs, sets=sets, medians_ms=medians, refused=refused)
+        medians, unwatched = timing.medians_ms, _unwatched(sampler)
+    return protocol.Timed(ok=True, outputs=outputs, sets=sets, medians_ms=medians, refused=refused,
+                          unwatched=unwatched)
 
 
 _KEPT: dict[str, PlannedRun] = {}  # key -> launches run once and kept, for time_kept or profile_kept
@@ -400,7 +401,13 @@ def time_kept(request: protocol.TimeKept, device: torch.device) -> protocol.Time
     timing, refused = sampler.samples(request.repeats, request.spin_up_ms)
     if request.hold and not refused:
         _HELD[key] = sampler
-    return protocol.Timed(ok=True, sets=sampler.calls, medians_ms=timing.medians_ms, refused=refused)
+    return protocol.Timed(ok=True, sets=sampler.calls, medians_ms=timing.medians_ms, refused=refused,
+                          unwatched=_unwatched(sampler))
+
+
+def _unwatched(sampler: samplers.FreshSampler) -> str:
+    """Why the memory watch stood aside for the sampler's samples ("" when it watched them)."""
+    return sampler.watch.off if isinstance(sampler.watch, MemoryWatch) else ""
 
 
 # A case's first launches profiled, at most: a wrapper that launches a kernel per row (8192 launches) would

@@ -400,3 +400,17 @@ def test_a_sealed_output_opens_to_its_values_chunk_by_chunk_and_leaves_no_copy()
         assert bool((last.view(torch.uint8) == POISON_BYTE).all())  # let go: poisoned
     finally:
         SealedOutput.CHUNK_BYTES = before
+
+
+def test_a_timed_reply_says_why_the_memory_watch_stood_aside() -> None:
+    from types import SimpleNamespace
+
+    from grader.running.worker.measuring.memory_watch import MemoryWatch
+    from grader.running.worker.measuring.planned_launches import _unwatched
+
+    watch = MemoryWatch.__new__(MemoryWatch)  # as its constructor leaves it after a failed self-test
+    watch.off = "its kernels could not run: TypeError"
+    assert _unwatched(SimpleNamespace(watch=watch)) == "its kernels could not run: TypeError"  # type: ignore[arg-type]
+    watch.off = ""
+    assert _unwatched(SimpleNamespace(watch=watch)) == ""  # type: ignore[arg-type]
+    assert _unwatched(SimpleNamespace(watch=None)) == ""  # type: ignore[arg-type]  # a sampler given no watch
