@@ -292,13 +292,11 @@ def _become_child(request: dict[str, Any], go_r: int) -> int:
 
 def _die_with(parent: int) -> None:
     """End with the batch: SIGTERM when the parent dies (Linux), and stdin's EOF everywhere."""
+    from grader.running.processes.confinement import die_with_parent
+
     if os.getppid() != parent:
         sys.exit(0)
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    die_with_parent(signal.SIGTERM)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

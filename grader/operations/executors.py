@@ -44,7 +44,6 @@ LOG_TAIL_CHARS = 3000
 WORKER_MEMORY_BYTES = 2 << 30  # one grade: the grading process and its worker, each with torch loaded
 GRADES_PER_GPU = 4
 PARENT_POLL_INTERVAL_S = 0.5
-_PR_SET_PDEATHSIG = 1
 
 
 class ExecutorUnavailable(RuntimeError):
@@ -496,13 +495,10 @@ def _die_with_parent(parent: int, pdeathsig: bool) -> None:
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
-    if pdeathsig and sys.platform.startswith("linux"):
-        import ctypes
+    if pdeathsig:
+        from grader.running.processes.confinement import die_with_parent
 
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
+        die_with_parent(signal.SIGTERM)
 
     def watch() -> None:
         while os.getppid() == parent:

@@ -63,7 +63,8 @@ def test_the_grading_process_hands_its_gpu_to_the_worker(tmp_path: Path) -> None
     env = child_environment("1")
     assert env["CUDA_VISIBLE_DEVICES"] == "1"
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(grader.__file__).resolve().parents[1])
-    probe = "from grader.running.processes import sandbox; print('CUDA_VISIBLE_DEVICES' in sandbox.PASSED_ENVIRONMENT)"
+    probe = ("from grader.running.processes import confinement; "
+             "print('CUDA_VISIBLE_DEVICES' in confinement.PASSED_ENVIRONMENT)")
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60,
                           check=True)
     assert done.stdout.strip() == "True"

@@ -143,6 +143,29 @@ def _libc() -> Any:
     return ctypes.CDLL(None, use_errno=True)
 
 
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """`sig` to this process when the thread that forked it ends (PR_SET_PDEATHSIG; nothing off Linux). Safe in a
+    child before exec: a sandbox, the batch's shared zygotes, a batch's children."""
+    if sys.platform.startswith("linux"):
+        try:
+            _libc().prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+
+def base_environment(backend: str, folder: Path) -> dict[str, str]:
+    """What every process the grader starts for workers imports with, from the grader's own environment: the
+    variables it passes (PASSED_ENVIRONMENT), the grader's checkout first on the import path, no bytecode written, no
+    user site, HOME and TMPDIR in `folder`, Triton's interpreter for the interpreter backend. No token: a sandbox
+    adds its own (Sandbox.environment)."""
+    env = {k: v for k, v in os.environ.items() if k in PASSED_ENVIRONMENT}
+    env.update(PYTHONPATH=str(PROJECT_ROOT), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONNOUSERSITE="1",
+               HOME=str(folder), TMPDIR=str(folder))
+    if backend == "interpreter":
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
 def confine(backend: str, identity: Identity | None, isolated: bool) -> None:  # child, pre-exec
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversized writes fail instead of killing
     resource.setrlimit(resource.RLIMIT_FSIZE, (WORKER_OUTPUT_LIMIT_BYTES, WORKER_OUTPUT_LIMIT_BYTES))
@@ -152,7 +175,7 @@ def confine(backend: str, identity: Identity | None, isolated: bool) -> None:  #
         memory = INTERPRETER_MEMORY_LIMIT_BYTES
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     libc = _libc()
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the sandbox dies with the grader
+    die_with_parent()  # the sandbox dies with the grader
     if isolated:
         return  # namespaces and the user drop are done by `unshare` and `setpriv` in the command
     if identity is not None:

@@ -38,12 +38,11 @@ from grader.running import protocol
 from grader.running.processes.confinement import (
     GRADER_PACKAGE,
     INTERPRETER_MEMORY_LIMIT_BYTES,
-    PASSED_ENVIRONMENT,
-    PROJECT_ROOT,
     TOKEN_VARIABLE,
     WORKER_CPU_LIMIT_S,
     WORKER_OUTPUT_LIMIT_BYTES,
     await_exit,
+    base_environment,
     become_subreaper,
     confine,
     host_pid,
@@ -198,20 +197,13 @@ class Sandbox:
                     extra: tuple[tuple[str, str], ...] = ()) -> dict[str, str]:
         """What a worker (or the zygote) in this sandbox runs with; a clean worker (its folder under clean_folder's)
         compiles into the clean workers' Triton cache."""
-        env = {k: v for k, v in os.environ.items() if k in PASSED_ENVIRONMENT}
+        env = base_environment(backend, folder)
         env[TOKEN_VARIABLE] = self.token
         env["TMPDIR"] = str(folder / "tmp")
-        if backend == "interpreter":
-            env["TRITON_INTERPRET"] = "1"
         if backend == "cuda" and self.gpu_budget is not None:
             env[MEMORY_FRACTION_VARIABLE] = f"{self.gpu_budget.fraction:.6f}"
-        env["PYTHONPATH"] = str(PROJECT_ROOT)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        env["PYTHONUNBUFFERED"] = "1"
-        env["PYTHONNOUSERSITE"] = "1"
         clean = self._clean_root is not None and self._clean_root in folder.parents
         env["TRITON_CACHE_DIR"] = str(self.clean_cache if clean and self.clean_cache else self.triton_cache)
-        env["HOME"] = str(folder)
         env.update(dict(extra))
         return env
 

@@ -30,11 +30,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grader.running.processes.confinement import PASSED_ENVIRONMENT, PROJECT_ROOT, TOKEN_VARIABLE
+from grader.running.processes.confinement import base_environment, die_with_parent
 
 ADDRESS_VARIABLE = "GRADER_SHARED_ZYGOTE"
 TEMPLATE_ADDRESS_VARIABLE = "GRADER_ZYGOTE_TEMPLATE"  # "<backend>:<address>"
-_PR_SET_PDEATHSIG = 1
 
 
 def shared_address() -> str | None:
@@ -44,19 +43,7 @@ def shared_address() -> str | None:
 
 def zygote_environment(backend: str, folder: Path) -> dict[str, str]:
     """Pure but for the caller's environment: what the shared zygote imports with (no sandbox token)."""
-    env = {k: v for k, v in os.environ.items() if k in PASSED_ENVIRONMENT}
-    env.update(PYTHONPATH=str(PROJECT_ROOT), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONNOUSERSITE="1",
-               HOME=str(folder), TMPDIR=str(folder))
-    if backend == "interpreter":
-        env["TRITON_INTERPRET"] = "1"
-    env.pop(TOKEN_VARIABLE, None)
-    return env
-
-
-def _die_with_batch() -> None:  # child, pre-exec
-    import ctypes
-
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    return base_environment(backend, folder)
 
 
 class _Listening:
@@ -78,7 +65,7 @@ class _Listening:
                     [sys.executable, "-m", self.module, "--listen", str(listener.fileno()), *self.arguments(backend)],
                     env=zygote_environment(backend, self.folder), cwd=self.folder, stdin=subprocess.DEVNULL,
                     stdout=log, stderr=log, pass_fds=(listener.fileno(),), start_new_session=True,
-                    preexec_fn=_die_with_batch)  # noqa: PLW1509 - the batch is single-threaded when it starts it
+                    preexec_fn=die_with_parent)  # noqa: PLW1509 - the batch is single-threaded when it starts it
         except BaseException:
             shutil.rmtree(self.folder, ignore_errors=True)
             raise

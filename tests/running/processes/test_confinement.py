@@ -75,3 +75,33 @@ def _carries(pid: int, token: str) -> bool:
             return f.read().rsplit(b")", 1)[-1].split()[0] not in (b"Z", b"X")
     except OSError:
         return False
+
+
+def test_a_process_that_asked_to_die_with_its_parent_does() -> None:
+    """confinement.die_with_parent, which a sandbox, the batch's shared zygotes and a batch's children call: the
+    child of a parent that exits is gone with it (SIGKILL by default)."""
+    script = (
+        "import os, sys, time\n"
+        "from grader.running.processes.confinement import die_with_parent\n"
+        "child = os.fork()\n"
+        "if child == 0:\n"
+        "    die_with_parent()\n"
+        "    time.sleep(60)\n"
+        "    os._exit(0)\n"
+        "print(child, flush=True)\n"
+        "time.sleep(0.5)\n"  # the child has asked by now
+    )
+    parent = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True)
+    child = int(parent.stdout.strip())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{child}/stat", encoding="ascii") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the child outlived its parent")
