@@ -46,7 +46,6 @@ from grader.results import CaseResult, DeviceInfo, Measurement, PerformanceResul
 from grader.running.cases.battery import Battery
 from grader.running.phases import traced
 from grader.running.processes.client import Deadline, Worker
-from grader.running.processes.gpu_memory import names_own_budget
 from grader.running.processes.gpu_seats import TimingSeats, seat_count, timing_footprint_bytes
 from grader.running.processes.gpu_slot import GpuSlot, gpu_name
 from grader.running.timing.calibration import (
@@ -59,27 +58,18 @@ from grader.running.timing.calibration import (
 )
 from grader.running.timing.calls import Prepared, baseline_outputs, encode_call, input_set
 from grader.running.timing.contestants import Contestants, finish_start, timed_deadline
+from grader.running.timing.failures import failed, out_of_memory
 from grader.running.timing.launch_plan import plan_performance_run
 from grader.running.timing.profiled_replay import Profiler
 from grader.running.worker.measuring import samplers
 from grader.seeds import case_seed
-from grader.trap_ids import CRASH, NOT_FUSED, OUT_OF_MEMORY, RUNTIME_ERROR, TIMED_OUTPUT_CHANGED, TIMEOUT
+from grader.trap_ids import NOT_FUSED, TIMED_OUTPUT_CHANGED, TIMEOUT
 
 logger = logging.getLogger(__name__)
 
 # A case whose timing ran out of GPU memory is timed again after these waits (a neighbour's hog is stopped by the
 # watchdog within a poll, and the driver frees its memory ~0.1 s later: gpu_memory.py).
 MEMORY_RETRY_WAITS_S = (2.0, 5.0)
-
-
-def out_of_memory(reason: str) -> str:
-    """Pure: the line of `reason` that says the GPU ran out of memory, at most 160 characters ('' if none): an
-    allocation that failed, not a worker stopped for going over its own budget (that is the submission's, and
-    final)."""
-    if names_own_budget(reason):
-        return ""
-    line = next((line for line in reason.splitlines() if "out of memory" in line.lower()), "")
-    return line.strip()[:160]
 
 
 class PerformanceRunner:
@@ -223,7 +213,7 @@ class PerformanceRunner:
             reference_reply = pool.submit(finish_start, reference) if reference is not None else None
             for perf in todo:
                 with clock.phase("timing/record"):
-                    prepared = self._record(perf, battery)
+                    prepared = self._record_fairly(perf, battery)
                 if isinstance(prepared, PerformanceResult):
                     results[perf.id] = prepared
                 else:
@@ -384,6 +374,16 @@ class PerformanceRunner:
 
     # ------------------------------------------------------------------ 1-2: record and plan
 
+    def _record_fairly(self, perf: PerformanceCase, battery: Battery) -> Prepared | PerformanceResult:
+        """`_record`; on a GPU, where it timed out, once more from a fresh worker with the GPU to this grade alone, and
+        that is the case's (a class's busy GPU is no student's timeout, as for the correctness cases:
+        cases/probes.TimeoutsAlone)."""
+        prepared = self._record(perf, battery)
+        if self.device == "cuda" and isinstance(prepared, PerformanceResult) and prepared.trap == TIMEOUT:
+            with battery.workers.alone_on_gpu():
+                prepared = self._record(perf, battery)
+        return prepared
+
     def _record(self, perf: PerformanceCase, battery: Battery) -> Prepared | PerformanceResult:
         spec = self.assignment.kernels.get(perf.target) or self.assignment.functions[perf.target]
         problem = self.problems[spec.problem]
@@ -395,7 +395,7 @@ class PerformanceRunner:
         request = call.request(sets=1, repeats=0, time=False, return_outputs=False, record=True)
         reply = battery.workers.request_for_timing(request, self._deadline(perf), what)
         if isinstance(reply, str):
-            return _failed(perf, reply)
+            return failed(perf, reply)
         if call.kind == "function":
             record = Observation(launches=reply.launches, torch_ops=dict(reply.torch_ops))
             unfused = fusion_problems(record, self.assignment, perf.target)
@@ -436,7 +436,7 @@ class PerformanceRunner:
                                        keep=perf.id)
         if isinstance(run, str):
             contestants.drop_timer()
-            return _failed(perf, run)
+            return failed(perf, run)
         contestants.timer_kept.add(perf.id)
         tol = self.assignment.tolerances[perf.tolerance].lookup(Backend.CUDA, perf.dtype)
         def eager(inputs: Mapping[str, Any]) -> dict[str, torch.Tensor]:
@@ -475,7 +475,7 @@ class PerformanceRunner:
                     # forged outputs, or the student's first sample did not finish within its deadline (100x the
                     # reference's time and more): the case's verdict, and no reason to stop timing in turn
                     contestants.drop_timer()
-                    return _failed(perf, in_turn, device)
+                    return failed(perf, in_turn, device)
                 if isinstance(in_turn, str):  # never expected: time alone, against the bars, and say so
                     self._in_turn_failed = in_turn
                     contestants.drop_timer()
@@ -497,7 +497,7 @@ class PerformanceRunner:
                         "the reference's calibrated timing")
         if isinstance(student_medians, str):
             contestants.drop_timer()
-            return _failed(perf, student_medians, device)
+            return failed(perf, student_medians, device)
         if not student_medians:
             return errored(perf, "the timer sent no timing", device)
         nbytes = baseline.bytes_moved(dict(perf.dims)) if baseline.bytes_moved else None
@@ -579,17 +579,3 @@ class _NoBars(Exception):
 
 
 IN_TURN_NOTE = "the reference was timed in turn with your kernels, sample for sample, in this grade"
-
-
-def _failed(perf: PerformanceCase, detail: str, device: DeviceInfo | None = None) -> PerformanceResult:
-    """A case that failed at the timed size, named for what happened (timeout, out of memory, a crash)."""
-    lowered = detail.lower()
-    if detail.startswith(TIMED_OUTPUT_CHANGED):
-        return errored(perf, detail.removeprefix(TIMED_OUTPUT_CHANGED + ": "), device, trap=TIMED_OUTPUT_CHANGED)
-    if detail.startswith("timeout") or "did not finish" in lowered:
-        return errored(perf, detail, device, trap=TIMEOUT)
-    if detail.startswith(OUT_OF_MEMORY) or "out of memory" in lowered or "outofmemoryerror" in lowered:
-        return errored(perf, detail, device, trap=OUT_OF_MEMORY)
-    if detail.startswith("crash"):
-        return errored(perf, detail, device, trap=CRASH)
-    return errored(perf, detail, device, trap=RUNTIME_ERROR)

@@ -16,32 +16,9 @@ from grader.authoring.spec import PerformanceCase
 from grader.judging.performance import errored
 from grader.results import PerformanceResult
 from grader.running.timing import runner as runner_module
-from grader.running.timing.runner import MEMORY_RETRY_WAITS_S, PerformanceRunner, _failed, out_of_memory
+from grader.running.timing.runner import MEMORY_RETRY_WAITS_S, PerformanceRunner
 
 PERF = PerformanceCase(id="p", target="layernorm", dims={"M": 4096, "N": 4096}, tolerance="rowwise")
-
-
-def test_a_failure_at_the_timed_size_is_named_for_what_happened() -> None:
-    for detail, trap in (
-        ("timeout: timing layernorm: did not finish within 90 s", trap_ids.TIMEOUT),
-        ("running layernorm at 4096x4096 raised RuntimeError: did not finish", trap_ids.TIMEOUT),
-        ("out-of-memory: the worker used 80 GiB", trap_ids.OUT_OF_MEMORY),
-        ("running layernorm raised OutOfMemoryError: CUDA out of memory", trap_ids.OUT_OF_MEMORY),
-        ("crash: the worker died (signal SIGSEGV)", trap_ids.CRASH),
-        ("running layernorm raised ValueError: bad shape", trap_ids.RUNTIME_ERROR),
-    ):
-        result = _failed(PERF, detail)
-        assert (result.status, result.trap, result.reason) == ("error", trap, detail), detail
-
-
-def test_out_of_memory_is_an_allocation_that_failed_not_a_budget_kept() -> None:
-    assert out_of_memory("torch eager could not be timed at 8192x8192: AcceleratorError: CUDA error: out of "
-                         "memory\nSearch for `cudaErrorMemoryAllocation'") \
-        == "torch eager could not be timed at 8192x8192: AcceleratorError: CUDA error: out of memory"
-    assert out_of_memory("running layernorm raised OutOfMemoryError: CUDA out of memory. Tried to allocate 512 MiB")
-    assert out_of_memory("out-of-memory: the worker used 12.4 GiB of GPU memory, over its budget of 8 GiB: "
-                         "stopped") == ""  # the submission's own, and final
-    assert out_of_memory("timeout: did not finish within 90 s") == ""
 
 
 class _Memoryless(PerformanceRunner):
@@ -81,3 +58,44 @@ def test_a_case_short_of_gpu_memory_is_timed_again_and_never_lost(monkeypatch: p
     runner = _Memoryless([ValueError("a grader bug")])
     with pytest.raises(ValueError):
         runner._measure_again_for_memory(prepared, None)  # type: ignore[arg-type]
+
+
+class _Recorder(PerformanceRunner):
+    """A runner whose `_record` plays a script, on a battery whose GPU slot is recorded."""
+
+    def __init__(self, device: str, script: list[Any]) -> None:  # noqa: D107 - no workers, no GPU
+        self.device = device
+        self.script = script
+        self.alone: list[bool] = []
+        self.holding = False
+
+    def _record(self, perf: PerformanceCase, battery: Any) -> Any:
+        self.alone.append(self.holding)
+        return self.script.pop(0)
+
+
+def test_a_recording_that_timed_out_on_a_gpu_is_made_again_with_the_gpu_alone() -> None:
+    """A class's busy GPU cost correct files a case at the timed size as at the small ones: the recording runs once
+    more with the GPU's exclusive slot, and that is the case's; any other failure, or the CPU, is final at once."""
+    import contextlib
+
+    timeout = errored(PERF, "timeout: running layernorm at 4096x4096: nothing happened for 5 s", trap=trap_ids.TIMEOUT)
+    prepared = object()
+
+    def battery_of(runner: _Recorder) -> SimpleNamespace:
+        @contextlib.contextmanager
+        def alone():  # type: ignore[no-untyped-def]
+            runner.holding = True
+            yield
+            runner.holding = False
+        return SimpleNamespace(workers=SimpleNamespace(alone_on_gpu=alone))
+
+    gpu = _Recorder("cuda", [timeout, prepared])
+    assert gpu._record_fairly(PERF, battery_of(gpu)) is prepared and gpu.alone == [False, True]  # type: ignore[arg-type]
+    spins = _Recorder("cuda", [timeout, timeout])
+    assert spins._record_fairly(PERF, battery_of(spins)) is timeout and spins.alone == [False, True]  # type: ignore[arg-type]
+    crash = errored(PERF, "crash: the worker died", trap=trap_ids.CRASH)
+    once = _Recorder("cuda", [crash])
+    assert once._record_fairly(PERF, battery_of(once)) is crash and once.alone == [False]  # type: ignore[arg-type]
+    cpu = _Recorder("cpu", [timeout])
+    assert cpu._record_fairly(PERF, battery_of(cpu)) is timeout and cpu.alone == [False]  # type: ignore[arg-type]
