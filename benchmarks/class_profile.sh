@@ -8,8 +8,9 @@
 #   bash benchmarks/class_profile.sh [WAIT_S] [DURATION_S]     # default 45 60
 #   OMP_NUM_THREADS=1 bash benchmarks/class_profile.sh          # every grade's and worker's torch on one CPU thread
 #
-# Output: $OUT/class-stacks.txt (py-spy's collapsed stacks: `python3 benchmarks/stacks_summary.py FILE`),
-# $OUT/class-commands.txt (CPU seconds per command name over the interval), $OUT/class-profile-batch.txt.
+# Output: $OUT/class-stacks.txt.gz (py-spy's collapsed stacks: `python3 benchmarks/stacks_summary.py FILE`),
+# $OUT/class-commands.txt (CPU seconds per command name over the interval), $OUT/class-gpu.txt (nvidia-smi dmon),
+# $OUT/class-stacks-summary.txt, $OUT/class-profile-batch.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/class-profile}
@@ -25,9 +26,14 @@ batch=$!
 sleep "$wait_s"
 python3 benchmarks/command_cpu.py "$duration_s" > "$out/class-commands.txt" 2>&1 &
 counting=$!
+# the GPU's own view meanwhile: SM and memory utilisation every 5 s (is it idle while the CPUs are full?)
+nvidia-smi dmon -s u -d 5 -c $((duration_s / 5)) > "$out/class-gpu.txt" 2>&1 &
 "$spy" record --pid "$batch" --subprocesses --duration "$duration_s" --rate 20 --nonblocking --format raw \
   -o "$out/class-stacks.txt" > "$out/py-spy.log" 2>&1
 wait "$counting"
 wait "$batch"
 tail -30 "$out/class-profile-batch.txt"
-cat "$out/class-commands.txt"
+cat "$out/class-commands.txt" "$out/class-gpu.txt"
+python3 benchmarks/stacks_summary.py "$out/class-stacks.txt" --top 30 > "$out/class-stacks-summary.txt" 2>&1
+head -80 "$out/class-stacks-summary.txt"
+gzip -f "$out/class-stacks.txt"  # a few MB of stacks: what comes back from a device call is limited
