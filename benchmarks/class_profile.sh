@@ -5,7 +5,7 @@
 # which holds its wheel: `pip download --no-deps -d .tools py-spy`) for DURATION seconds, and every process's CPU by
 # command name (ptxas, python, ...) over the same interval (benchmarks/command_cpu.py). Never changes the GPU's clocks or settings.
 #
-#   bash benchmarks/class_profile.sh [WAIT_S] [DURATION_S]     # default 45 60
+#   bash benchmarks/class_profile.sh [WAIT_S] [DURATION_S] [CLASS_BATCH ARGS...]     # default 45 60
 #   OMP_NUM_THREADS=1 bash benchmarks/class_profile.sh          # every grade's and worker's torch on one CPU thread
 #
 # Output: $OUT/class-stacks.txt.gz (py-spy's collapsed stacks: `python3 benchmarks/stacks_summary.py FILE`),
@@ -17,10 +17,11 @@ out=${OUT:-/tmp/class-profile}
 mkdir -p "$out"
 wait_s=${1:-45}
 duration_s=${2:-60}
+shift $(( $# < 2 ? $# : 2 ))
 source benchmarks/gpu_env.sh
 python3 -m pip install -q --no-index --no-deps --target /tmp/py-spy-site .tools/py_spy-*.whl || exit 2
 spy=/tmp/py-spy-site/bin/py-spy
-python3 benchmarks/class_batch.py --workers 16 --seed 3 --copies 1 --limit-s $((wait_s + duration_s + 10)) \
+python3 benchmarks/class_batch.py --workers 16 --seed 3 --copies 1 --limit-s $((wait_s + duration_s + 10)) "$@" \
   > "$out/class-profile-batch.txt" 2>&1 &
 batch=$!
 sleep "$wait_s"
