@@ -27,9 +27,10 @@ EXCLUSIVE_PHASES = ("timing/bars", "timing/student", "profile/replay")
 SANDBOX_OF = "sbx-"  # a sandbox zygote forked from the batch's zygote template names the grade it serves
 
 
-def process_table(names: dict[int, str] | None = None) -> tuple[dict[int, int], dict[int, float]]:
-    """Every live process's parent and CPU seconds (user + system, with the children it has reaped); each one's name
-    into `names` where given."""
+def process_table(names: dict[int, str] | None = None,
+                  reaped: bool = True) -> tuple[dict[int, int], dict[int, float]]:
+    """Every live process's parent and CPU seconds (user + system, with the children it has reaped unless `reaped`
+    is False); each one's name into `names` where given."""
     parents: dict[int, int] = {}
     cpu: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
@@ -46,7 +47,7 @@ def process_table(names: dict[int, str] | None = None) -> tuple[dict[int, int], 
         if names is not None:
             names[pid] = head.split("(", 1)[-1]
         parents[pid] = int(fields[1])  # after the name: state, ppid, ..., utime (12th), stime, cutime, cstime
-        cpu[pid] = sum(int(f) for f in fields[11:15]) / tick
+        cpu[pid] = sum(int(f) for f in fields[11:15 if reaped else 13]) / tick
     return parents, cpu
 
 

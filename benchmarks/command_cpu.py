@@ -8,26 +8,20 @@ spent before the interval began is not counted, nor what one that lived under 0.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from class_phases import process_table  # noqa: E402
 
 
 def read_all() -> dict[int, tuple[str, float]]:
-    tick = os.sysconf("SC_CLK_TCK")
-    found = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as stat:
-                head, tail = stat.read().rsplit(")", 1)
-        except (OSError, ValueError):
-            continue
-        fields = tail.split()
-        found[int(entry)] = (head.split("(", 1)[-1], (int(fields[11]) + int(fields[12])) / tick)
-    return found
+    """Every live process's command name and own CPU seconds (not its reaped children's)."""
+    names: dict[int, str] = {}
+    _, cpu = process_table(names, reaped=False)
+    return {pid: (names[pid], seconds) for pid, seconds in cpu.items()}
 
 
 def main() -> int:
