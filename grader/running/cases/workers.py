@@ -93,7 +93,7 @@ class SubmissionWorkers:
     @contextlib.contextmanager
     def alone_on_gpu(self) -> Iterator[None]:
         """The GPU to this grade alone, as a timed phase has it: no other grade's kernels run meanwhile (a case
-        that timed out beside them runs again so, probes.retry_timeout_alone). Nothing to hold off the GPU."""
+        that timed out beside them runs again so: probes.TimeoutsAlone). Nothing to hold off the GPU."""
         if not self.backend.on_gpu or not torch.cuda.is_available():
             yield
             return
