@@ -5,7 +5,8 @@
 - On CUDA, the shared zygote (grader.running.processes.shared_zygote): every grade's reference-solution worker is
   forked from one process that imported torch and triton, instead of each grade starting a fresh one.
 - Where sandboxes are isolated (root, namespaces), the zygote template (the same module): every grade's sandbox zygote
-  is forked from one process that imported the zygote's preload, and confined there, instead of importing it afresh.
+  is forked from one process that imported the zygote's preload, and confined there, instead of importing it afresh;
+  in an interpreter batch a second one, of Triton without the interpreter, for each grade's GPU compile check.
 
 Both only where the batch has more than one grade and runs on Linux; each can be turned off ("0" in its variable),
 and each grade falls back to starting afresh where one cannot start or is gone.
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 
 from grader.operations.child_template import Template
 from grader.running.processes.confinement import namespaces_available, namespaces_wanted
-from grader.running.processes.shared_zygote import SharedZygote, ZygoteTemplate
+from grader.running.processes.shared_zygote import TEMPLATE_ADDRESS_VARIABLE, SharedZygote, ZygoteTemplate
 
 TEMPLATE_VARIABLE = "GRADER_CHILD_TEMPLATE"  # "0": every child of a batch starts afresh (no template)
 SHARED_ZYGOTE_VARIABLE = "GRADER_REFERENCE_ZYGOTE"  # "0": every grade's reference worker starts afresh
@@ -32,13 +33,15 @@ class BatchHelpers:
     template: Template | None = None
     shared_zygote: SharedZygote | None = None
     zygote_template: ZygoteTemplate | None = None
+    aot_template: ZygoteTemplate | None = None  # an interpreter batch's: the GPU compile check's zygotes (aot.py)
 
     def environment(self) -> dict[str, str]:
-        """What every child of the batch is told (where the shared zygote and the zygote template listen)."""
-        told: dict[str, str] = {}
-        for helper in (self.shared_zygote, self.zygote_template):
-            if helper is not None:
-                told.update(helper.environment())
+        """What every child of the batch is told (where the shared zygote and the zygote templates listen)."""
+        told: dict[str, str] = dict(self.shared_zygote.environment()) if self.shared_zygote is not None else {}
+        templates = [t.environment()[TEMPLATE_ADDRESS_VARIABLE] for t in (self.zygote_template, self.aot_template)
+                     if t is not None]
+        if templates:
+            told[TEMPLATE_ADDRESS_VARIABLE] = ",".join(templates)
         return told
 
     def close(self) -> None:
@@ -48,9 +51,10 @@ class BatchHelpers:
         if self.shared_zygote is not None:
             self.shared_zygote.close()
             self.shared_zygote = None
-        if self.zygote_template is not None:
-            self.zygote_template.close()
-            self.zygote_template = None
+        for template in (self.zygote_template, self.aot_template):
+            if template is not None:
+                template.close()
+        self.zygote_template = self.aot_template = None
 
 
 def start_helpers(grades: int, backends: Sequence[str], template_environment: dict[str, str]) -> BatchHelpers:
@@ -72,8 +76,11 @@ def start_helpers(grades: int, backends: Sequence[str], template_environment: di
     kinds = set(backends)
     if (len(kinds) == 1 and kinds <= {"cuda", "interpreter"} and namespaces_available() and namespaces_wanted()
             and os.environ.get(SANDBOX_TEMPLATE_VARIABLE, "") != "0"):
+        backend = kinds.pop()
         try:
-            helpers.zygote_template = ZygoteTemplate(kinds.pop())
+            helpers.zygote_template = ZygoteTemplate(backend)
+            if backend == "interpreter":  # each grade's GPU compile check imports Triton without the interpreter
+                helpers.aot_template = ZygoteTemplate("aot")
         except OSError:
             pass
     return helpers

@@ -22,6 +22,7 @@ from grader.running import protocol
 from grader.running.cases.symbols import check_symbol
 from grader.running.processes.client import Worker, WorkerFailure
 from grader.running.processes.sandbox import Sandbox, WorkerOptions, hidden_from_worker
+from grader.running.processes.shared_zygote import template_address
 
 GPU_ARCH = 90
 COMPILE_TIMEOUT_S = 120.0
@@ -109,7 +110,8 @@ def aot_check(assignment: Assignment, submission: Path, hidden: tuple[str, ...] 
     the grade's, when given): one check per kernel of `compiled_kernels`, whatever happens."""
     options = WorkerOptions(backend="aot", import_timeout_s=assignment.import_timeout_s,
                             hidden_paths=hidden_from_worker(assignment, submission) + tuple(hidden))
-    worker = Worker(submission, list(assignment.required_symbols), options, sandbox=sandbox)
+    own = Sandbox(options) if sandbox is None and template_address("aot") is not None else None
+    worker = Worker(submission, list(assignment.required_symbols), options, sandbox=sandbox or own)
     results: list[CaseResult] = []
     notes: list[str] = []
     try:
@@ -131,6 +133,8 @@ def aot_check(assignment: Assignment, submission: Path, hidden: tuple[str, ...] 
                                         kernel_signature(spec, gpu_dtype(assignment, spec.name))))
     finally:
         worker.close()
+        if own is not None:
+            own.close()
     return results, notes
 
 

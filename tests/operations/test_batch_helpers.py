@@ -53,9 +53,14 @@ def test_an_interpreter_batch_gets_no_shared_zygote_and_a_mixed_one_no_zygote_te
     try:
         assert helpers.template is not None and helpers.shared_zygote is None
         assert (helpers.zygote_template is not None) == namespaces_available()
+        assert (helpers.aot_template is not None) == namespaces_available()  # the GPU compile check's zygotes
+        if namespaces_available():
+            told = [pair.partition(":") for pair in helpers.environment()[TEMPLATE_ADDRESS_VARIABLE].split(",")]
+            assert [backend for backend, _, _ in told] == ["interpreter", "aot"]
+            assert all(Path(address).is_socket() for _, _, address in told)
     finally:
         helpers.close()
-    assert helpers.template is None and helpers.zygote_template is None
+    assert helpers.template is None and helpers.zygote_template is None and helpers.aot_template is None
     monkeypatch.setenv(batch_helpers.TEMPLATE_VARIABLE, "0")
     mixed = batch_helpers.start_helpers(2, ["interpreter", "cuda"], {})
     try:  # Triton is imported for one flavour: a template forks zygotes of one backend only

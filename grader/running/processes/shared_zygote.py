@@ -33,7 +33,7 @@ from pathlib import Path
 from grader.running.processes.confinement import base_environment, die_with_parent
 
 ADDRESS_VARIABLE = "GRADER_SHARED_ZYGOTE"
-TEMPLATE_ADDRESS_VARIABLE = "GRADER_ZYGOTE_TEMPLATE"  # "<backend>:<address>"
+TEMPLATE_ADDRESS_VARIABLE = "GRADER_ZYGOTE_TEMPLATE"  # "<backend>:<address>[,<backend>:<address>]"
 
 
 def shared_address() -> str | None:
@@ -118,7 +118,10 @@ class ZygoteTemplate(_Listening):
 
 
 def template_address(backend: str) -> str | None:
-    """The batch's zygote template, where this grade runs in a batch that started one for `backend`."""
-    value = os.environ.get(TEMPLATE_ADDRESS_VARIABLE, "")
-    found, _, address = value.partition(":")
-    return address if found == backend and address else None
+    """The batch's zygote template, where this grade runs in a batch that started one for `backend` (the variable
+    holds one "<backend>:<address>" per template, comma-separated)."""
+    for told in os.environ.get(TEMPLATE_ADDRESS_VARIABLE, "").split(","):
+        found, _, address = told.partition(":")
+        if found == backend and address:
+            return address
+    return None

@@ -149,3 +149,37 @@ def test_a_forked_zygote_imports_from_its_folder_not_the_templates(tmp_path: Pat
 
     assert sys.path == [str(sandbox_folder), "/usr/lib/python3.12"]  # a fresh `python -m` there has the same
     assert Path.cwd() == sandbox_folder
+
+
+def test_a_grades_gpu_compile_check_forks_from_the_batchs_aot_template(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter batch's second template (Triton without the interpreter): each grade's GPU compile check
+    (grader/running/aot.py) forks its worker from there instead of importing torch and triton afresh, with the same
+    results; the variable holds both templates."""
+    from grader.authoring.spec import load_assignment
+    from grader.running.aot import aot_check
+    from tests.conftest import ROOT
+
+    assignment = load_assignment(ROOT / "assignments" / "fused_layers" / "assignment.toml")
+    submission = ROOT / "reference" / "fused_layers" / "reference.py"
+    fresh = aot_check(assignment, submission)
+    interpreter, aot = ZygoteTemplate("interpreter"), ZygoteTemplate("aot")
+    forked: list[str] = []
+    start_from_template = Sandbox._start_from_template
+
+    def recorded(self: Sandbox, address: str) -> bool:
+        forked.append(self.options.backend)
+        return start_from_template(self, address)
+
+    try:
+        told = ",".join(t.environment()[TEMPLATE_ADDRESS_VARIABLE] for t in (interpreter, aot))
+        monkeypatch.setenv(TEMPLATE_ADDRESS_VARIABLE, told)
+        assert template_address("interpreter") == interpreter.address and template_address("aot") == aot.address
+        monkeypatch.setattr(Sandbox, "_start_from_template", recorded)
+        from_template = aot_check(assignment, submission)
+    finally:
+        interpreter.close()
+        aot.close()
+    assert forked == ["aot"]
+    assert [(r.case_id, r.passed, r.traps) for r in from_template[0]] == [(r.case_id, r.passed, r.traps)
+                                                                          for r in fresh[0]]
+    assert all(r.passed for r in from_template[0]) and from_template[1] == fresh[1] == []
