@@ -194,10 +194,9 @@ class Contestants:
             return f"{what} raised " + error_message(reply.error, worker.submission.name)
         if reply.outputs is None:
             return f"{what}: the timer sent a malformed reply"
-        if reply.unwatched:
-            self.unwatched.add(reply.unwatched)
-        if reply.refused:
-            return f"{TIMED_OUTPUT_CHANGED}: {what}: {reply.refused}"
+        refused = self._refusal(reply, what)
+        if refused:
+            return refused
         return reply.outputs, reply.medians_ms
 
     # ------------------------------------------------------------------ the reference
@@ -379,11 +378,17 @@ class Contestants:
             return f"{failure.trap}: {what}: {failure.detail}"
         if not reply.ok:
             return f"{what} raised " + error_message(reply.error, worker.submission.name)
+        refused = self._refusal(reply, what)
+        if refused:
+            return refused
+        return list(reply.medians_ms) if reply.medians_ms else f"{what}: no timing came back"
+
+    def _refusal(self, reply: protocol.Timed, what: str) -> str:
+        """A timer's reply read once for the grade: why its memory watch stood aside (kept for the grade's notes),
+        and why its samples are no time ("" when they are)."""
         if reply.unwatched:
             self.unwatched.add(reply.unwatched)
-        if reply.refused:
-            return f"{TIMED_OUTPUT_CHANGED}: {what}: {reply.refused}"
-        return list(reply.medians_ms) if reply.medians_ms else f"{what}: no timing came back"
+        return f"{TIMED_OUTPUT_CHANGED}: {what}: {reply.refused}" if reply.refused else ""
 
     def time_kept(self, worker: Worker, perf: PerformanceCase, what: str) -> list[float] | str:
         """Time the launches `run_plan(keep=perf.id)` left in `worker`: CUDA-graph replays only."""
@@ -396,10 +401,9 @@ class Contestants:
             return f"{failure.trap}: {what}: {failure.detail}"
         if not reply.ok:
             return f"{what} raised " + error_message(reply.error, worker.submission.name)
-        if reply.unwatched:
-            self.unwatched.add(reply.unwatched)
-        if reply.refused:
-            return f"{TIMED_OUTPUT_CHANGED}: {what}: {reply.refused}"
+        refused = self._refusal(reply, what)
+        if refused:
+            return refused
         return list(reply.medians_ms)
 
 
