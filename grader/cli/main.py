@@ -16,6 +16,7 @@ from grader.cli.parser import build_parser
 from grader.environment import triton_mismatch
 from grader.operations.notebook import NotebookError
 from grader.operations.requests import UsageError
+from grader.running.processes import cpu_threads
 
 COMMANDS: dict[str, Callable[..., int]] = {
     "list": grading.cmd_list,
@@ -34,6 +35,8 @@ COMMANDS: dict[str, Callable[..., int]] = {
 }
 # the commands that run kernels: Triton's version decides what its interpreter runs and its compiler accepts
 RUNS_KERNELS = frozenset({"grade", "check", "selftest", "batch"})
+# the commands that grade one file at a time in this process (a batch and a selftest share the CPUs among their own)
+ONE_GRADE_AT_A_TIME = frozenset({"grade", "check"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         if served is not None:
             return served
     root: Path = assignments_root(args.assignments)
+    if args.command in ONE_GRADE_AT_A_TIME:
+        cpu_threads.share_for_this_process()  # before torch is imported: its pool and each worker's, one grade's share
     if args.command in RUNS_KERNELS and (mismatch := triton_mismatch()):
         print(f"grader: {mismatch}", file=sys.stderr)  # a warning only: the grade goes on
     try:

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 from grader.operations.batch_helpers import BatchHelpers, start_helpers
 from grader.operations.child import POLL_INTERVAL_S, Child, signal_group
 from grader.operations.child_template import Template, TemplateUnavailable
+from grader.running.processes import cpu_threads
 from grader.running.timing.calibration import CalibrationStore
 
 LOG_TAIL_CHARS = 3000
@@ -305,7 +306,12 @@ class LocalExecutor:
     def run(self, jobs: Iterable[GradeJob],
             on_start: OnStart | None = None) -> Generator[JobOutcome, None, None]:
         """Yield one outcome per job as each finishes. Closing the iterator (or an exception, Ctrl-C
-        included) ends every child still running."""
+        included) ends every child still running. Every process the batch starts gets its share of the CPUs for
+        torch's and numpy's thread pools (grader.running.processes.cpu_threads), unless the caller set them."""
+        with cpu_threads.exported(self.workers):
+            yield from self._run(jobs, on_start)
+
+    def _run(self, jobs: Iterable[GradeJob], on_start: OnStart | None) -> Generator[JobOutcome, None, None]:
         pending = deque(jobs)
         ready: deque[_Attempt] = deque()  # prepared, waiting for a slot
         running: dict[int, _Attempt] = {}
@@ -539,6 +545,7 @@ def child_parser() -> argparse.ArgumentParser:
 def child_main(argv: list[str] | None = None) -> int:
     args = child_parser().parse_args(argv)
     _die_with_parent(args.parent, args.pdeathsig)
+    cpu_threads.share_for_this_process()  # the batch's share (its environment says it)
 
     from grader.authoring.discovery import find_assignment
     from grader.backends import detect_backend

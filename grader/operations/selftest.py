@@ -26,6 +26,7 @@ from grader.backends import Backend
 from grader.judging.performance_traps import PREDICTING_BACKENDS
 from grader.operations.grade import GradeRequest, grade_at_seeds
 from grader.publishing.files import write_outputs
+from grader.running.processes import cpu_threads
 
 
 @dataclass(frozen=True)
@@ -240,7 +241,9 @@ def run_selftest(assignment: Assignment, backend: Backend, seed: int, jobs: int 
             graded = [grade_one(w) for w in work]
         else:
             # spawn, not fork: forking a process that already runs torch's thread pools can deadlock the child
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            # each grade's processes get their share of the CPUs' thread pools (running.processes.cpu_threads)
+            with cpu_threads.exported(jobs), \
+                    ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
                 graded = list(pool.map(grade_one, work))
     rows = []
     for (mutant, _), runs in zip(written, graded, strict=True):

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.running.processes.cpu_threads import THREAD_VARIABLES, thread_environment
+
 WORKER_OUTPUT_LIMIT_BYTES = 64 << 20
 # Address-space limit for interpreter workers (CUDA needs a huge virtual address space: none there).
 INTERPRETER_MEMORY_LIMIT_BYTES = 8 << 30
@@ -34,7 +36,7 @@ PASSED_ENVIRONMENT = (
     "CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH",
     "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_F32_DEFAULT", "TRITON_DEFAULT_FP_FUSION",
     "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
-    "OMP_NUM_THREADS",  # torch's CPU threads: whoever runs a batch of many grades on one machine may cap them
+    *THREAD_VARIABLES,  # torch's and numpy's CPU threads: a batch's share per process, or the caller's own
 )
 _PR_SET_PDEATHSIG = 1
 
@@ -155,10 +157,12 @@ def die_with_parent(sig: int = signal.SIGKILL) -> None:
 
 def base_environment(backend: str, folder: Path) -> dict[str, str]:
     """What every process the grader starts for workers imports with, from the grader's own environment: the
-    variables it passes (PASSED_ENVIRONMENT), the grader's checkout first on the import path, no bytecode written, no
+    variables it passes (PASSED_ENVIRONMENT; the thread pools' sizes, one grade's share where none is set:
+    grader.running.processes.cpu_threads), the grader's checkout first on the import path, no bytecode written, no
     user site, HOME and TMPDIR in `folder`, Triton's interpreter for the interpreter backend. No token: a sandbox
     adds its own (Sandbox.environment)."""
     env = {k: v for k, v in os.environ.items() if k in PASSED_ENVIRONMENT}
+    env.update(thread_environment(1, env))  # where neither the caller nor a batch said: one grade's share
     env.update(PYTHONPATH=str(PROJECT_ROOT), PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1", PYTHONNOUSERSITE="1",
                HOME=str(folder), TMPDIR=str(folder))
     if backend == "interpreter":
