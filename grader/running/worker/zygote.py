@@ -117,6 +117,24 @@ def outside_every_sandbox(pid: int) -> bool:
 # --------------------------------------------------------------------------- the zygote
 
 
+def warm_triton_key() -> bool:
+    """Triton's key of its own installation (a digest of its sources and of libtriton.so, ~400 MB: 0.2 CPU-s on the
+    2-core machine), which every compile asks for, computed once here where kernels compile (not under the
+    interpreter), so each fork has it instead of computing it again at its first compile or launch. Read from Triton's
+    installed files only, before any submission is loaded. False where this Triton has no such function."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:
+        return False
+    try:
+        triton_key()
+    except Exception:  # a worker computes it again and reports what is wrong
+        return False
+    return True
+
+
 def _libc() -> Any:
     import ctypes
 
@@ -139,6 +157,7 @@ class Zygote:
                 loaded.append(name)
             except Exception:  # a worker imports it again and reports what is wrong
                 pass
+        warm_triton_key()
         return loaded
 
     def _ready_message(self, loaded: Sequence[str]) -> dict[str, Any]:

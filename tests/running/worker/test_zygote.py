@@ -65,3 +65,26 @@ def test_the_zygote_answers_what_it_cannot_read_with_an_error() -> None:
     finally:
         left.close()
         right.close()
+
+
+def _fresh(code: str, interpret: bool) -> str:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                          check=True).stdout.strip()
+
+
+def test_a_compiling_zygote_computes_tritons_key_once_for_every_fork() -> None:
+    """Triton's digest of its own installation (libtriton.so included) is asked for by every compile: a zygote
+    where kernels compile computes it in its preload, so a fork finds it cached; an interpreter's zygote does not."""
+    code = ("import os; from triton.runtime.cache import triton_key; "
+            "from grader.running.worker.zygote import warm_triton_key; warmed = warm_triton_key(); "
+            "pid = os.fork()\n"
+            "if pid == 0:\n    os._exit(triton_key.cache_info().currsize)\n"
+            "print(warmed, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))")
+    assert _fresh(code, interpret=False) == "True 1"
+    assert _fresh(code, interpret=True) == "False 0"
