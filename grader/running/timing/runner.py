@@ -196,9 +196,7 @@ class PerformanceRunner:
         if not isinstance(timer, str):
             timer.spawn()
         profiler = self._profiler(battery)
-        if profiler is not None:  # its workers import torch while the student's records and the timer checks
-            profiler = self._guarded(profiler, profiler.spawn, [perf.id for perf in todo])
-            self._live_profiler = profiler  # closed with the runner whatever happens before its own `finally`
+        self._live_profiler = profiler  # closed with the runner whatever happens before its own `finally`
         reference = None
         # The reference runs in every grade: it is timed in turn with the student's launches (side by side, so a
         # GPU whose clocks sag under a matmul's power draw slows both alike), and measures the bars where none
@@ -245,9 +243,15 @@ class PerformanceRunner:
         """Each recorded case checked at its timed size (the GPU shared), then timed and profiled (alone)."""
         clock = battery.clock
         checked = []
-        # The student's profiling worker loads and runs each case's launches once beside the checks (both only
-        # share the GPU); the reference's runs the launches its checks planned, after them. "profile/start" is
-        # what the grade waits for beyond the checks.
+        # The profiling workers start here, with the timing seat held, not while the student's worker records: a
+        # process under Nsight Compute keeps a core busy from its start to its end (ncu's own main thread), and in
+        # a class every grade waiting for a seat had two (an H100's 16 cores: ncu 453 of 773 CPU-seconds,
+        # docs/performance.md). The seats bound them. The student's loads and runs each case's launches once beside
+        # the checks (both only share the GPU); the reference's runs the launches its checks planned, after them.
+        # "profile/start" is what the grade waits for beyond the checks.
+        if profiler is not None and ready:
+            profiler = self._guarded(profiler, profiler.spawn, [p.perf.id for p in ready])
+            self._live_profiler = profiler
         with ThreadPoolExecutor(max_workers=1) as beside:
             preparing = (beside.submit(self._guarded, profiler, profiler.prepare_student, ready)
                          if profiler is not None and ready else None)

@@ -99,3 +99,52 @@ def test_a_recording_that_timed_out_on_a_gpu_is_made_again_with_the_gpu_alone() 
     assert once._record_fairly(PERF, battery_of(once)) is crash and once.alone == [False]  # type: ignore[arg-type]
     cpu = _Recorder("cpu", [timeout])
     assert cpu._record_fairly(PERF, battery_of(cpu)) is timeout and cpu.alone == [False]  # type: ignore[arg-type]
+
+
+class _Seated(PerformanceRunner):
+    """A runner whose checks and timed samples play a script, to see when its profiler's workers start."""
+
+    def __init__(self, events: list[str]) -> None:  # noqa: D107 - no workers, no GPU
+        self.device = "cpu"  # no GPU slot to take
+        self.events = events
+        self.profiles: dict[str, Any] = {}
+        self.contestants = SimpleNamespace(clocks_already_up=lambda: None)
+
+    def _case_alone(self, prepared: Any, doing: str, run: Any) -> PerformanceResult | None:
+        self.events.append(doing)
+        return None if doing == "checking" else dataclasses.replace(errored(PERF, ""), status="timed", reason="")
+
+
+def test_the_profilers_workers_start_only_with_the_timing_seat_held() -> None:
+    """A process under Nsight Compute keeps a core busy while it lives: started while the student's worker recorded,
+    every grade of a class waiting for a timing seat had two (an H100's 16 cores: ncu took 453 of 773 CPU-seconds).
+    They start in `_check_and_measure`, which runs with the seat held, before the checks they overlap."""
+    import contextlib
+
+    events: list[str] = []
+
+    class Profiler:
+        def spawn(self, ids: list[str]) -> None:
+            events.append(f"spawn {ids}")
+
+        def prepare_student(self, cases: Any) -> None:
+            events.append("prepare student")
+
+        def prepare_reference(self, cases: Any) -> None:
+            events.append("prepare reference")
+
+        def measure(self, ids: Any) -> None:
+            events.append("profile")
+
+        def finish(self, cases: Any) -> dict[str, Any]:
+            return {}
+
+        def close(self) -> None:
+            events.append("close")
+
+    battery = SimpleNamespace(clock=SimpleNamespace(phase=lambda name: contextlib.nullcontext()),
+                              workers=SimpleNamespace(shared_gpu=contextlib.nullcontext))
+    results: dict[str, PerformanceResult] = {}
+    _Seated(events)._check_and_measure([SimpleNamespace(perf=PERF)], battery, Profiler(), results)  # type: ignore[arg-type]
+    assert events[0] == "spawn ['p']" and events.index("spawn ['p']") < events.index("checking")
+    assert events[-3:] == ["timing", "profile", "close"] and results["p"].status == "timed"
