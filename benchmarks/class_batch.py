@@ -242,7 +242,10 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
               f"{grades[student]['execution_time_s']:.1f} s; {cases}")
     untimed = [s for s, g in grades.items() if origin[s] not in HOSTILE and g["score"] == g["max_score"]
                and any(p["status"] != "timed" for p in g["performance"])]
-    print(f"correct students with a performance case not timed: {len(untimed)} {sorted(untimed)}")
+    print(f"correct students with a performance case not timed: {len(untimed)} {sorted(untimed)}" + "".join(
+        f"\n  {s} {p['perf_id']}: {p['status']}{' ' + p['trap'] if p.get('trap') else ''}: "
+        f"{' '.join((p.get('reason') or '').split())[:400]}"
+        for s in sorted(untimed) for p in grades[s]["performance"] if p["status"] != "timed"))
     timeouts = [(s, c["case_id"], c.get("message", "")) for s, g in sorted(grades.items()) for c in g["cases"]
                 if "timeout" in (c.get("traps") or [])]
     print(f"cases that timed out: {len(timeouts)}" + "".join(
