@@ -249,10 +249,7 @@ def cuda_devices() -> list[str]:
 
 def default_workers(backend: str, devices: Sequence[str]) -> int:
     """As many grades as the CPUs and memory hold; on CUDA at most GRADES_PER_GPU per GPU."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cpus = os.cpu_count() or 1
+    cpus = cpu_threads.usable_cpus()
     workers = min(cpus, max(1, _available_memory() // WORKER_MEMORY_BYTES)) if _available_memory() else cpus
     if backend == "cuda" and devices:
         workers = min(workers, GRADES_PER_GPU * len(devices))
