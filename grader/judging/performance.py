@@ -38,13 +38,39 @@ def paired_speedup(bar_ms: Sequence[float], student_ms: Sequence[float]) -> floa
     going first or second is worth (a 4096^3 tf32 matmul on an H100 at its power cap: the first of a round's two
     samples ~4% slower, docs/gpu-runs-2026-12-06.txt)
     favours each side once in every block, so it cancels too. An odd last round stands alone."""
+    return float(statistics.median(pair_blocks(bar_ms, student_ms)))
+
+
+def pair_blocks(bar_ms: Sequence[float], student_ms: Sequence[float]) -> list[float]:
+    """Samples timed in turn: each block of two rounds' geometric mean speedup (an odd last round alone)."""
     if len(bar_ms) != len(student_ms) or not bar_ms:
         raise ValueError(f"pairs need equal, non-empty samples, got {len(bar_ms)} and {len(student_ms)}")
     ratios = [speedup(bar, mine) for bar, mine in zip(bar_ms, student_ms, strict=True)]
     blocks = [math.sqrt(a * b) for a, b in zip(ratios[0::2], ratios[1::2], strict=False)]
     if len(ratios) % 2:
         blocks.append(ratios[-1])
-    return float(statistics.median(blocks))
+    return blocks
+
+
+# A timing in turn has settled once at least SETTLED_BLOCKS whole blocks of two rounds agree within SETTLED_RANGE of
+# their median: more rounds would not move `paired_speedup` beyond its noise. Chosen on the round-by-round ratios of
+# the 76 in-turn timings recorded on H100s (docs/gpu-runs-2026-12-06.txt, fused_layers' four cases, the reference
+# and correct_welford): 26% fewer rounds, every speedup within 0.65% of all ten rounds'. The row statistics and the
+# LayerNorm settle after two blocks; the 14 us LayerNorm and the power-capped tf32 matmul rarely do (two blocks
+# within 1% would have ended one matmul 1.75% off; three blocks within 0.5% save only 17%).
+SETTLED_BLOCKS = 2
+SETTLED_RANGE = 0.005
+
+
+def settled(bar_ms: Sequence[float], student_ms: Sequence[float]) -> bool:
+    """Pure: have these samples timed in turn settled (whole blocks only; at least SETTLED_BLOCKS of them, every one
+    within SETTLED_RANGE of their median)?"""
+    whole = min(len(bar_ms), len(student_ms)) // 2 * 2
+    if whole < 2 * SETTLED_BLOCKS:
+        return False
+    blocks = pair_blocks(bar_ms[:whole], student_ms[:whole])
+    middle = statistics.median(blocks)
+    return (max(blocks) - min(blocks)) <= SETTLED_RANGE * middle
 
 
 def gb_per_s(nbytes: int, ms: float) -> float:

@@ -19,13 +19,16 @@ from grader.authoring.spec import Assignment, PerformanceCase, Threshold, load_a
 from grader.backends import Backend
 from grader.judging.performance import (
     NEEDS_CUDA,
+    SETTLED_BLOCKS,
     correctness_gate,
     evaluate,
     gb_per_s,
     leaderboard,
     measurement,
     not_run,
+    pair_blocks,
     paired_speedup,
+    settled,
     skipped,
     speedup,
     tflops,
@@ -36,7 +39,6 @@ from grader.publishing.gradescope import results_json
 from grader.results import CaseResult, DeviceInfo, GradeResult, PerformanceResult
 from grader.running import protocol
 from grader.running.cases.battery import Battery
-from grader.running.timing.contestants import IN_TURN_ROUNDS
 from grader.running.worker.measuring.samplers import Timing
 
 H200 = DeviceInfo(gpu="NVIDIA H200", copy_gb_per_s=4000.0, torch="2.11.0+cu130", triton="3.6.0")
@@ -73,6 +75,25 @@ def test_samples_in_turn_compare_pair_by_pair() -> None:
     assert paired_speedup([2.0, 8.0, 3.0], [1.0, 1.0, 1.0]) == 3.5  # an odd last round stands alone
     with pytest.raises(ValueError):
         paired_speedup([1.0], [1.0, 1.0])
+
+
+def test_a_timing_in_turn_settles_once_whole_blocks_agree() -> None:
+    """Two blocks of two rounds within 0.5% of their median end a timing in turn (more rounds would not move its
+    speedup); fewer, an unfinished block, or blocks apart do not. Round ratios recorded on an H100 (reference copies,
+    docs/gpu-runs-2026-12-06.txt): the row statistics settle, the power-capped matmul does not."""
+    def rounds(ratios: list[float]) -> tuple[list[float], list[float]]:
+        return [1.0 * r for r in ratios], [1.0] * len(ratios)  # the bar's samples over the student's: the ratios
+
+    assert pair_blocks([2.0, 8.0, 3.0], [1.0, 1.0, 1.0]) == [4.0, 3.0]
+    row_stats = [1.001, 1.004, 1.001, 1.001, 1.000, 1.000, 1.001, 1.001, 1.001, 1.000]
+    matmul = [0.943, 1.016, 1.018, 1.034, 1.007, 0.977, 0.985, 0.960, 0.982, 0.974]
+    assert SETTLED_BLOCKS == 2
+    assert not settled(*rounds(row_stats[:2])) and not settled(*rounds(row_stats[:3]))  # one block is no agreement
+    assert settled(*rounds(row_stats[:4])) and settled(*rounds(row_stats[:5]))  # the 5th round's block is unfinished
+    assert not any(settled(*rounds(matmul[:n])) for n in range(1, 11))  # 0.979, 1.026, ...: never within 0.5%
+    bar, student = rounds([1.0, 1.0, 1.0, 1.0])
+    assert settled(bar, student) and not settled(bar, student[:3])  # whole blocks of both sides only
+    assert not settled([1.0, 1.0, 1.006, 1.006], [1.0] * 4) and settled([1.0, 1.0, 1.004, 1.004], [1.0] * 4)
 
 
 def test_going_first_favours_neither_side() -> None:
@@ -454,8 +475,10 @@ def test_measure_path_on_a_fake_clock(
         expected = "not fused at this size" if "layer_norm(" in bug[1] else "differs from F.layer_norm"
         assert expected in result.reason and result.score == 0 and result.max_score == 2, result.reason
         return
-    # timed in turn with the reference: IN_TURN_ROUNDS rounds (at least the case's repeats)
-    assert result.student is not None and result.student.medians_ms == (0.1,) * IN_TURN_ROUNDS
+    # timed in turn with the reference: the clock's samples never vary, so the timing settles after its first two
+    # blocks of two rounds (judging.performance.settled), and both workers let their graphs go then
+    assert result.student is not None and result.student.medians_ms == (0.1,) * (2 * SETTLED_BLOCKS)
+    assert result.reference is not None and result.reference.medians_ms == (0.12,) * (2 * SETTLED_BLOCKS)
     assert result.speedup_vs_reference == pytest.approx(1.2) and result.speedup_vs_torch == pytest.approx(2.0)
     assert result.student.gb_per_s == pytest.approx(4 * (2 * 6 * 37 + 2 * 37) / 0.1e-3 / 1e9)
     assert result.student.pct_of_copy_bandwidth == pytest.approx(100 * result.student.gb_per_s / 4000.0)
@@ -526,7 +549,7 @@ def test_a_sample_that_times_out_is_that_cases_timeout_and_the_next_is_timed_in_
     assert first.status == "error" and first.trap == "timeout", first
     assert "did not finish within 12 s" in first.reason
     assert second.status == "timed" and "timed in turn" in second.reason, second.reason
-    assert second.student is not None and len(second.student.medians_ms) == IN_TURN_ROUNDS
+    assert second.student is not None and len(second.student.medians_ms) == 2 * SETTLED_BLOCKS  # settled
 
 
 @pytest.mark.slow

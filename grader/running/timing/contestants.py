@@ -15,6 +15,7 @@ import torch
 
 from grader.authoring.spec import Assignment, PerformanceCase
 from grader.judging.errors import error_message
+from grader.judging.performance import settled
 from grader.running import protocol
 from grader.running.cases.battery import Battery
 from grader.running.processes.client import Deadline, Worker, WorkerFailure, WorkerOptions
@@ -324,7 +325,9 @@ class Contestants:
         draw and temperature (a 4096^3 tf32 matmul holds an H200 at its power cap, its SM clock wandering 1410-1560
         MHz: timed apart, identical kernels read +-7.6%; in turn, +-0.15%: benchmarks/timing_noise.py,
         docs/performance.md), and going first favours neither (`paired_speedup` takes the rounds two by two).
-        Each worker holds its captured graph between samples. The lists come back in round order.
+        Each worker holds its captured graph between samples. The lists come back in round order. The rounds end
+        early once whole blocks of two agree (`judging.performance.settled`: two blocks within 0.5%), and both
+        graphs are let go then.
 
         A slow kernel still gets its time: the rounds go in blocks of two, and once a block has been measured, no
         block starts that would not end within the case's `timeout_s` at the last block's pace, and a sample that
@@ -357,7 +360,27 @@ class Contestants:
             if not reference_first and reference is not None:
                 reference = self._sample_reference(reference, perf, 0.0, hold)
             spin = 0.0
+            if hold and reference is not None and reference_first and settled(reference, student):
+                self.let_go(timer, perf)  # the blocks agree: no more rounds, and both graphs (and memory) go now
+                self.let_go(self.reference, perf)
+                break
         return InTurn(student, reference or [])
+
+    def let_go(self, worker: Worker | None, perf: PerformanceCase) -> None:
+        """The graph `worker` holds for `perf` let go without another sample (a timing in turn that settled early). A
+        worker that fails here is dropped: nothing it timed is lost, and the next case starts a new one."""
+        if worker is None:
+            return
+        request = protocol.TimeKept(key=perf.id, repeats=0, spin_up_ms=0.0, hold=False)
+        try:
+            reply = worker.request(request, Deadline(cap_s=RUN_GRACE_S), f"letting {perf.target}'s timed graph go")
+        except WorkerFailure:
+            reply = None
+        if reply is None or not reply.ok:
+            if worker is self.timer:
+                self.drop_timer()
+            elif worker is self.reference:
+                self.lose_reference()
 
     def _sample_reference(self, so_far: list[float], perf: PerformanceCase, spin_up_ms: float,
                           hold: bool) -> list[float] | None:

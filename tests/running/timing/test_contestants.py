@@ -140,11 +140,12 @@ def test_a_slow_kernel_is_timed_in_the_rounds_its_budget_holds(tmp_path: Path, m
     within the case's timeout_s at the last block's pace; the time is the blocks measured, and the case says so."""
     clock = iter([0.0, 50.0, 100.0, 150.0])  # the start, then one reading per block begun: 50 s a block
     monkeypatch.setattr(contestants_module.time, "monotonic", lambda: next(clock))
-    contestants = _scripted(tmp_path, {"student": [[40.0]] * 10, "reference": [[0.4]] * 10})
+    wandering = [[40.0], [44.0], [48.0], [40.0]] * 3  # blocks apart: the timing never settles before its budget ends
+    contestants = _scripted(tmp_path, {"student": wandering, "reference": [[0.4]] * 10})
     in_turn = contestants.time_in_turn("student", dataclasses.replace(PERF, timeout_s=120), "timing")  # type: ignore[arg-type]
     assert isinstance(in_turn, InTurn)
     # after block 1 (50 s): 50 + 50 <= 120, a second block; after it (100 s): 100 + 50 > 120, stop
-    assert in_turn.student == [40.0] * 4 and in_turn.reference == [0.4] * 4
+    assert in_turn.student == [40.0, 44.0, 48.0, 40.0] and in_turn.reference == [0.4] * 4
     assert "timed in 4 of 10 rounds" in in_turn.cut_short and "120 s" in in_turn.cut_short
 
 
@@ -159,6 +160,56 @@ def test_a_sample_that_times_out_ends_the_timing_with_the_blocks_measured(tmp_pa
     crashed = "crash: timing layernorm: the worker died (signal SIGSEGV)"
     crash = _scripted(tmp_path, {"student": [[5.0], [5.0], crashed], "reference": [[0.1]] * 3})
     assert crash.time_in_turn("student", PERF, "timing") == crashed  # type: ignore[arg-type]  # only a timeout ends early
+
+
+def test_a_timing_in_turn_that_settles_ends_early_and_lets_both_graphs_go(tmp_path: Path) -> None:
+    """Blocks of two rounds that agree within 0.5% (judging.performance.settled) end the rounds after two blocks:
+    both workers are asked to let their held graphs go (a request of no samples, not held); timings that keep
+    wandering run every round, and the last round lets the graphs go as before."""
+    steady = _scripted(tmp_path, {"student": [[0.200], [0.201], [0.200], [0.200]] + [[0.2]] * 6,
+                                  "reference": [[0.400]] * 10})
+    let_go: list[tuple[str, str]] = []
+    steady.let_go = lambda worker, perf: let_go.append((str(worker), perf.id))  # type: ignore[method-assign]
+    in_turn = steady.time_in_turn("student", PERF, "timing")  # type: ignore[arg-type]
+    assert isinstance(in_turn, InTurn) and in_turn.cut_short == ""
+    assert in_turn.student == [0.200, 0.201, 0.200, 0.200] and in_turn.reference == [0.400] * 4
+    assert let_go == [("student", PERF.id), ("reference", PERF.id)]
+    noisy = [[0.38], [0.41], [0.40], [0.43], [0.39]] * 2  # a power-capped matmul's rounds: blocks 2-4% apart
+    wandering = _scripted(tmp_path, {"student": noisy, "reference": [[0.4]] * 10})
+    wandering.let_go = lambda worker, perf: let_go.append((str(worker), perf.id))  # type: ignore[method-assign]
+    in_turn = wandering.time_in_turn("student", PERF, "timing")  # type: ignore[arg-type]
+    assert isinstance(in_turn, InTurn) and len(in_turn.student) == len(in_turn.reference) == IN_TURN_ROUNDS
+    assert len(let_go) == 2  # none more: the last round's samples were not held
+
+
+def test_letting_a_graph_go_asks_for_no_sample_and_a_worker_that_fails_it_is_dropped(tmp_path: Path) -> None:
+    from grader.running import protocol
+    from grader.running.processes.client import WorkerFailure
+
+    assignment = load_assignment(ROOT / "assignments" / "fused_layers" / "assignment.toml")
+    contestants = Contestants(assignment, "cuda", tmp_path, lambda perf: timed_deadline(perf, None))
+    sent: list[object] = []
+
+    class Held:
+        def __init__(self, fails: bool) -> None:
+            self.fails, self.closed = fails, False
+
+        def request(self, request: object, deadline: object, what: str) -> protocol.Timed:
+            sent.append(request)
+            if self.fails:
+                raise WorkerFailure("crash", "the worker died")
+            return protocol.Timed(ok=True)
+
+        def close(self) -> None:
+            self.closed = True
+
+    timer, reference = Held(fails=False), Held(fails=True)
+    contestants.timer, contestants.reference = timer, reference  # type: ignore[assignment]
+    contestants.let_go(timer, PERF)  # type: ignore[arg-type]
+    assert contestants.timer is timer and sent == [protocol.TimeKept(key=PERF.id, repeats=0, spin_up_ms=0.0,
+                                                                     hold=False)]
+    contestants.let_go(reference, PERF)  # type: ignore[arg-type]
+    assert contestants.reference is None and reference.closed  # its failure costs the next case a new worker only
 
 
 def test_in_a_batch_the_references_worker_forks_from_the_shared_zygote(tmp_path: Path,

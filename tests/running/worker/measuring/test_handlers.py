@@ -61,3 +61,27 @@ def test_a_kernel_run_at_the_timed_size_is_recorded_for_the_timer() -> None:
     assert report["timed"] == []  # the interpreter times nothing
     kernel, complete, storages = report["recorded"]
     assert kernel == "double_kernel" and complete and len(storages) == 2 and report["views"] == 1
+
+
+def test_a_request_of_no_samples_lets_a_held_graph_go(monkeypatch) -> None:
+    """A timing in turn that settled early (contestants.let_go) asks each worker for no sample, not held: the captured
+    graph it held for the case (and the memory its buffers pin) is dropped, with no sample taken."""
+    from grader.running.worker.measuring import planned_launches
+    from grader.running.worker.measuring.samplers import Timing
+
+    taken: list[int] = []
+
+    class HeldSampler:
+        calls, watch = 1, None
+
+        def samples(self, repeats: int, spin_up_ms: float = 0.0) -> tuple[Timing, str]:
+            taken.append(repeats)
+            return Timing(tuple([0.1] * repeats)), ""
+
+    monkeypatch.setattr(planned_launches, "_HELD", {"perf-x": HeldSampler()})
+    held = protocol.TimeKept(key="perf-x", repeats=1, spin_up_ms=0.0, hold=True)
+    assert planned_launches.time_kept(held, torch.device("cuda")).medians_ms == (0.1,)
+    assert planned_launches.held_graphs()  # held for the next round
+    go = planned_launches.time_kept(protocol.TimeKept(key="perf-x", repeats=0, spin_up_ms=0.0, hold=False),
+                                    torch.device("cuda"))
+    assert go.ok and go.medians_ms == () and taken == [1, 0] and not planned_launches.held_graphs()
