@@ -583,8 +583,20 @@ def test_a_case_the_grader_fails_to_time_says_so_and_the_others_are_timed(
 def test_a_check_short_of_memory_in_the_graders_process_costs_that_case_alone(
     monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
     """torch eager's outputs at the timed size are made in the grader's own process; where the GPU's memory runs out
-    there (another process held it), that case says it was the machine's problem and the next case is checked and
-    timed in turn as usual."""
+    there (another process held it), the check runs again after each wait (running/timing/memory_retry.py); still
+    short, that case says it was the machine's problem and the next case is checked and timed in turn as usual."""
+    from grader.running.timing import memory_retry
+
+    slept: list[float] = []
+    pause = memory_retry.time.sleep
+
+    def sleep(seconds: float) -> None:  # the retries' waits are counted, not waited; the workers' polls still pause
+        if seconds >= 1:
+            slept.append(seconds)
+        else:
+            pause(seconds)
+
+    monkeypatch.setattr(memory_retry.time, "sleep", sleep)
     battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 2)
     eager = runner._eager_outputs
 
@@ -601,7 +613,8 @@ def test_a_check_short_of_memory_in_the_graders_process_costs_that_case_alone(
         battery.close()
     assert first.status == "error" and first.reason.startswith(
         "the GPU ran out of memory while the grader was checking this case (CUDA out of memory. Tried to allocate "
-        "2.00 GiB): a problem of the machine, not your code"), first.reason
+        "2.00 GiB), 3 times: a problem of the machine, not your code"), first.reason
+    assert slept == list(memory_retry.MEMORY_RETRY_WAITS_S)
     assert second.status == "timed" and "timed in turn" in second.reason, second.reason
 
 

@@ -1,5 +1,5 @@
 """Pure words for a performance case that failed at the timed size: named for what happened (`failed`), and the line
-that says the GPU ran out of memory (`out_of_memory`), which the runner times again (runner.MEMORY_RETRY_WAITS_S)."""
+that says the GPU ran out of memory (`out_of_memory`), which the runner runs again (memory_retry)."""
 
 from __future__ import annotations
 

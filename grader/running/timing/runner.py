@@ -60,16 +60,13 @@ from grader.running.timing.calls import Prepared, baseline_outputs, encode_call,
 from grader.running.timing.contestants import Contestants, finish_start, timed_deadline
 from grader.running.timing.failures import failed, out_of_memory
 from grader.running.timing.launch_plan import plan_performance_run
+from grader.running.timing.memory_retry import again_while_short_of_memory
 from grader.running.timing.profiled_replay import Profiler
 from grader.running.worker.measuring import samplers
 from grader.seeds import case_seed
 from grader.trap_ids import NOT_FUSED, TIMED_OUTPUT_CHANGED, TIMEOUT
 
 logger = logging.getLogger(__name__)
-
-# A case whose timing ran out of GPU memory is timed again after these waits (a neighbour's hog is stopped by the
-# watchdog within a poll, and the driver frees its memory ~0.1 s later: gpu_memory.py).
-MEMORY_RETRY_WAITS_S = (2.0, 5.0)
 
 
 class PerformanceRunner:
@@ -295,8 +292,9 @@ class PerformanceRunner:
                 profiler.close()
 
     def _check_and_keep(self, prepared: Prepared, battery: Battery) -> PerformanceResult | None:
-        """`_check`, then the reference's launches kept beside the student's for timing in turn (when right)."""
-        wrong = self._check(prepared, battery)
+        """`_check` (again while the GPU's memory ran out under it: memory_retry), then the reference's launches kept
+        beside the student's for timing in turn (when right)."""
+        wrong = again_while_short_of_memory(prepared.perf, "checking", lambda: self._check(prepared, battery))
         if wrong is None:
             with traced("timing/check/reference"):
                 self.contestants.keep_reference(prepared)
@@ -320,26 +318,8 @@ class PerformanceRunner:
                                           f"{str(exc)[:300]}): a grader problem, not your code")
 
     def _measure_again_for_memory(self, prepared: Prepared, battery: Battery) -> PerformanceResult:
-        """`_measure`, again while the GPU's memory ran out under it (another process held it: a neighbour's hog
-        before the watchdog stopped it; the case's own tensors were in the seat's footprint), once after each of
-        MEMORY_RETRY_WAITS_S; a case still short of memory says whose problem it is."""
-        for attempt, wait_s in enumerate((*MEMORY_RETRY_WAITS_S, None)):
-            try:
-                result = self._measure(prepared, battery)
-                short = "" if result.timed else out_of_memory(result.reason)
-            except RuntimeError as exc:  # torch.OutOfMemoryError is one
-                short = out_of_memory(str(exc))
-                if not short:
-                    raise
-                result = errored(prepared.perf, f"the GPU ran out of memory while the grader timed this case "
-                                 f"({short}), {attempt + 1} times: a problem of the machine, not your code")
-            if not short or wait_s is None:
-                return result
-            logger.info("%s: the GPU was out of memory (%s); timing it again in %.0f s", prepared.perf.id, short,
-                        wait_s)
-            torch.cuda.empty_cache()  # what this process's allocator caches goes back (nothing before CUDA starts)
-            time.sleep(wait_s)
-        raise AssertionError("unreachable")
+        """`_measure`, again while the GPU's memory ran out under it (memory_retry)."""
+        return again_while_short_of_memory(prepared.perf, "timing", lambda: self._measure(prepared, battery))
 
     def _guarded(self, profiler: Profiler, step: Callable[..., None], *args: Any) -> Profiler | None:
         """Run one profiling step; profiling is informational, so a step that fails in a way nobody foresaw ends
@@ -382,7 +362,7 @@ class PerformanceRunner:
         """`_record`; on a GPU, where it timed out, once more from a fresh worker with the GPU to this grade alone, and
         that is the case's (a class's busy GPU is no student's timeout, as for the correctness cases:
         cases/probes.TimeoutsAlone)."""
-        prepared = self._record(perf, battery)
+        prepared = again_while_short_of_memory(perf, "recording", lambda: self._record(perf, battery))
         if self.device == "cuda" and isinstance(prepared, PerformanceResult) and prepared.trap == TIMEOUT:
             with battery.workers.alone_on_gpu():
                 prepared = self._record(perf, battery)

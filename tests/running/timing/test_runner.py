@@ -16,7 +16,8 @@ from grader.authoring.spec import PerformanceCase
 from grader.judging.performance import errored
 from grader.results import PerformanceResult
 from grader.running.timing import runner as runner_module
-from grader.running.timing.runner import MEMORY_RETRY_WAITS_S, PerformanceRunner
+from grader.running.timing.memory_retry import MEMORY_RETRY_WAITS_S
+from grader.running.timing.runner import PerformanceRunner
 
 PERF = PerformanceCase(id="p", target="layernorm", dims={"M": 4096, "N": 4096}, tolerance="rowwise")
 
@@ -99,6 +100,49 @@ def test_a_recording_that_timed_out_on_a_gpu_is_made_again_with_the_gpu_alone() 
     assert once._record_fairly(PERF, battery_of(once)) is crash and once.alone == [False]  # type: ignore[arg-type]
     cpu = _Recorder("cpu", [timeout])
     assert cpu._record_fairly(PERF, battery_of(cpu)) is timeout and cpu.alone == [False]  # type: ignore[arg-type]
+
+
+def test_a_recording_or_a_check_short_of_gpu_memory_runs_again_and_the_case_is_not_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timed size's recording (the student's worker) and the timer's check there share the GPU with a class's
+    other grades: where one ran out of memory a neighbour held, it runs again after each wait (memory_retry), and the
+    case goes on; a worker over its own budget, or a kernel whose outputs are wrong, is final at once."""
+    slept: list[float] = []
+    monkeypatch.setattr(runner_module.time, "sleep", slept.append)
+    neighbour = errored(PERF, "out-of-memory: running layernorm at 4096x4096 raised OutOfMemoryError: CUDA out of "
+                              "memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which "
+                              "705.00 MiB is free", trap=trap_ids.OUT_OF_MEMORY)
+    prepared = object()
+    recorder = _Recorder("cuda", [neighbour, neighbour, prepared])
+    assert recorder._record_fairly(PERF, None) is prepared and slept == list(MEMORY_RETRY_WAITS_S)  # type: ignore[arg-type]
+    slept.clear()
+    own = errored(PERF, "out-of-memory: the worker used 9 GiB of GPU memory, over its budget of 8 GiB",
+                  trap=trap_ids.OUT_OF_MEMORY)
+    recorder = _Recorder("cuda", [own])
+    assert recorder._record_fairly(PERF, None) is own and slept == []  # type: ignore[arg-type]
+    recorder = _Recorder("cuda", [neighbour] * 3)  # still short after every wait: the last try's words are the case's
+    assert recorder._record_fairly(PERF, None) is neighbour and len(slept) == 2  # type: ignore[arg-type]
+
+    slept.clear()
+    checks: list[Any] = [neighbour, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), None]
+    kept: list[str] = []
+
+    class _Checker(PerformanceRunner):
+        def __init__(self) -> None:  # noqa: D107 - no workers, no GPU
+            self.contestants = SimpleNamespace(keep_reference=lambda p: kept.append(p.perf.id))  # type: ignore[assignment]
+
+        def _check(self, prepared: Any, battery: Any) -> PerformanceResult | None:
+            step = checks.pop(0)
+            if isinstance(step, Exception):
+                raise step  # the grader's own torch eager at the timed size, short of memory
+            return step  # type: ignore[no-any-return]
+
+    case = SimpleNamespace(perf=PERF)
+    assert _Checker()._check_and_keep(case, None) is None  # type: ignore[arg-type]
+    assert checks == [] and kept == [PERF.id] and slept == list(MEMORY_RETRY_WAITS_S)
+    wrong = errored(PERF, "at 4096x4096 the output of your kernel launches differs from F.layer_norm")
+    checks.append(wrong)
+    assert _Checker()._check_and_keep(case, None) is wrong and kept == [PERF.id]  # type: ignore[arg-type]
 
 
 class _Seated(PerformanceRunner):
