@@ -145,6 +145,41 @@ def test_a_recording_or_a_check_short_of_gpu_memory_runs_again_and_the_case_is_n
     assert _Checker()._check_and_keep(case, None) is wrong and kept == [PERF.id]  # type: ignore[arg-type]
 
 
+def test_a_check_that_timed_out_on_a_gpu_runs_again_with_the_gpu_alone() -> None:
+    """As the recording: the timer's check at the timed size that timed out beside a class's other grades runs once
+    more with the GPU to this grade alone, and that is the case's; another failure, or the CPU, is final at once."""
+    import contextlib
+
+    timeout = errored(PERF, "timeout: running layernorm's launches at 4096x4096: did not finish", trap=trap_ids.TIMEOUT)
+
+    class _Checked(PerformanceRunner):
+        def __init__(self, device: str, script: list[Any]) -> None:  # noqa: D107 - no workers, no GPU
+            self.device, self.script, self.alone, self.holding = device, script, [], False
+
+        def _case_alone(self, prepared: Any, doing: str, run: Any) -> PerformanceResult | None:
+            self.alone.append(self.holding)
+            return self.script.pop(0)  # type: ignore[no-any-return]
+
+    def battery_of(runner: _Checked) -> SimpleNamespace:
+        @contextlib.contextmanager
+        def alone():  # type: ignore[no-untyped-def]
+            runner.holding = True
+            yield
+            runner.holding = False
+        return SimpleNamespace(clock=SimpleNamespace(phase=lambda name: contextlib.nullcontext()),
+                               workers=SimpleNamespace(alone_on_gpu=alone, shared_gpu=contextlib.nullcontext))
+
+    gpu = _Checked("cuda", [timeout, None])
+    assert gpu._check_fairly(SimpleNamespace(perf=PERF), battery_of(gpu)) is None and gpu.alone == [False, True]  # type: ignore[arg-type]
+    spins = _Checked("cuda", [timeout, timeout])
+    assert spins._check_fairly(SimpleNamespace(perf=PERF), battery_of(spins)) is timeout  # type: ignore[arg-type]
+    wrong = errored(PERF, "at 4096x4096 the output of your kernel launches differs from F.layer_norm")
+    once = _Checked("cuda", [wrong])
+    assert once._check_fairly(SimpleNamespace(perf=PERF), battery_of(once)) is wrong and once.alone == [False]  # type: ignore[arg-type]
+    cpu = _Checked("cpu", [timeout])
+    assert cpu._check_fairly(SimpleNamespace(perf=PERF), battery_of(cpu)) is timeout and cpu.alone == [False]  # type: ignore[arg-type]
+
+
 class _Seated(PerformanceRunner):
     """A runner whose checks and timed samples play a script, to see when its profiler's workers start."""
 
