@@ -75,21 +75,28 @@ class _Recorder(PerformanceRunner):
         return self.script.pop(0)
 
 
+def _battery_noting_the_slot(runner: Any) -> SimpleNamespace:
+    """A battery whose GPU slot, taken alone, sets `runner.holding` while held (no clock, no GPU)."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def alone():  # type: ignore[no-untyped-def]
+        runner.holding = True
+        yield
+        runner.holding = False
+    return SimpleNamespace(clock=SimpleNamespace(phase=lambda name: contextlib.nullcontext()),
+                           workers=SimpleNamespace(alone_on_gpu=alone, shared_gpu=contextlib.nullcontext))
+
+
 def test_a_recording_that_timed_out_on_a_gpu_is_made_again_with_the_gpu_alone() -> None:
     """A class's busy GPU cost correct files a case at the timed size as at the small ones: the recording runs once
     more with the GPU's exclusive slot, and that is the case's; any other failure, or the CPU, is final at once."""
-    import contextlib
 
     timeout = errored(PERF, "timeout: running layernorm at 4096x4096: nothing happened for 5 s", trap=trap_ids.TIMEOUT)
     prepared = object()
 
     def battery_of(runner: _Recorder) -> SimpleNamespace:
-        @contextlib.contextmanager
-        def alone():  # type: ignore[no-untyped-def]
-            runner.holding = True
-            yield
-            runner.holding = False
-        return SimpleNamespace(workers=SimpleNamespace(alone_on_gpu=alone))
+        return _battery_noting_the_slot(runner)
 
     gpu = _Recorder("cuda", [timeout, prepared])
     assert gpu._record_fairly(PERF, battery_of(gpu)) is prepared and gpu.alone == [False, True]  # type: ignore[arg-type]
@@ -148,7 +155,6 @@ def test_a_recording_or_a_check_short_of_gpu_memory_runs_again_and_the_case_is_n
 def test_a_check_that_timed_out_on_a_gpu_runs_again_with_the_gpu_alone() -> None:
     """As the recording: the timer's check at the timed size that timed out beside a class's other grades runs once
     more with the GPU to this grade alone, and that is the case's; another failure, or the CPU, is final at once."""
-    import contextlib
 
     timeout = errored(PERF, "timeout: running layernorm's launches at 4096x4096: did not finish", trap=trap_ids.TIMEOUT)
 
@@ -161,13 +167,7 @@ def test_a_check_that_timed_out_on_a_gpu_runs_again_with_the_gpu_alone() -> None
             return self.script.pop(0)  # type: ignore[no-any-return]
 
     def battery_of(runner: _Checked) -> SimpleNamespace:
-        @contextlib.contextmanager
-        def alone():  # type: ignore[no-untyped-def]
-            runner.holding = True
-            yield
-            runner.holding = False
-        return SimpleNamespace(clock=SimpleNamespace(phase=lambda name: contextlib.nullcontext()),
-                               workers=SimpleNamespace(alone_on_gpu=alone, shared_gpu=contextlib.nullcontext))
+        return _battery_noting_the_slot(runner)
 
     gpu = _Checked("cuda", [timeout, None])
     assert gpu._check_fairly(SimpleNamespace(perf=PERF), battery_of(gpu)) is None and gpu.alone == [False, True]  # type: ignore[arg-type]
