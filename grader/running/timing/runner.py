@@ -290,20 +290,26 @@ class PerformanceRunner:
                 profiler.close()
 
     def _check_fairly(self, prepared: Prepared, battery: Battery) -> PerformanceResult | None:
-        """The timer's check at the timed size with the GPU shared; where it timed out on a GPU, once more with the GPU
-        to this grade alone, and that is the case's (a class's busy GPU is no student's timeout: `_record_fairly`)."""
+        """The timer's check at the timed size with the GPU shared, again where the GPU's memory ran out under it; where
+        it timed out on a GPU, once more with the GPU to this grade alone, and that is the case's (a class's busy GPU is
+        no student's timeout: `_record_fairly`)."""
         check = functools.partial(self._check_and_keep, prepared, battery)
-        with battery.clock.phase("timing/check"), battery.workers.shared_gpu():
-            wrong = self._case_alone(prepared, "checking", check)
+
+        def beside_others() -> PerformanceResult | None:
+            with battery.clock.phase("timing/check"), battery.workers.shared_gpu():
+                return self._case_alone(prepared, "checking", check)
+
+        # short of memory within budget (the timer's run, or the grader's own torch eager): again after a pause taken
+        # with the GPU let go, so no other grade's timing waits for it (memory_retry)
+        wrong = again_while_short_of_memory(prepared.perf, "checking", beside_others)
         if self.device == "cuda" and wrong is not None and wrong.trap == TIMEOUT:
             with battery.clock.phase("timing/check"), battery.workers.alone_on_gpu():
                 wrong = self._case_alone(prepared, "checking", check)
         return wrong
 
     def _check_and_keep(self, prepared: Prepared, battery: Battery) -> PerformanceResult | None:
-        """`_check` (again while the GPU's memory ran out under it: memory_retry), then the reference's launches kept
-        beside the student's for timing in turn (when right)."""
-        wrong = again_while_short_of_memory(prepared.perf, "checking", lambda: self._check(prepared, battery))
+        """`_check`, then the reference's launches kept beside the student's for timing in turn (when right)."""
+        wrong = self._check(prepared, battery)
         if wrong is None:
             with traced("timing/check/reference"):
                 self.contestants.keep_reference(prepared)

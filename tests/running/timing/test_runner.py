@@ -4,6 +4,7 @@ tests/e2e/test_gpu_performance.py.)"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from types import SimpleNamespace
 from typing import Any
@@ -133,10 +134,29 @@ def test_a_recording_or_a_check_short_of_gpu_memory_runs_again_and_the_case_is_n
     slept.clear()
     checks: list[Any] = [neighbour, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), None]
     kept: list[str] = []
+    sharing: list[bool] = []  # whether this grade held the GPU shared: a pause must not (others' timing waits for it)
+    holding = [False]
+
+    def pause(seconds: float) -> None:
+        slept.append(seconds)
+        sharing.append(holding[0])
+
+    monkeypatch.setattr(runner_module.time, "sleep", pause)
+
+    @contextlib.contextmanager
+    def shared():  # type: ignore[no-untyped-def]
+        holding[0] = True
+        yield
+        holding[0] = False
+
+    battery = SimpleNamespace(clock=SimpleNamespace(phase=lambda name: contextlib.nullcontext()),
+                              workers=SimpleNamespace(shared_gpu=shared))
 
     class _Checker(PerformanceRunner):
         def __init__(self) -> None:  # noqa: D107 - no workers, no GPU
-            self.contestants = SimpleNamespace(keep_reference=lambda p: kept.append(p.perf.id))  # type: ignore[assignment]
+            self.device = "cuda"
+            self.contestants = SimpleNamespace(  # type: ignore[assignment]
+                keep_reference=lambda p: kept.append(p.perf.id), drop_timer=lambda: None, lose_reference=lambda: None)
 
         def _check(self, prepared: Any, battery: Any) -> PerformanceResult | None:
             step = checks.pop(0)
@@ -145,11 +165,12 @@ def test_a_recording_or_a_check_short_of_gpu_memory_runs_again_and_the_case_is_n
             return step  # type: ignore[no-any-return]
 
     case = SimpleNamespace(perf=PERF)
-    assert _Checker()._check_and_keep(case, None) is None  # type: ignore[arg-type]
+    assert _Checker()._check_fairly(case, battery) is None  # type: ignore[arg-type]
     assert checks == [] and kept == [PERF.id] and slept == list(MEMORY_RETRY_WAITS_S)
+    assert sharing == [False, False]
     wrong = errored(PERF, "at 4096x4096 the output of your kernel launches differs from F.layer_norm")
     checks.append(wrong)
-    assert _Checker()._check_and_keep(case, None) is wrong and kept == [PERF.id]  # type: ignore[arg-type]
+    assert _Checker()._check_fairly(case, battery) is wrong and kept == [PERF.id]  # type: ignore[arg-type]
 
 
 def test_a_check_that_timed_out_on_a_gpu_runs_again_with_the_gpu_alone() -> None:
