@@ -35,7 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from class_phases import ClassSampler, class_table, read_trace, table_lines  # noqa: E402
+from class_phases import ClassSampler, class_table, read_trace, slot_line, slot_use, table_lines  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -208,12 +208,14 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
         f"{max(g.get('phases', {}).get(p, 0.0) for g in grades.values()):.1f} / "
         f"{sum(g.get('phases', {}).get(p, 0.0) for g in grades.values()):.0f}" for p in phases))
     if sampler is not None:
-        table = class_table(sampler.samples, read_trace(trace))
+        spans = read_trace(trace)
+        table = class_table(sampler.samples, spans)
         sampled = sum(row["cpu_s"] for row in table.values())
         print(f"where the batch's CPU went, {workers} workers: {sampled:.0f} CPU-seconds inside the grades' process "
               f"trees, read every 0.25 s (getrusage's {cpu_s:.0f} misses workers their sandboxes reaped; the batch's "
               f"own process and a grade's last 0.25 s are not in the table)")
         print("\n".join(table_lines(table, len(grades))))
+        print(slot_line(slot_use(spans)))
     by_origin = defaultdict(list)
     for student, grade in grades.items():
         by_origin[origin[student]].append((student, grade["score"], tuple(sorted(grade["traps"]))))

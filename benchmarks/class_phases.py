@@ -159,6 +159,59 @@ def class_table(samples: Mapping[int, Sequence[tuple[float, float]]],
     return dict(table)
 
 
+def _union(intervals: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _overlap_s(a: Sequence[tuple[float, float]], b: Sequence[tuple[float, float]]) -> float:
+    """Seconds two unions of intervals share."""
+    total, j = 0.0, 0
+    for start, end in a:
+        while j < len(b) and b[j][1] <= start:
+            j += 1
+        k = j
+        while k < len(b) and b[k][0] < end:
+            total += max(0.0, min(end, b[k][1]) - max(start, b[k][0]))
+            k += 1
+    return total
+
+
+def slot_use(spans: Mapping[int, Sequence[dict]]) -> dict[str, float]:
+    """Pure: how the GPU's exclusive slot was used over a batch, from the grades' traced spans
+    (grader.running.processes.gpu_slot): `held_s`, the time some grade held it; `wanted_s`, the time some grade held
+    or waited for it; `idle_wanted_s`, the time some grade waited and none held it (the shared holders' requests
+    draining: no new GPU work starts then); `drain_s`, the grade-seconds spent first in line waiting for that drain;
+    `first`/`last`, the batch's first and last traced moments."""
+    every = [s for rows in spans.values() for s in rows]
+    if not every:
+        return {"held_s": 0.0, "wanted_s": 0.0, "idle_wanted_s": 0.0, "drain_s": 0.0, "first": 0.0, "last": 0.0}
+    held = _union([(s["start"], s["end"]) for s in every if s["phase"] == "gpu-slot/exclusive"])
+    waited = _union([(s["start"], s["end"]) for s in every
+                     if s["phase"] in ("timing/wait-for-slot", "gpu-slot/drain")])
+    wanted = _union(held + waited)
+    held_s = sum(end - start for start, end in held)
+    wanted_s = sum(end - start for start, end in wanted)
+    return {"held_s": held_s, "wanted_s": wanted_s,
+            "idle_wanted_s": sum(end - start for start, end in waited) - _overlap_s(waited, held),
+            "drain_s": sum(s["end"] - s["start"] for s in every if s["phase"] == "gpu-slot/drain"),
+            "first": min(s["start"] for s in every), "last": max(s["end"] for s in every)}
+
+
+def slot_line(use: Mapping[str, float]) -> str:
+    """The slot's use in one line (`slot_use`)."""
+    span = max(use["last"] - use["first"], 1e-9)
+    return (f"    the exclusive slot: held {use['held_s']:.1f} s of the batch's {span:.1f} s "
+            f"({use['held_s'] / span:.0%}); "
+            f"wanted (held or waited for) {use['wanted_s']:.1f} s; waited for while nobody held it "
+            f"{use['idle_wanted_s']:.1f} s (shared holders draining: {use['drain_s']:.1f} grade-s first in line)")
+
+
 def table_lines(table: Mapping[str, Mapping[str, float]], grades: int) -> list[str]:
     """The table, largest CPU first, with the totals and the exclusive slot's share."""
     lines = [f"    {'phase':24} {'grades':>6} {'wall grade-s':>12} {'CPU s':>8} {'CPU s/grade':>11} {'cores':>6}"]

@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from grader.running.phases import traced
+
 LOCK_DIR_VARIABLE = "GRADER_GPU_LOCK_DIR"
 
 
@@ -60,12 +62,21 @@ class GpuSlot:
 
     @contextmanager
     def exclusive(self) -> Iterator[float]:
-        """The GPU alone; yields the seconds since the last exclusive holder let go (inf: never, or unreadable)."""
-        with _locked(self.turnstile, fcntl.LOCK_EX), _locked(self.main, fcntl.LOCK_EX):
+        """The GPU alone; yields the seconds since the last exclusive holder let go (inf: never, or unreadable).
+        Traced ($GRADER_PHASE_TRACE): `gpu-slot/drain`, first in line and waiting for the shared holders' requests to
+        end (no other grade's GPU work starts meanwhile: the GPU idles while they finish), and `gpu-slot/exclusive`,
+        the hold (benchmarks/class_phases.slot_use)."""
+        with _locked(self.turnstile, fcntl.LOCK_EX):
+            with traced("gpu-slot/drain"):
+                main = _open(self.main)
+                fcntl.flock(main, fcntl.LOCK_EX)
             try:
-                yield _seconds_since(self.released)
+                with traced("gpu-slot/exclusive"):
+                    yield _seconds_since(self.released)
             finally:
                 _write_now(self.released)
+                fcntl.flock(main, fcntl.LOCK_UN)
+                os.close(main)
 
 
 def _seconds_since(path: Path) -> float:

@@ -3,6 +3,7 @@ no GPU): shared holders coexist, an exclusive holder waits for them and keeps ne
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -78,3 +79,20 @@ def test_exclusive_says_how_long_ago_the_last_holder_let_go(tmp_path: Path) -> N
     slot.released.write_text("torn")
     with slot.exclusive() as idle_s:
         assert idle_s == float("inf")
+
+
+def test_an_exclusive_hold_traces_its_drain_and_its_hold(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """First in line, the exclusive holder waits for the shared holders' requests to end (`gpu-slot/drain`: no GPU
+    work starts meanwhile), then holds the slot (`gpu-slot/exclusive`): the spans a class's slot use is read from."""
+    trace = tmp_path / "trace.jsonl"
+    monkeypatch.setenv("GRADER_PHASE_TRACE", str(trace))
+    sharer = hold(tmp_path, "shared", 1.0)
+    assert sharer.stdout is not None and sharer.stdout.readline() == "in\n"
+    slot = GpuSlot("GPU-test", tmp_path)
+    with slot.exclusive():
+        time.sleep(0.2)
+    assert sharer.wait(timeout=60) == 0
+    spans = {span["phase"]: span for span in map(json.loads, trace.read_text(encoding="utf-8").splitlines())}
+    drain, held = spans["gpu-slot/drain"], spans["gpu-slot/exclusive"]
+    assert 0.5 <= drain["end"] - drain["start"] < 30  # the sharer's second, less its start
+    assert held["start"] >= drain["end"] and held["end"] - held["start"] >= 0.2
