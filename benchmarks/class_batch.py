@@ -1,8 +1,9 @@
 """Benchmark: grade a class through `grader batch` and check it is fast, fair and one verdict per seed.
 
     python benchmarks/class_batch.py [--assignment fused_layers] [--backend cuda] [--workers 6] [--seed 3]
-                                     [--copies 2] [--identical 3] [--out DIR] [--no-profile] [--no-template]
-                                     [--no-shared-zygote] [--no-sandbox-template] [--phases] [--limit-s S]
+                                     [--copies 2] [--identical 3] [--out DIR] [--no-profile] [--profile-every-case]
+                                     [--no-template] [--no-shared-zygote] [--no-sandbox-template] [--phases]
+                                     [--limit-s S]
 
 `--workers 1,4,8` grades the same class once per worker count, one batch after the other. `--phases` also says
 where each batch's CPU-seconds and GPU-slot seconds went, phase by phase over all its grades
@@ -106,6 +107,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--no-profile", dest="profile", action="store_false",
                         help="grade without the profiled replays (Nsight Compute), to weigh what they cost a class")
+    parser.add_argument("--profile-every-case", action="store_true",
+                        help="profile every timed case (the batch's default: only those whose counters could name a "
+                             "trap), to weigh what the rest cost a class")
     parser.add_argument("--no-template", dest="template", action="store_false",
                         help="every child of the batch started afresh ($GRADER_CHILD_TEMPLATE=0), to weigh what the "
                              "child template saves a class")
@@ -176,7 +180,8 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
     batch = subprocess.Popen([sys.executable, "-m", "grader", "batch", str(work / "class"), "--assignment",
                               args.assignment, "--out", str(out), "--backend", args.backend, "--workers",
                               str(workers), "--seed", str(args.seed), "--executor", args.executor,
-                              *([] if args.profile else ["--no-profile"])],
+                              *([] if args.profile else ["--no-profile"]),
+                              *(["--profile-every-case"] if args.profile_every_case else [])],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     sampler = ClassSampler(batch.pid).start() if args.phases else None
     stdout, stderr = _await_batch(batch, out, len(origin), started, args.limit_s)
@@ -198,7 +203,8 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
     timing = f"median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s" if seconds else "none"
     print(f"class of {len(origin)} ({args.copies} copies of each corpus file, {args.identical} identical references): "
           f"{len(grades)} graded in {wall:.1f} s wall with {workers} workers ({args.executor}"
-          f"{'' if args.profile else ', --no-profile'}{'' if args.template else ', --no-template'}"
+          f"{'' if args.profile else ', --no-profile'}{', --profile-every-case' if args.profile_every_case else ''}"
+          f"{'' if args.template else ', --no-template'}"
           f"{'' if args.shared_zygote else ', --no-shared-zygote'}"
           f"{'' if args.sandbox_template else ', --no-sandbox-template'}); "
           f"grading time per student {timing}")

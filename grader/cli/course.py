@@ -32,6 +32,7 @@ def cmd_batch(args: argparse.Namespace, root: Path) -> int:
         grade_timeout_s=args.grade_timeout, canvas_column=args.canvas_column,
         calibration=calibration_settings(args).store(),
         roster=args.roster, missing_score=args.missing_score, allowed=tuple(args.allowed), profile=args.profile,
+        profile_every_case=args.profile_every_case,
     )
     try:
         summary = run_batch(options)

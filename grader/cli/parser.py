@@ -174,6 +174,10 @@ def _add_batch_parsers(sub: Any) -> None:
                    help="Ray on CUDA: share of a GPU per grade (default 0.25)")
     b.add_argument("--no-profile", dest="profile", action="store_false",
                    help="CUDA: no replay of the timed cases under Nsight Compute (no measured 'why slow')")
+    b.add_argument("--profile-every-case", action="store_true",
+                   help="CUDA: read Nsight Compute's counters for every timed case (default: only where the student "
+                        "is measurably slower than the reference, the only cases where they can name a trap; a "
+                        "profiled replay holds the GPU alone)")
     b.add_argument("--grade-timeout", type=float,
                    help="wall-clock limit per submission in seconds (default: far above the grader's own)")
     b.add_argument("--canvas-column",

@@ -143,13 +143,16 @@ class SideProfile:
 @dataclass(frozen=True)
 class CaseProfile:
     """What profiling found for one timed case: both sides' profiles (None where a side could not be profiled) and,
-    where the counters could not be read (ncu missing or refused), why, in one line."""
+    where the counters could not be read (ncu missing or refused), why, in one line. `not_needed`: the counters were
+    not read because no trap could be named from them (the case ran within reach of the reference's time: a class
+    batch profiles only the cases counters can explain), in one line."""
 
     perf_id: str
     target: str
     student: SideProfile | None = None
     reference: SideProfile | None = None
     unmeasured: str = ""
+    not_needed: str = ""
 
     @property
     def measured(self) -> bool:

@@ -431,6 +431,30 @@ def summarise(totals: Totals) -> dict[str, float]:
     return out
 
 
+def counters_can_name_a_trap(result: PerformanceResult, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> bool:
+    """Pure: whether reading a timed case's counters could name a trap (`diagnose` names none within
+    `thresholds.slower` of the reference's time): not for a case that was not timed, or whose student ran within that
+    of the reference timed beside it; yes where the reference's time is unknown."""
+    if not result.timed or result.student is None:
+        return False
+    if result.reference is None or result.reference.median_ms <= 0:
+        return True
+    return result.student.median_ms / result.reference.median_ms >= thresholds.slower
+
+
+def why_not_needed(result: PerformanceResult) -> str:
+    """Pure: a case's words for counters not read because no trap could be named (`counters_can_name_a_trap`)."""
+    if result.student is None or result.reference is None or result.reference.median_ms <= 0:
+        return "not timed beside the reference"
+    return f"{result.student.median_ms / result.reference.median_ms:.2f}x the reference's time"
+
+
+def _not_needed_note(skipped: Mapping[str, str], thresholds: Thresholds) -> str:
+    listed = ", ".join(f"{perf_id} ({why})" for perf_id, why in skipped.items())
+    return (f"GPU counters: not read for {listed}: within {thresholds.slower - 1:.0%} of the reference's time no trap "
+            "can be named, and this batch reads Nsight Compute's counters only where one could")
+
+
 def judge_profiles(performance: Iterable[PerformanceResult], profiles: Mapping[str, CaseProfile],
                    matmul_targets: Iterable[str] = (),
                    thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Measured:
@@ -443,22 +467,29 @@ def judge_profiles(performance: Iterable[PerformanceResult], profiles: Mapping[s
     comparisons: dict[str, Comparison] = {}
     notes: dict[str, None] = {}
     counters: dict[str, dict[str, dict[str, float]]] = {}
+    skipped: dict[str, str] = {}  # perf id -> why its counters were not needed
     for result in performance:
         profile = profiles.get(result.perf_id)
         if profile is None or not result.timed or result.student is None:
             continue
         if profile.unmeasured:
             notes[f"GPU counters: {profile.unmeasured}"] = None
-        if profile.student is None or profile.reference is None or result.reference is None:
+        if profile.not_needed:
+            skipped[result.perf_id] = profile.not_needed
+        if result.reference is None or not (profile.not_needed or (profile.student and profile.reference)):
             continue
+        mine, theirs = profile.student, profile.reference
         flops = (result.student.tflops or 0.0) * 1e12 * result.student.median_ms * 1e-3
+        # not needed: the times alone (no trap within reach of the reference), which still contradict a CPU guess
         comparison = compare(result.target,
-                             Side(profile.student.launches, profile.student.static, result.student.median_ms * 1e-3),
-                             Side(profile.reference.launches, profile.reference.static,
+                             Side(mine.launches if mine else (), mine.static if mine else None,
+                                  result.student.median_ms * 1e-3),
+                             Side(theirs.launches if theirs else (), theirs.static if theirs else None,
                                   result.reference.median_ms * 1e-3),
                              case_id=result.perf_id, matmul=result.target in matmul, flops=flops)
-        counters[result.perf_id] = {"student": summarise(comparison.student),
-                                    "reference": summarise(comparison.reference)}
+        if not profile.not_needed:
+            counters[result.perf_id] = {"student": summarise(comparison.student),
+                                        "reference": summarise(comparison.reference)}
         known = comparisons.get(result.target)
         if known is None or comparison.time_ratio > known.time_ratio:
             comparisons[result.target] = comparison
@@ -466,4 +497,6 @@ def judge_profiles(performance: Iterable[PerformanceResult], profiles: Mapping[s
             held = traps.get((trap.target, trap.trap))
             if held is None or comparison.time_ratio > held[0]:
                 traps[(trap.target, trap.trap)] = (comparison.time_ratio, trap)
+    if skipped:
+        notes[_not_needed_note(skipped, thresholds)] = None
     return Measured(tuple(t for _, t in traps.values()), comparisons, tuple(notes), counters)

@@ -67,6 +67,7 @@ class GradeJob:
     concurrent_grades: int = 1  # grades sharing one GPU at a time: each worker's GPU memory budget
     seed_source: str = "given"  # where the seed came from (grader.authoring.course_seed): "course" stays unpublished
     profile: bool = True  # CUDA: the timed cases replayed once under Nsight Compute
+    profile_every_case: bool = True  # off: only the timed cases whose counters could name a trap
 
 
 OnStart = Callable[["GradeJob", str], None]  # called with the job and its GPU ("" if none) as it starts
@@ -142,6 +143,8 @@ def child_command(job: GradeJob, submission: Path, out_dir: Path, pdeathsig: boo
     command += ["--concurrent-grades", str(job.concurrent_grades)]
     if not job.profile:
         command.append("--no-profile")
+    if not job.profile_every_case:
+        command.append("--profile-where-needed")
     if held:
         command.append("--wait-for-go")
     if pdeathsig:
@@ -534,6 +537,8 @@ def child_parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrent-grades", type=int, default=1, help="grades sharing the GPU (memory budgets)")
     parser.add_argument("--no-profile", dest="profile", action="store_false",
                         help="no replay of the timed cases under Nsight Compute")
+    parser.add_argument("--profile-where-needed", dest="profile_every_case", action="store_false",
+                        help="replay under Nsight Compute only the timed cases whose counters could name a trap")
     parser.add_argument("--wait-for-go", action="store_true",
                         help="prepare (imports, the submission's sandbox), then wait for a line on stdin")
     return parser
@@ -556,7 +561,8 @@ def child_main(argv: list[str] | None = None) -> int:
     calibration = CalibrationStore.from_args(args.calibration_dir, args.calibration_max_age_s, args.calibrated_after)
     request = GradeRequest(assignment, args.submission.resolve(), backend, seed=args.seed,
                            seed_source=args.seed_source, hidden=hidden,
-                           calibration=calibration, concurrent_grades=args.concurrent_grades, profile=args.profile)
+                           calibration=calibration, concurrent_grades=args.concurrent_grades, profile=args.profile,
+                           profile_every_case=args.profile_every_case)
     if args.wait_for_go:
         # The submission's sandbox starts now (its zygote imports torch and triton) while we wait for a slot.
         request = replace(request, sandbox=prepare_sandbox(request))

@@ -68,6 +68,7 @@ class GradeRequest:
     hidden: tuple[str, ...] = ()  # extra folders the worker must not see (the output folder, say)
     performance: bool = True  # run the spec's [[performance]] cases (timed on CUDA, skipped elsewhere)
     profile: bool = True  # CUDA: each timed case replayed once under Nsight Compute, to name why it is slow
+    profile_every_case: bool = True  # off: only the timed cases whose counters could name a trap (a batch's way)
     untimed: str = ""  # CUDA: why the performance cases are listed but not timed (a check's quick loop); "": timed
     sanitize: bool = False  # CUDA: kernel cases once more under compute-sanitizer memcheck
     targets: tuple[str, ...] = ()  # only these targets' cases (and compile checks); empty: every target
@@ -190,6 +191,7 @@ def _grade_file(request: GradeRequest) -> list[tuple[GradeResult, str]]:
                      public_only=request.public_run, hidden=request.hidden, targets=request.targets,
                      performance=request.performance, sanitize=request.sanitize, calibration=request.calibration,
                      concurrent_grades=request.concurrent_grades, sandbox=request.sandbox, profile=request.profile,
+                     profile_every_case=request.profile_every_case,
                      untimed=request.untimed, compile_memo=request.compile_memo)
     notes: list[str] = list(sanitizer_notes(request))
     aot_cases: list[CaseResult] = []

@@ -45,11 +45,12 @@ class GradingRun:
                  performance: bool = True, sanitize: bool = False,
                  calibration: CalibrationStore | None = None, concurrent_grades: int = 1,
                  sandbox: Sandbox | None = None, profile: bool = True, untimed: str = "",
-                 compile_memo: Path | None = None) -> None:
+                 compile_memo: Path | None = None, profile_every_case: bool = True) -> None:
         """`calibration`: where performance bars are cached (None: measured for this grade alone).
         `compile_memo`: `grader check`'s folder of remembered compile checks (None: compiled afresh).
         `untimed`: on CUDA, the performance cases are listed as skipped for this reason instead of timed.
-        `profile`: on CUDA, each timed case replayed once under Nsight Compute (`profiles`, for the judge).
+        `profile`: on CUDA, each timed case replayed once under Nsight Compute (`profiles`, for the judge);
+        `profile_every_case` off: only the timed cases whose counters could name a trap (a batch's way).
         `concurrent_grades`: how many grades share this GPU (a batch's), for each worker's memory budget.
         `sandbox`: the submission's sandbox, started ahead (start_sandbox); the run closes it.
         `more_seeds`: grade the correctness cases at these seeds too, in the same workers (one import, one compile):
@@ -74,6 +75,7 @@ class GradingRun:
         self.seed_cases: dict[int, list[CaseResult]] = {s: [] for s in self.seeds}
         self.performance: dict[str, PerformanceResult] = {}
         self.profile = profile
+        self.profile_every_case = profile_every_case
         self.profiles: dict[str, CaseProfile] = {}  # perf id -> its profiled replay (CUDA), for the judge
         self._battery: Battery | None = None
         self._performance_runner: Any = None  # a grader.running.timing.runner.PerformanceRunner, made at the first
@@ -169,6 +171,7 @@ class GradingRun:
         if self._performance_runner is None:
             self._performance_runner = PerformanceRunner(self.assignment, self.seed, perfs=self.performance_cases(),
                                                          calibration=self.calibration, profile=self.profile,
+                                                         profile_every_case=self.profile_every_case,
                                                          concurrent_grades=self.concurrent_grades)
         return self._performance_runner
 

@@ -4,11 +4,13 @@ counters are missing (the static facts still speak), and the % of speed of light
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from grader import trap_ids
 from grader.evidence.kernel_profiles import CaseProfile, SideProfile, StaticFacts
-from grader.judging.gpu_performance_traps import judge_profiles, reconcile
+from grader.judging.gpu_performance_traps import counters_can_name_a_trap, judge_profiles, reconcile, why_not_needed
 from grader.judging.performance import measurement
 from grader.results import DeviceInfo, PerformanceResult, PerformanceTrap
 from grader.running.profiling.ncu import parse_ncu_csv
@@ -91,6 +93,42 @@ def test_the_measurement_wins_over_the_prediction() -> None:
     merged = reconcile([predicted], found.traps, found.comparisons)
     assert merged.traps == ()
     assert merged.notes and "the CPU predicted `re-reading` but the GPU measured otherwise" in merged.notes[0]
+
+
+def test_counters_are_needed_only_where_a_trap_could_be_named() -> None:
+    """A batch profiles a timed case only where the student is measurably slower than the reference timed beside it
+    (or that reference's time is unknown): within 10% no counter can name a trap."""
+    assert counters_can_name_a_trap(timed("perf-a", "layernorm", 0.200, 0.100))
+    assert counters_can_name_a_trap(timed("perf-a", "layernorm", 0.111, 0.100))
+    assert not counters_can_name_a_trap(timed("perf-a", "layernorm", 0.108, 0.100))
+    assert not counters_can_name_a_trap(timed("perf-a", "layernorm", 0.050, 0.100))
+    alone = dataclasses.replace(timed("perf-a", "layernorm", 0.5, 0.1), reference=None)
+    assert counters_can_name_a_trap(alone) and why_not_needed(alone) == "not timed beside the reference"
+    untimed = PerformanceResult("perf-x", "softmax", "x", {"M": 1}, "float32", "error", reason="boom")
+    assert not counters_can_name_a_trap(untimed)
+    assert why_not_needed(timed("perf-a", "layernorm", 0.098, 0.100)) == "0.98x the reference's time"
+
+
+def test_cases_whose_counters_were_not_needed_are_one_note_and_still_contradict_a_guess() -> None:
+    """Cases profiled only where needed: the others carry no counters, one note names them with their times, and
+    their times alone still overrule a CPU prediction for their target (as fast as the reference: nothing slow)."""
+    fast = timed("perf-ln", "layernorm", 0.099, 0.100)
+    small = timed("perf-ln-small", "layernorm", 0.0102, 0.0100)
+    slow = timed("perf-row", "row_mean_var", 0.187, 0.061)
+    profiles = {"perf-ln": CaseProfile("perf-ln", "layernorm", not_needed="0.99x the reference's time"),
+                "perf-ln-small": CaseProfile("perf-ln-small", "layernorm", not_needed="1.02x the reference's time"),
+                "perf-row": profile("perf-row", "row_mean_var", runs.ROW_THREE_PASSES, runs.ROW_REFERENCE)}
+    found = judge_profiles([fast, small, slow], profiles)
+    assert [t.trap for t in found.traps] == [trap_ids.RE_READING]
+    assert set(found.counters) == {"perf-row"}
+    (note,) = found.notes
+    assert note.startswith("GPU counters: not read for perf-ln (0.99x the reference's time), perf-ln-small (1.02x")
+    assert "within 10% of the reference's time no trap can be named" in note
+    assert found.comparisons["layernorm"].time_ratio == pytest.approx(0.0102 / 0.0100)  # its slowest case
+    predicted = PerformanceTrap(trap_ids.LAUNCH_BOUND, "layernorm", "loads in 16-element chunks", {})
+    merged = reconcile([predicted], found.traps, found.comparisons)
+    assert [t.trap for t in merged.traps] == [trap_ids.RE_READING]
+    assert "the CPU predicted `launch-bound` but the GPU measured otherwise: it ran in 1.02x" in merged.notes[0]
 
 
 def test_speed_of_light_takes_the_tighter_roof() -> None:

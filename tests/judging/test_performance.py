@@ -706,6 +706,9 @@ class StepsProfiler:
     def prepare_reference(self, cases) -> None:
         self._note("prepare_reference", cases)
 
+    def prepare(self, cases) -> None:
+        self._note("prepare", cases)
+
     def measure(self, perf_ids) -> None:
         self._note("measure", perf_ids)
 
@@ -751,6 +754,58 @@ def test_the_students_profiling_worker_prepares_beside_the_timing_checks(
     assert by_step["prepare_reference"] == (True, 2, ["p-ln1"])  # after every check, on the plans they made
     assert by_step["measure"] == (True, 2, ["p-ln1"]) and by_step["finish"] == (True, 2, ["p-ln1"])
     assert [s[0] for s in steps.steps][-1] == "close"
+
+
+class ClockedPerCase(Clocked):
+    """A timer whose samples read `SLOW_MS` for p-ln1 and the usual 0.1 ms for the rest (the reference: 0.12 ms)."""
+
+    SLOW_MS = 0.3
+
+    def request(self, message, timeout, what):
+        reply = super().request(message, timeout, what)
+        if isinstance(message, protocol.TimeKept) and message.key == "p-ln1" and reply.ok and message.repeats:
+            reply = dataclasses.replace(reply, medians_ms=(self.SLOW_MS,) * message.repeats)
+        return reply
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slow_ms", [0.3, 0.1])
+def test_a_batch_profiles_only_the_cases_whose_counters_could_name_a_trap(
+    monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source, slow_ms) -> None:
+    """Profiling only where needed (a batch's way): nothing starts under Nsight Compute with the checks; after the
+    timing, only the case measurably slower than the reference (p-ln1 at 0.3 ms against 0.12) is profiled, in a hold
+    of the slot of its own, and the others' profiles say why their counters were not needed. Where no case is slower,
+    no profiler starts at all."""
+    monkeypatch.setattr(ClockedPerCase, "SLOW_MS", slow_ms)
+    battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 2,
+                                     timer=ClockedPerCase)
+    runner.profile_every_case = False
+    checks: list[str] = []
+    check = runner._check
+
+    def noted_check(prepared, battery):
+        checks.append(prepared.perf.id)
+        return check(prepared, battery)
+
+    monkeypatch.setattr(runner, "_check", noted_check)
+    steps = StepsProfiler(checks)
+    monkeypatch.setattr(runner, "_profiler", lambda battery: steps)
+    try:
+        results = runner.measure_all(battery, [case("layernorm", True)])
+    finally:
+        runner.close()
+        battery.close()
+    assert results["p-ln1"].status == results["p-ln2"].status == "timed"
+    assert results["p-ln1"].student.median_ms == pytest.approx(slow_ms)
+    names = [step for step, *_ in steps.steps]
+    assert "spawn" not in names and "prepare_student" not in names and names[-1] == "close"
+    assert runner.profiles["p-ln2"].not_needed == "0.83x the reference's time" and not runner.profiles["p-ln2"].student
+    if slow_ms > 0.12:
+        by_step = {step: (checks_done, ids) for step, _, checks_done, ids in steps.steps}
+        assert by_step["prepare"] == by_step["measure"] == by_step["finish"] == (2, ["p-ln1"])
+        assert "p-ln1" not in runner.profiles  # the fake profiler's finish gave nothing: no line made up for it
+    else:
+        assert names == ["close"] and runner.profiles["p-ln1"].not_needed == "0.83x the reference's time"
 
 
 @pytest.mark.slow

@@ -82,6 +82,23 @@ def test_every_child_knows_how_many_grades_share_its_gpu(tmp_path: Path) -> None
     assert args.concurrent_grades == 6
 
 
+def test_a_batch_profiles_only_where_needed_unless_asked_for_every_case(tmp_path: Path) -> None:
+    """`grader batch` replays under Nsight Compute only the timed cases whose counters could name a trap (the GPU's
+    exclusive slot is a class's bottleneck); `--profile-every-case` reads them all, as a single grade does."""
+    from grader.cli.parser import build_parser
+    from grader.operations.batch.run import BatchOptions
+    from grader.operations.executors import GradeJob, child_command, child_parser
+
+    batch = ["batch", str(tmp_path), "--assignment", "fused_layers", "--out", str(tmp_path / "o")]
+    assert build_parser().parse_args(batch).profile_every_case is False
+    assert build_parser().parse_args([*batch, "--profile-every-case"]).profile_every_case is True
+    assert BatchOptions.__dataclass_fields__["profile_every_case"].default is False
+    for every_case in (False, True):
+        job = GradeJob("s", tmp_path / "s.py", "a", tmp_path, "cuda", 0, 60.0, profile_every_case=every_case)
+        args = child_parser().parse_args(child_command(job, tmp_path / "s.py", tmp_path / "out", False)[3:])
+        assert args.profile_every_case is every_case and args.profile is True
+
+
 def test_a_student_is_graded_under_the_name_of_their_own_file(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The child grades a copy named as the student named it (the report and grade.json say `erin.py`, and a

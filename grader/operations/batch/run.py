@@ -63,6 +63,9 @@ class BatchOptions:
     allowed: tuple[Path, ...] = ()  # sources students may share beyond the template (similarity discounts them)
     missing_score: float | None = None  # canvas.csv's score for a student without a gradable file; None: DIR's
     profile: bool = True  # CUDA: each grade replays its timed cases once under Nsight Compute
+    # ... every timed case (True), or only those whose counters could name a trap (the default: within 10% of the
+    # reference no trap is named, and a profiled replay holds the GPU alone, the class's bottleneck)
+    profile_every_case: bool = False
 
 @dataclass
 class BatchSummary:
@@ -208,7 +211,7 @@ def _grade(options: BatchOptions, manifest: Manifest, todo: Sequence[Submission]
     jobs = [GradeJob(s.id, s.path, options.assignment.id, Path(options.assignments_root), options.backend,
                      manifest.seed, timeout, hidden_from_students(options.submissions, out),
                      calibration=options.calibration, concurrent_grades=executor.grades_per_gpu(), seed_source=source,
-                     profile=options.profile)
+                     profile=options.profile, profile_every_case=options.profile_every_case)
             for s in todo if s.path is not None]
     log.write("run-start", executor=executor.describe(), to_grade=len(todo), seed=manifest.seed,
               backend=manifest.backend, generation=manifest.generation)

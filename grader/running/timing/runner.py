@@ -22,10 +22,8 @@ import dataclasses
 import functools
 import logging
 import shutil
-import statistics
 import tempfile
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -34,30 +32,24 @@ import torch
 
 from grader.authoring.inputs import InputMaker
 from grader.authoring.oracle_loader import load_problems
-from grader.authoring.problem import Baseline, Problem
+from grader.authoring.problem import Problem
 from grader.authoring.spec import Assignment, PerformanceCase
 from grader.backends import Backend
-from grader.environment import versions
 from grader.evidence.kernel_profiles import CaseProfile
 from grader.evidence.observation import Observation
+from grader.judging.gpu_performance_traps import counters_can_name_a_trap, why_not_needed
 from grader.judging.judge import fusion_problems
 from grader.judging.performance import correctness_gate, errored, evaluate, measurement, not_run, skipped
-from grader.results import CaseResult, DeviceInfo, Measurement, PerformanceResult
+from grader.results import CaseResult, Measurement, PerformanceResult
 from grader.running.cases.battery import Battery
-from grader.running.phases import traced
-from grader.running.processes.client import Deadline, Worker
+from grader.running.phases import PhaseClock, traced
+from grader.running.processes.client import Worker
 from grader.running.processes.gpu_seats import TimingSeats, seat_count, timing_footprint_bytes
 from grader.running.processes.gpu_slot import GpuSlot, gpu_name
-from grader.running.timing.calibration import (
-    Calibration,
-    CalibrationKey,
-    CalibrationStore,
-    Machine,
-    calibration_key,
-    this_machine,
-)
-from grader.running.timing.calls import Prepared, baseline_outputs, encode_call, input_set
-from grader.running.timing.contestants import Contestants, finish_start, timed_deadline
+from grader.running.timing.bars import Bars
+from grader.running.timing.calibration import CalibrationStore
+from grader.running.timing.calls import Prepared, encode_call, input_set
+from grader.running.timing.contestants import Contestants, finish_start
 from grader.running.timing.failures import failed, out_of_memory
 from grader.running.timing.launch_plan import plan_performance_run
 from grader.running.timing.memory_retry import again_while_short_of_memory
@@ -69,7 +61,7 @@ from grader.trap_ids import NOT_FUSED, TIMED_OUTPUT_CHANGED, TIMEOUT
 logger = logging.getLogger(__name__)
 
 
-class PerformanceRunner:
+class PerformanceRunner(Bars):
     """Times one grading session's performance cases, all at the first one's turn: every case recorded
     in the student's worker, then every one timed in a single exclusive slot (one spin-up).
 
@@ -78,20 +70,20 @@ class PerformanceRunner:
 
     def __init__(self, assignment: Assignment, seed: int, device: str = "cuda",
                  perfs: Sequence[PerformanceCase] | None = None, calibration: CalibrationStore | None = None,
-                 profile: bool = True, concurrent_grades: int = 1) -> None:
+                 profile: bool = True, concurrent_grades: int = 1, profile_every_case: bool = True) -> None:
         """`perfs`: the cases this session measures (default: the assignment's); `calibration`: where bars
         are cached (None: measured for this session alone); `profile`: each timed case replayed once under
-        Nsight Compute (grader.running.timing.profiled_replay), its profile in `profiles`; `concurrent_grades`:
-        the grades sharing this GPU (a batch's), of which at most a seat count hold timing tensors at once."""
+        Nsight Compute (grader.running.timing.profiled_replay), its profile in `profiles`; `profile_every_case`: off,
+        only the cases whose counters could name a trap (a class batch's way: the slot is the class's bottleneck);
+        `concurrent_grades`: the grades sharing this GPU (a batch's), of which at most a seat count hold timing
+        tensors at once."""
+        super().__init__()
         self.assignment = assignment
         self.calibration = calibration
-        self._machine: Machine | None = None
         self.perfs = tuple(assignment.performance if perfs is None else perfs)
         self.seed = seed
         self.problems: Mapping[str, Problem] = load_problems(assignment)
         self.device = device
-        self._copy_gb_per_s: float | None = None
-        self._roofs: dict[tuple[str, bool], float] = {}  # (dtype, tf32) -> torch's matmul TFLOP/s on this GPU
         self._results: dict[str, PerformanceResult] | None = None
         self._in_turn_failed = ""  # why timing in turn failed in this grade (then cases are timed alone)
         self._failure = ""  # why measuring this grade's cases stopped, for every case it left without a result
@@ -99,6 +91,7 @@ class PerformanceRunner:
         self.contestants = Contestants(assignment, device, self._folder, self._deadline,
                                        calibration.reference_triton_cache if calibration is not None else None)
         self.profile = profile
+        self.profile_every_case = profile_every_case
         self.concurrent_grades = concurrent_grades
         self._live_profiler: Profiler | None = None
         self.profiles: dict[str, CaseProfile] = {}  # perf id -> what profiling its timed replay found
@@ -131,27 +124,6 @@ class PerformanceRunner:
             self._live_profiler = None
         self.contestants.close()
         shutil.rmtree(self._folder, ignore_errors=True)
-
-    def device_info(self, copy_gb_per_s: float | None = None, matmul_tflops: float | None = None) -> DeviceInfo:
-        found = versions()
-        if copy_gb_per_s is None:
-            if self._copy_gb_per_s is None:
-                self._copy_gb_per_s = samplers.copy_bandwidth_gbs()
-            copy_gb_per_s = self._copy_gb_per_s
-        return DeviceInfo(gpu=torch.cuda.get_device_name(0) if self.device == "cuda" else self.device,
-                          copy_gb_per_s=copy_gb_per_s, torch=found.get("torch", "?"), triton=found.get("triton", "?"),
-                          matmul_tflops=matmul_tflops)
-
-    def _matmul_roof(self, prepared: Prepared) -> float | None:
-        """The compute roof for a case that declares flops: torch's matmul in its dtype (tf32 as its baseline
-        allows), measured once per grade and kept with the bars; None for the rest, or off CUDA."""
-        baseline = prepared.problem.baseline
-        if self.device != "cuda" or baseline is None or not baseline.flops:
-            return None
-        key = (prepared.perf.dtype, bool(baseline.tf32))
-        if key not in self._roofs:
-            self._roofs[key] = samplers.matmul_tflops(getattr(torch, key[0]), key[1])
-        return self._roofs[key]
 
     def run(self, perf: PerformanceCase, battery: Battery, cases: Sequence[CaseResult]) -> PerformanceResult:
         """The case's result; all cases are measured at the first call (their gates use `cases`)."""
@@ -237,7 +209,9 @@ class PerformanceRunner:
 
     def _check_and_measure(self, ready: Sequence[Prepared], battery: Battery, profiler: Profiler | None,
                            results: dict[str, PerformanceResult]) -> None:
-        """Each recorded case checked at its timed size (the GPU shared), then timed and profiled (alone)."""
+        """Each recorded case checked at its timed size (the GPU shared), then timed and profiled (alone). Profiling
+        every case, the profilers start with the checks and replay in the timing's hold of the slot; otherwise only
+        the timed cases whose counters could name a trap are profiled, afterwards (`_profile_where_needed`)."""
         clock = battery.clock
         checked = []
         # The profiling workers start here, with the timing seat held, not while the student's worker records: a
@@ -246,12 +220,12 @@ class PerformanceRunner:
         # docs/performance.md). The seats bound them. The student's loads and runs each case's launches once beside
         # the checks (both only share the GPU); the reference's runs the launches its checks planned, after them.
         # "profile/start" is what the grade waits for beyond the checks.
-        if profiler is not None and ready:
-            profiler = self._guarded(profiler, profiler.spawn, [p.perf.id for p in ready])
-            self._live_profiler = profiler
+        early = profiler if self.profile_every_case and ready else None
+        if early is not None:
+            early = self._guarded(early, early.spawn, [p.perf.id for p in ready])
+            self._live_profiler = early
         with ThreadPoolExecutor(max_workers=1) as beside:
-            preparing = (beside.submit(self._guarded, profiler, profiler.prepare_student, ready)
-                         if profiler is not None and ready else None)
+            preparing = beside.submit(self._guarded, early, early.prepare_student, ready) if early else None
             for prepared in ready:  # the outputs at the timed size, checked while the GPU is shared
                 wrong = self._check_fairly(prepared, battery)
                 if wrong is not None:
@@ -260,34 +234,73 @@ class PerformanceRunner:
                     checked.append(prepared)
             if preparing is not None:
                 with clock.phase("profile/start"):
-                    profiler = preparing.result()
-                    if profiler is not None and checked:
-                        profiler = self._guarded(profiler, profiler.prepare_reference, checked)
-        if profiler is not None and not checked:
-            profiler.close()
-            profiler = None
+                    early = preparing.result()
+                    if early is not None and checked:
+                        early = self._guarded(early, early.prepare_reference, checked)
+        if early is not None and not checked:
+            early.close()
+            early = None
+        profiled = list(checked)  # the cases whose profiles are read
         try:
             slot = GpuSlot(gpu_name()) if self.device == "cuda" else None
-            with contextlib.ExitStack() as exclusive:  # only the timed and profiled replays hold the slot
-                with clock.phase("timing/wait-for-slot"):
-                    idle_s = exclusive.enter_context(slot.exclusive()) if slot else float("inf")
-                if idle_s <= samplers.CLOCKS_STAY_UP_S:
-                    self.contestants.clocks_already_up()
+            with self._slot_alone(slot, clock):  # only the timed and profiled replays hold the slot
                 for prepared in checked:
                     measured = self._case_alone(prepared, "timing",
                                                 functools.partial(self._measure_again_for_memory, prepared, battery))
                     assert measured is not None
                     results[prepared.perf.id] = measured
-                if profiler is not None:
+                if early is not None:
                     with clock.phase("profile/replay"):
-                        profiler = self._guarded(profiler, profiler.measure, [p.perf.id for p in checked])
-            if profiler is not None:
+                        early = self._guarded(early, early.measure, [p.perf.id for p in checked])
+            if early is None and profiler is not None and not self.profile_every_case:
+                profiled = [p for p in checked if results[p.perf.id].timed]
+                early, profiled = self._profile_where_needed(profiler, profiled, results, slot, clock)
+            if early is not None:
                 with clock.phase("profile/read"):
-                    timed = [p for p in checked if results[p.perf.id].timed]
-                    self._guarded(profiler, lambda: self.profiles.update(profiler.finish(timed)))
+                    timed = [p for p in profiled if results[p.perf.id].timed]
+                    self._guarded(early, lambda: self.profiles.update(early.finish(timed)))
         finally:
-            if profiler is not None:
-                profiler.close()
+            if early is not None:
+                early.close()
+
+    @contextlib.contextmanager
+    def _slot_alone(self, slot: GpuSlot | None, clock: PhaseClock) -> Iterator[None]:
+        """The GPU's exclusive slot (nothing off CUDA), the wait for it a phase of its own; a slot another grade let go
+        within CLOCKS_STAY_UP_S finds the GPU's clocks up."""
+        with contextlib.ExitStack() as exclusive:
+            with clock.phase("timing/wait-for-slot"):
+                idle_s = exclusive.enter_context(slot.exclusive()) if slot else float("inf")
+            if idle_s <= samplers.CLOCKS_STAY_UP_S:
+                self.contestants.clocks_already_up()
+            yield
+
+    def _profile_where_needed(self, profiler: Profiler, timed: Sequence[Prepared],
+                              results: Mapping[str, PerformanceResult], slot: GpuSlot | None,
+                              clock: PhaseClock) -> tuple[Profiler | None, list[Prepared]]:
+        """Profile only the timed cases whose counters could name a trap (`counters_can_name_a_trap`: the student
+        measurably slower than the reference); the others' profiles say their counters were not needed, and no
+        profiler starts where none is. The profilers start after the timing (the timer's and the reference's workers
+        let go first) and replay in a hold of the slot of their own. The profiler, and the cases it profiles."""
+        wanted = []
+        for prepared in timed:
+            result = results[prepared.perf.id]
+            if counters_can_name_a_trap(result):
+                wanted.append(prepared)
+            else:
+                self.profiles[prepared.perf.id] = CaseProfile(prepared.perf.id, prepared.perf.target,
+                                                              not_needed=why_not_needed(result))
+        if not wanted:
+            profiler.close()
+            self._live_profiler = None
+            return None, []
+        self.contestants.close()  # their GPU memory goes before the profilers take theirs (the seat is still held)
+        with clock.phase("profile/start"):
+            started = self._guarded(profiler, profiler.prepare, wanted)
+        self._live_profiler = started
+        if started is not None:
+            with self._slot_alone(slot, clock), clock.phase("profile/replay"):
+                started = self._guarded(started, started.measure, [p.perf.id for p in wanted])
+        return started, wanted
 
     def _check_fairly(self, prepared: Prepared, battery: Battery) -> PerformanceResult | None:
         """The timer's check at the timed size with the GPU shared, again where the GPU's memory ran out under it; where
@@ -354,22 +367,6 @@ class PerformanceRunner:
             return None
         keys = {perf.id: self._calibration_key(perf) for perf in self.perfs} if self.calibration is not None else {}
         return Profiler(self.contestants, battery, self.calibration, keys)
-
-    def _calibrated(self, perf: PerformanceCase) -> Calibration | None:
-        return self.calibration.load(self._calibration_key(perf)) if self.calibration is not None else None
-
-    def _calibration_key(self, perf: PerformanceCase) -> CalibrationKey:
-        if self._machine is None:
-            self._machine = this_machine(self.device)
-        return calibration_key(self.assignment, perf, self.problems, self._machine)
-
-    def _deadline(self, perf: PerformanceCase) -> Deadline:
-        """How long a request at the timed size may take: from the reference's measured time when a
-        calibration has it (a kernel still running 100x that plus a few seconds after its last launch is
-        spinning), compiles allowed their own time, the case's `timeout_s` as the cap."""
-        found = self._calibrated(perf)
-        bars = (found.reference or found.torch) if found is not None else None
-        return timed_deadline(perf, statistics.median(bars) if bars else None)
 
     # ------------------------------------------------------------------ 1-2: record and plan
 
@@ -512,69 +509,5 @@ class PerformanceRunner:
         result = evaluate(perf, mine, measured("reference", reference_medians), eager, device, note,
                           reference_in_turn=paired)
         return dataclasses.replace(result, calibration=bars.id)
-
-    def _bars(self, prepared: Prepared, battery: Battery) -> Calibration | str:
-        """The reference's and torch eager's medians on this case: from the calibration store (an earlier
-        grade on this GPU and versions measured them), or measured now and stored for the next grades.
-        Bars without the reference's time are not stored when the assignment has a reference (its failure
-        may have been passing)."""
-        key = self._calibration_key(prepared.perf)
-
-        def measure() -> Calibration:
-            made = self._measure_bars(prepared, key)
-            if isinstance(made, str):
-                raise _NoBars(made)
-            return made
-
-        def keep(bars: Calibration) -> bool:
-            return bars.reference is not None or not self.assignment.reference_solution
-
-        try:
-            return self.calibration.measure_once(key, measure, keep) if self.calibration is not None else measure()
-        except _NoBars as failure:
-            return str(failure)
-
-    def _measure_bars(self, prepared: Prepared, key: CalibrationKey) -> Calibration | str:
-        perf = prepared.perf
-        assert prepared.problem.baseline is not None
-        try:
-            eager = self._time_eager(prepared.problem.baseline, prepared.inputs, perf)
-        except Exception as exc:  # torch eager itself failed (out of memory): no bar to compare with
-            return f"torch eager could not be timed at {perf.shape}: {type(exc).__name__}: {exc}"[:400]
-        reference, note = self.contestants.time_reference(prepared)
-        copy = self._copy_gb_per_s if self._copy_gb_per_s is not None else samplers.copy_bandwidth_gbs()
-        self._copy_gb_per_s = copy
-        now = time.time()
-        return Calibration(id=f"{key.digest}@{int(now)}", reference=tuple(reference) if reference else None,
-                           torch=tuple(eager), reference_note=note, copy_gb_per_s=copy, measured_at=now,
-                           matmul_tflops=self._matmul_roof(prepared))
-
-    def _eager_outputs(self, baseline: Baseline, inputs: Mapping[str, Any],
-                       perf: PerformanceCase) -> dict[str, torch.Tensor]:
-        on_device = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-        with samplers.tf32_matmul(baseline.tf32):
-            return baseline_outputs(baseline, baseline.run(on_device))
-
-    def _time_eager(self, baseline: Baseline, inputs: Mapping[str, Any], perf: PerformanceCase) -> list[float]:
-        """Torch eager on `input_sets` copies of the inputs, timed as CUDA-graph replays like the kernels."""
-        first = {k: v.to(self.device) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-        copies = [first] + [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in first.items()}
-                            for _ in range(perf.input_sets - 1)]
-        if self.device != "cuda":
-            return []
-        with samplers.tf32_matmul(baseline.tf32):
-            def run_all() -> None:
-                for copy in copies:
-                    baseline.run(copy)
-
-            run_all()
-            measured = samplers.time_graph(run_all, calls=len(copies), repeats=perf.repeats,
-                                                     spin_up_ms=self.contestants.spin_up_ms())
-        torch.cuda.empty_cache()
-        return list(measured.medians_ms)
-
-class _NoBars(Exception):
-    """Bars that could not be measured (torch eager failed): the message says why; nothing is stored."""
-
 
 IN_TURN_NOTE = "the reference was timed in turn with your kernels, sample for sample, in this grade"

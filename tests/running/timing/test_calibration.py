@@ -27,7 +27,6 @@ from grader.running.timing.calibration import (
     default_folder,
     parse_driver_version,
 )
-from grader.running.timing.calls import Prepared
 
 H200 = Machine(gpu="NVIDIA H200 (GPU-8f0c2b1e)", driver="570.124.06", torch="2.13.0+cu128 (CUDA 12.8)",
                triton="3.6.0", grader="0.4.0")
@@ -273,58 +272,6 @@ def test_the_key_covers_the_reference_and_oracle_source(tmp_path: Path, repo_roo
         f.write("# another baseline\n")
     assert calibration_key(copied, perf, problems, H200).oracles != key.oracles
     assert calibration_key(dataclasses.replace(copied, reference_solution=None), perf, problems, H200).reference == ""
-
-
-def test_the_seed_is_not_in_the_key(assignment: Assignment, perf: PerformanceCase, key: CalibrationKey,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every grade of a course shares the bars: two runners on different seeds ask for the same key."""
-    from grader.running.timing import runner as timing_runner
-
-    monkeypatch.setattr(timing_runner, "this_machine", lambda device: H200)
-    runners = [timing_runner.PerformanceRunner(assignment, seed, device="cpu") for seed in (1, 2)]
-    try:
-        assert runners[0]._calibration_key(perf) == runners[1]._calibration_key(perf) == key
-    finally:
-        for runner in runners:
-            runner.close()
-
-
-def test_runners_on_other_seeds_reuse_the_bars(tmp_path: Path, assignment: Assignment, perf: PerformanceCase,
-                                               key: CalibrationKey, monkeypatch: pytest.MonkeyPatch) -> None:
-    """PerformanceRunner._bars through the store: the first grade measures (torch eager, reference), a later
-    one (another seed, another store object: another run) reads them; bars without the reference's
-    time are used but not stored (the reference's failure may have been passing)."""
-    from grader.running.timing import runner as timing_runner
-
-    monkeypatch.setattr(timing_runner, "this_machine", lambda device: H200)
-    spec = assignment.kernels.get(perf.target) or assignment.functions[perf.target]
-    problem = load_problems(assignment)[spec.problem]
-    prepared = Prepared(perf, problem, None, {}, None)  # only what _bars reads
-    timed: list[int] = []
-    made: list[timing_runner.PerformanceRunner] = []
-
-    def bars(seed: int, reference: list[float] | None, cached: bool = True) -> Calibration | str:
-        runner = timing_runner.PerformanceRunner(assignment, seed, device="cpu",
-                                               calibration=CalibrationStore(tmp_path) if cached else None)
-        made.append(runner)
-        runner._copy_gb_per_s = 4000.0
-        monkeypatch.setattr(runner, "_time_eager", lambda *_: timed.append(seed) or [0.2] * perf.repeats)
-        monkeypatch.setattr(runner.contestants, "time_reference",
-                            lambda _: (reference, "" if reference else "it crashed"))
-        return runner._bars(prepared, None)
-
-    try:
-        partial = bars(1, None)
-        assert isinstance(partial, Calibration) and partial.reference is None and partial.reference_note
-        first = bars(1, [0.12] * perf.repeats)
-        later = bars(2, [9.9] * perf.repeats)
-        assert timed == [1, 1] and later == first and isinstance(first, Calibration)
-        assert first.reference == (0.12,) * perf.repeats and first.id.startswith(f"{key.digest}@")
-        alone = bars(4, [0.5] * perf.repeats, cached=False)  # no store: measured for this grade alone
-        assert isinstance(alone, Calibration) and alone.reference == (0.5,) * perf.repeats and timed[-1] == 4
-    finally:
-        for runner in made:
-            runner.close()
 
 
 def test_driver_version_from_the_kernel_module() -> None:

@@ -16,7 +16,7 @@ from grader import trap_ids
 from grader.authoring.spec import PerformanceCase
 from grader.judging.performance import errored
 from grader.results import PerformanceResult
-from grader.running.timing import runner as runner_module
+from grader.running.timing import memory_retry
 from grader.running.timing.memory_retry import MEMORY_RETRY_WAITS_S
 from grader.running.timing.runner import PerformanceRunner
 
@@ -42,7 +42,7 @@ def test_a_case_short_of_gpu_memory_is_timed_again_and_never_lost(monkeypatch: p
     """A neighbour held the memory (a hog before the watchdog stopped it): the case is timed again after a wait;
     a case still short after every try says the machine's problem, not the student's."""
     slept: list[float] = []
-    monkeypatch.setattr(runner_module.time, "sleep", slept.append)
+    monkeypatch.setattr(memory_retry.time, "sleep", slept.append)
     prepared = SimpleNamespace(perf=PERF)
     timed = dataclasses.replace(errored(PERF, ""), status="timed", reason="")
     short = errored(PERF, "torch eager could not be timed at 4096x4096: CUDA error: out of memory")
@@ -116,7 +116,7 @@ def test_a_recording_or_a_check_short_of_gpu_memory_runs_again_and_the_case_is_n
     other grades: where one ran out of memory a neighbour held, it runs again after each wait (memory_retry), and the
     case goes on; a worker over its own budget, or a kernel whose outputs are wrong, is final at once."""
     slept: list[float] = []
-    monkeypatch.setattr(runner_module.time, "sleep", slept.append)
+    monkeypatch.setattr(memory_retry.time, "sleep", slept.append)
     neighbour = errored(PERF, "out-of-memory: running layernorm at 4096x4096 raised OutOfMemoryError: CUDA out of "
                               "memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which "
                               "705.00 MiB is free", trap=trap_ids.OUT_OF_MEMORY)
@@ -141,7 +141,7 @@ def test_a_recording_or_a_check_short_of_gpu_memory_runs_again_and_the_case_is_n
         slept.append(seconds)
         sharing.append(holding[0])
 
-    monkeypatch.setattr(runner_module.time, "sleep", pause)
+    monkeypatch.setattr(memory_retry.time, "sleep", pause)
 
     @contextlib.contextmanager
     def shared():  # type: ignore[no-untyped-def]
@@ -206,6 +206,7 @@ class _Seated(PerformanceRunner):
 
     def __init__(self, events: list[str]) -> None:  # noqa: D107 - no workers, no GPU
         self.device = "cpu"  # no GPU slot to take
+        self.profile_every_case = True
         self.events = events
         self.profiles: dict[str, Any] = {}
         self.contestants = SimpleNamespace(clocks_already_up=lambda: None)
