@@ -720,21 +720,17 @@ class StepsProfiler:
         self.steps.append(("close", True, len(self.checks), []))
 
 
-@pytest.mark.slow
-def test_the_students_profiling_worker_prepares_beside_the_timing_checks(
-    monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
-    """The student's side of the profiled replay needs nothing of the checks, so it runs on a thread beside
-    them; the reference's side waits for the plans the checks make; only the cases whose outputs were right at
-    the timed size are profiled."""
+def measured_with_steps(monkeypatch, battery: Battery, runner: Any, wrong: str = "") -> tuple[dict, StepsProfiler]:
+    """`runner.measure_all` on one passed LayerNorm case, its profiler a StepsProfiler that counts the timing checks
+    (the case `wrong`, if named, differs from torch eager at the timed size); the runner and battery closed after."""
     from grader.running.timing import runner as timing_runner
 
-    battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 2)
     checks: list[str] = []
     check = runner._check
 
     def noted_check(prepared, battery):
         checks.append(prepared.perf.id)
-        if prepared.perf.id == "p-ln2":  # wrong at the timed size: timed and profiled never
+        if prepared.perf.id == wrong:
             return timing_runner.errored(prepared.perf, "differs from F.layer_norm")
         return check(prepared, battery)
 
@@ -742,10 +738,21 @@ def test_the_students_profiling_worker_prepares_beside_the_timing_checks(
     steps = StepsProfiler(checks)
     monkeypatch.setattr(runner, "_profiler", lambda battery: steps)
     try:
-        results = runner.measure_all(battery, [case("layernorm", True)])
+        return runner.measure_all(battery, [case("layernorm", True)]), steps
     finally:
         runner.close()
         battery.close()
+
+
+@pytest.mark.slow
+def test_the_students_profiling_worker_prepares_beside_the_timing_checks(
+    monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source) -> None:
+    """The student's side of the profiled replay needs nothing of the checks, so it runs on a thread beside
+    them; the reference's side waits for the plans the checks make; only the cases whose outputs were right at
+    the timed size are profiled."""
+
+    battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 2)
+    results, steps = measured_with_steps(monkeypatch, battery, runner, wrong="p-ln2")  # timed and profiled never
     assert results["p-ln1"].status == "timed" and results["p-ln2"].status != "timed"
     by_step = {step: (on_main, checks_done, ids) for step, on_main, checks_done, ids in steps.steps}
     assert by_step["spawn"] == (True, 0, ["p-ln1", "p-ln2"])
@@ -780,21 +787,7 @@ def test_a_batch_profiles_only_the_cases_whose_counters_could_name_a_trap(
     battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 2,
                                      timer=ClockedPerCase)
     runner.profile_every_case = False
-    checks: list[str] = []
-    check = runner._check
-
-    def noted_check(prepared, battery):
-        checks.append(prepared.perf.id)
-        return check(prepared, battery)
-
-    monkeypatch.setattr(runner, "_check", noted_check)
-    steps = StepsProfiler(checks)
-    monkeypatch.setattr(runner, "_profiler", lambda battery: steps)
-    try:
-        results = runner.measure_all(battery, [case("layernorm", True)])
-    finally:
-        runner.close()
-        battery.close()
+    results, steps = measured_with_steps(monkeypatch, battery, runner)
     assert results["p-ln1"].status == results["p-ln2"].status == "timed"
     assert results["p-ln1"].student.median_ms == pytest.approx(slow_ms)
     names = [step for step, *_ in steps.steps]

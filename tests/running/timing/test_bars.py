@@ -8,28 +8,12 @@ from pathlib import Path
 import pytest
 
 from grader.authoring.oracle_loader import load_problems
-from grader.authoring.spec import Assignment, PerformanceCase, load_assignment
+from grader.authoring.spec import Assignment, PerformanceCase
 from grader.running.timing import bars as bars_module
 from grader.running.timing import runner as timing_runner
-from grader.running.timing.calibration import Calibration, CalibrationKey, CalibrationStore, calibration_key
+from grader.running.timing.calibration import Calibration, CalibrationKey, CalibrationStore
 from grader.running.timing.calls import Prepared
 from tests.running.timing.test_calibration import H200
-
-
-@pytest.fixture(scope="module")
-def assignment(repo_root: Path) -> Assignment:
-    return load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
-
-
-@pytest.fixture(scope="module")
-def perf(assignment: Assignment) -> PerformanceCase:
-    (found,) = [p for p in assignment.performance if p.id == "perf-layernorm"]
-    return found
-
-
-@pytest.fixture(scope="module")
-def key(assignment: Assignment, perf: PerformanceCase) -> CalibrationKey:
-    return calibration_key(assignment, perf, load_problems(assignment), H200)
 
 
 def test_the_seed_is_not_in_the_key(assignment: Assignment, perf: PerformanceCase, key: CalibrationKey,

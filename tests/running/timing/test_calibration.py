@@ -59,22 +59,6 @@ def never() -> Calibration:
     raise AssertionError("measured although the bars are cached")
 
 
-@pytest.fixture(scope="module")
-def assignment(repo_root: Path) -> Assignment:
-    return load_assignment(repo_root / "assignments" / "fused_layers" / "assignment.toml")
-
-
-@pytest.fixture(scope="module")
-def perf(assignment: Assignment) -> PerformanceCase:
-    (found,) = [p for p in assignment.performance if p.id == "perf-layernorm"]
-    return found
-
-
-@pytest.fixture(scope="module")
-def key(assignment: Assignment, perf: PerformanceCase) -> CalibrationKey:
-    return calibration_key(assignment, perf, load_problems(assignment), H200)
-
-
 # ------------------------------------------------------------------------------------------- the store
 
 
