@@ -254,6 +254,11 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
         f"\n  {s} {p['perf_id']}: {p['status']}{' ' + p['trap'] if p.get('trap') else ''}: "
         f"{' '.join((p.get('reason') or '').split())[:400]}"
         for s in sorted(untimed) for p in grades[s]["performance"] if p["status"] != "timed"))
+    timed = [p for g in grades.values() for p in g["performance"] if p["status"] == "timed"]
+    counted = sum(1 for p in timed if (p.get("counters") or {}).get("student"))
+    skipped = sum(1 for g in grades.values() for n in g.get("notes", []) if n.startswith("GPU counters: not read for"))
+    print(f"timed cases: {len(timed)}, with Nsight Compute's counters {counted}; grades whose fast cases were not "
+          f"profiled: {skipped}")
     timeouts = [(s, c["case_id"], c.get("message", "")) for s, g in sorted(grades.items()) for c in g["cases"]
                 if "timeout" in (c.get("traps") or [])]
     print(f"cases that timed out: {len(timeouts)}" + "".join(
