@@ -117,10 +117,13 @@ class Worker:
 
     def __init__(self, submission: Path, names: list[str], options: WorkerOptions,
                  triton_cache: Path | None = None, sandbox: Sandbox | None = None,
-                 bundle: protocol.KernelBundle | None = None) -> None:
+                 bundle: protocol.KernelBundle | None = None, gpu_budget_bytes: int | None = None) -> None:
         """`bundle`: a kernel host (grader.running.worker.kernel_host): it builds the submission's kernels from the
-        bundle and never imports the file (no copy of it is made); its folder is a clean one (Sandbox.clean_folder)."""
+        bundle and never imports the file (no copy of it is made); its folder is a clean one (Sandbox.clean_folder).
+        `gpu_budget_bytes`: its GPU memory budget (a kernel host that holds a timed case's tensors: the grader's plan
+        decides what it allocates, and the timing seats how many such hosts hold them at once); None: the sandbox's."""
         self.submission = Path(submission)
+        self.gpu_budget_bytes = gpu_budget_bytes
         self.names = names
         self.options = options
         self.bundle = bundle
@@ -167,12 +170,13 @@ class Worker:
         ours, theirs_socket = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         marks_read, marks_write = os.pipe()
         theirs = (theirs_socket.fileno(), marks_write)
+        budget = self.sandbox_ref.budget_environment(self.gpu_budget_bytes)
         try:
             if not self.options.tool and not self.own_sandbox:
                 try:
                     with traced("worker/fork"):
                         self.pid, self._namespace_pid = self.sandbox_ref.fork(self.folder, self.options.backend,
-                                                                              theirs)
+                                                                              theirs, budget)
                 except SandboxFailure as failure:
                     ours.close()
                     os.close(marks_read)
@@ -180,7 +184,8 @@ class Worker:
             else:
                 program = [*self.options.tool, sys.executable, "-m", "grader.running.worker", self.options.backend,
                            *(str(fd) for fd in theirs)]
-                env = self.sandbox_ref.environment(self.folder, self.options.backend, self.options.tool_environment)
+                env = self.sandbox_ref.environment(self.folder, self.options.backend,
+                                                   (*self.options.tool_environment, *budget))
                 self.process = self.sandbox_ref.popen(program, env, self.folder, self.folder / "output.log", theirs)
                 self.pid = self.process.pid
         finally:
@@ -188,7 +193,7 @@ class Worker:
             os.close(marks_write)
         self._exited = None
         if self.pid is not None:
-            self.watch = self.sandbox_ref.watch(self.pid, f"{self.submission.name} worker")
+            self.watch = self.sandbox_ref.watch(self.pid, f"{self.submission.name} worker", self.gpu_budget_bytes)
         os.set_blocking(marks_read, False)
         self.channel, self.progress = Channel(ours), marks_read
 

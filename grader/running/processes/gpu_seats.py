@@ -49,6 +49,15 @@ def timing_footprint_bytes(case_bytes: Iterable[int | None]) -> int:
     return int(TIMING_PROCESSES * (CUDA_CONTEXT_BYTES + HEADROOM * tensors))
 
 
+def host_budget_bytes(footprint_bytes: int) -> int:
+    """Pure: the GPU memory budget of a kernel host that holds a grade's timed cases (the timer, the student's profiled
+    replay), given that grade's timing footprint: half of it. The timer holds every case's input sets and checked
+    outputs at once, the reference's worker about as much, the profilers one set each; the grader's plan decides what a
+    host allocates, and a seat reserves the whole footprint. (The correctness share, (80 GB less 6%) / 32 in a class of
+    16, left the timer 1.58 GiB of torch memory for fused_layers' four cases on an H100: one case lost, session 13.)"""
+    return footprint_bytes // 2
+
+
 def timing_reserve_bytes(total_bytes: int) -> int:
     """Pure: the part of a GPU its grades' timing phases may hold at once."""
     return int(total_bytes * TIMING_FRACTION)

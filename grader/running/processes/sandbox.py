@@ -207,6 +207,13 @@ class Sandbox:
         env.update(dict(extra))
         return env
 
+    def budget_environment(self, budget_bytes: int | None) -> tuple[tuple[str, str], ...]:
+        """The environment a CUDA worker with a budget of its own starts with (torch's per-process fraction for it,
+        the first guard); nothing where it has none or this sandbox holds no budget."""
+        if budget_bytes is None or self.gpu_budget is None or self.options.backend != "cuda":
+            return ()
+        return ((MEMORY_FRACTION_VARIABLE, f"{first_guard_fraction(budget_bytes, self.gpu_budget.total_bytes):.6f}"),)
+
     def command(self, program: Sequence[str]) -> list[str]:
         """`program` wrapped in the sandbox's namespaces and user (when isolated)."""
         if not self.isolated:
@@ -378,14 +385,15 @@ class Sandbox:
                 raise self._failure from None
         return reply
 
-    def fork(self, folder: Path, backend: str, fds: Sequence[int]) -> tuple[int, int]:
+    def fork(self, folder: Path, backend: str, fds: Sequence[int],
+             extra: tuple[tuple[str, str], ...] = ()) -> tuple[int, int]:
         """Fork a worker with its channel `fds` (read, write, progress marks): its pid as the grader sees it,
-        and as the zygote sees it (they differ inside a PID namespace)."""
+        and as the zygote sees it (they differ inside a PID namespace). `extra`: its environment's additions."""
         if (backend == "interpreter") != (self.options.backend == "interpreter"):
             # Triton decorates its own library functions when it is imported: for the interpreter or not.
             raise SandboxFailure(f"a {self.options.backend} sandbox cannot fork a {backend} worker")
         limit = INTERPRETER_MEMORY_LIMIT_BYTES if backend == "interpreter" else None
-        reply = self._ask(protocol.Fork(backend=backend, env=self.environment(folder, backend), cwd=str(folder),
+        reply = self._ask(protocol.Fork(backend=backend, env=self.environment(folder, backend, extra), cwd=str(folder),
                                         log=str(folder / "output.log"), address_limit=limit), fds)
         if not reply.ok:
             raise SandboxFailure(f"the sandbox's zygote could not fork a worker: {reply.failure.message}")
@@ -421,12 +429,13 @@ class Sandbox:
             found.update(namespace_members(self._namespace_inode))
         return sorted(found)
 
-    def watch(self, pid: int, label: str) -> Watch | None:
-        """Watch a CUDA worker's GPU memory against this sandbox's budget (None: no budget here)."""
+    def watch(self, pid: int, label: str, budget_bytes: int | None = None) -> Watch | None:
+        """Watch a CUDA worker's GPU memory against this sandbox's budget, or `budget_bytes` where the worker has one of
+        its own (None: no budget here)."""
         if self.gpu_budget is None or self.options.backend != "cuda":
             return None
         try:
-            return self.gpu_budget.watchdog.watch(pid, self.gpu_budget.budget_bytes, label)
+            return self.gpu_budget.watchdog.watch(pid, budget_bytes or self.gpu_budget.budget_bytes, label)
         except (ValueError, OSError):  # the worker is already gone
             return None
 

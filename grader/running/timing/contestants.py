@@ -93,6 +93,7 @@ class Contestants:
         self.timer: Worker | None = None
         self.timer_problem = "the timer was not started"
         self.timer_kept: set[str] = set()  # cases whose launches wait in the current timer worker
+        self.host_budget_bytes: int | None = None  # the timer's and the student's profiled replay's GPU budget
         self._spun = False
         self._shared: Sandbox | None = None  # this grade's connection to the batch's shared zygote
         self._shared_problem = ""  # why the reference's workers start afresh in a batch that has one
@@ -127,7 +128,7 @@ class Contestants:
         if bundle is None:
             return battery.workers.bundle_problem or "the submission's kernels were not reported"
         return Worker(battery.submission, list(self.assignment.required_symbols), battery.sandbox.options,
-                      sandbox=battery.sandbox, bundle=bundle)
+                      sandbox=battery.sandbox, bundle=bundle, gpu_budget_bytes=self.host_budget_bytes)
 
     def adopt_timer(self, worker: Worker | str, reply: protocol.Loaded | None) -> None:
         if isinstance(worker, str) or reply is None:

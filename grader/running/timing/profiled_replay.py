@@ -115,7 +115,8 @@ class Profiler:
             self.student.problem = battery.workers.bundle_problem or "the submission's kernels were not reported"
         else:  # a kernel host, like the timer: the profiled replay runs none of the submission's Python
             self._spawn(self.student, Worker(battery.submission, list(contestants.assignment.required_symbols), options,
-                                             sandbox=battery.sandbox, bundle=bundle))
+                                             sandbox=battery.sandbox, bundle=bundle,
+                                             gpu_budget_bytes=contestants.host_budget_bytes))
         for perf_id in perf_ids:
             cached = self._cached(self.keys.get(perf_id))
             if cached is not None:

@@ -44,7 +44,7 @@ from grader.results import CaseResult, Measurement, PerformanceResult
 from grader.running.cases.battery import Battery
 from grader.running.phases import PhaseClock, traced
 from grader.running.processes.client import Worker
-from grader.running.processes.gpu_seats import TimingSeats, seat_count, timing_footprint_bytes
+from grader.running.processes.gpu_seats import TimingSeats, host_budget_bytes, seat_count, timing_footprint_bytes
 from grader.running.processes.gpu_slot import GpuSlot, gpu_name
 from grader.running.timing.bars import Bars
 from grader.running.timing.calibration import CalibrationStore
@@ -161,6 +161,9 @@ class PerformanceRunner(Bars):
         # The timer (and, without a calibration, the reference) start while the student's worker records:
         # spawned here (a worker dies with the thread that spawned it), awaited on the pool's threads.
         contestants = self.contestants
+        budget = battery.sandbox.gpu_budget if self.device == "cuda" else None
+        if budget is not None:  # the timer's and the profiled replay's hosts: a seat's part of the GPU, not a worker's
+            contestants.host_budget_bytes = max(budget.budget_bytes, host_budget_bytes(self._footprint(todo)))
         timer = contestants.new_timer(battery)
         if not isinstance(timer, str):
             timer.spawn()
@@ -201,11 +204,19 @@ class PerformanceRunner(Bars):
         """A seat for this grade's timing phase on the GPU (gpu_seats: as many as its memory holds at once)."""
         if self.device != "cuda" or not ready:
             return contextlib.nullcontext()
-        moved = [p.problem.baseline.bytes_moved(dict(p.perf.dims))
-                 if p.problem.baseline is not None and p.problem.baseline.bytes_moved else None for p in ready]
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        count = seat_count(total, timing_footprint_bytes(moved), self.concurrent_grades)
+        count = seat_count(total, self._footprint([p.perf for p in ready]), self.concurrent_grades)
         return TimingSeats(gpu_name(), count).held()
+
+    def _footprint(self, perfs: Sequence[PerformanceCase]) -> int:
+        """The GPU memory of a timing phase of these cases (gpu_seats.timing_footprint_bytes)."""
+        moved = []
+        for perf in perfs:
+            spec = self.assignment.kernels.get(perf.target) or self.assignment.functions[perf.target]
+            baseline = self.problems[spec.problem].baseline
+            moved.append(baseline.bytes_moved(dict(perf.dims)) if baseline is not None and baseline.bytes_moved
+                         else None)
+        return timing_footprint_bytes(moved)
 
     def _check_and_measure(self, ready: Sequence[Prepared], battery: Battery, profiler: Profiler | None,
                            results: dict[str, PerformanceResult]) -> None:

@@ -17,6 +17,7 @@ from grader.running.processes.gpu_seats import (
     TIMING_PROCESSES,
     UNDECLARED_CASE_BYTES,
     TimingSeats,
+    host_budget_bytes,
     seat_count,
     timing_footprint_bytes,
     timing_reserve_bytes,
@@ -32,6 +33,16 @@ def test_a_grades_footprint_is_its_processes_contexts_and_cases_tensors() -> Non
     assert 10 * GiB < footprint < 14 * GiB
     undeclared = int(TIMING_PROCESSES * (CUDA_CONTEXT_BYTES + HEADROOM * UNDECLARED_CASE_BYTES))
     assert timing_footprint_bytes([None]) == undeclared
+
+
+def test_a_timing_host_gets_half_its_grades_footprint_not_the_correctness_share() -> None:
+    """The timer holds every case's input sets and checked outputs at once: on an H100 in a class of 16 the
+    correctness share left it 1.58 GiB of torch memory and fused_layers' perf-layernorm ran out at 2.10 GiB in use plus
+    256 MiB asked (session 13). Half the grade's footprint is within what its seat reserves and above that need."""
+    footprint = timing_footprint_bytes([256 * MiB, 512 * MiB, 32 * MiB, 192 * MiB])
+    assert host_budget_bytes(footprint) == footprint // 2
+    assert host_budget_bytes(footprint) > CUDA_CONTEXT_BYTES + 2 * GiB + 352 * MiB  # the context, 2.10 GiB + 256 MiB
+    assert host_budget_bytes(footprint) * 2 <= footprint
 
 
 def test_seats_are_what_the_timing_share_holds_at_least_one_at_most_the_grades() -> None:

@@ -319,3 +319,38 @@ def test_a_lock_folder_that_cannot_be_made_hides_nothing_and_breaks_nothing(tmp_
         assert box.hidden() == str((tmp_path / "secret").resolve())  # the course's secrets still; no lock folder
     finally:
         box.close()
+
+
+def test_a_worker_with_a_budget_of_its_own_is_watched_and_guarded_by_it(tmp_path: Path) -> None:
+    """A kernel host that holds a timed case's tensors gets its own GPU budget (the seat's part, not the correctness
+    share): the watchdog watches it against that budget and torch's first guard is set from it; a worker without one
+    keeps the sandbox's, and a sandbox without a budget (no NVML, the interpreter) adds nothing."""
+    from grader.running.processes.gpu_memory import CUDA_CONTEXT_BYTES, GiB
+    from grader.running.processes.sandbox import MEMORY_FRACTION_VARIABLE, GpuBudget
+
+    watched: list[tuple[int, int, str]] = []
+
+    class Watchdog:
+        def watch(self, pid: int, budget_bytes: int, label: str) -> str:
+            watched.append((pid, budget_bytes, label))
+            return "watch"
+
+    budget = GpuBudget(Watchdog(), None, 2 * GiB, 80 * GiB)  # type: ignore[arg-type]
+    cuda = Sandbox(WorkerOptions(backend="cuda", import_timeout_s=30), gpu_budget=budget)
+    try:
+        assert cuda.budget_environment(None) == ()
+        ((name, value),) = cuda.budget_environment(8 * GiB)
+        assert name == MEMORY_FRACTION_VARIABLE
+        assert float(value) == pytest.approx((8 * GiB - CUDA_CONTEXT_BYTES) / (80 * GiB))
+        env = cuda.environment(tmp_path, "cuda", cuda.budget_environment(8 * GiB))
+        assert env[MEMORY_FRACTION_VARIABLE] == value  # over the sandbox's own fraction
+        assert cuda.environment(tmp_path, "cuda")[MEMORY_FRACTION_VARIABLE] == f"{cuda.gpu_budget.fraction:.6f}"
+        assert cuda.watch(11, "timer", 8 * GiB) == "watch" and cuda.watch(12, "worker") == "watch"
+        assert watched == [(11, 8 * GiB, "timer"), (12, 2 * GiB, "worker")]
+    finally:
+        cuda.close()
+    plain = Sandbox(WorkerOptions(backend="interpreter", import_timeout_s=30))
+    try:
+        assert plain.budget_environment(8 * GiB) == () and plain.watch(13, "worker", 8 * GiB) is None
+    finally:
+        plain.close()

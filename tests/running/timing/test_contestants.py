@@ -270,3 +270,28 @@ def test_a_timer_whose_memory_watch_stood_aside_is_remembered_for_the_grades_not
     assert run.timing_notes() == []
     run._performance_runner = None
     assert run.timing_notes() == []
+
+
+def test_the_timer_is_a_kernel_host_with_the_seats_budget(tmp_path: Path) -> None:
+    """The timer holds every timed case's tensors: it is started with the budget the runner gave the contestants (a
+    seat's part of the GPU, gpu_seats.host_budget_bytes), not the sandbox's correctness share; without one, the
+    sandbox's (None)."""
+    from types import SimpleNamespace
+
+    from grader.running import protocol
+    from grader.running.processes.sandbox import Sandbox, WorkerOptions
+
+    assignment = load_assignment(ROOT / "assignments" / "fused_layers" / "assignment.toml")
+    contestants = Contestants(assignment, "cpu", tmp_path, lambda perf: timed_deadline(perf, None))
+    sandbox = Sandbox(WorkerOptions(backend="interpreter", import_timeout_s=30))
+    bundle = protocol.KernelBundle(filename="fused_layers.py", source="")
+    battery = SimpleNamespace(submission=tmp_path / "fused_layers.py", sandbox=sandbox,
+                              workers=SimpleNamespace(bundle=bundle, bundle_problem=""))
+    try:
+        plain = contestants.new_timer(battery)  # type: ignore[arg-type]
+        contestants.host_budget_bytes = 8 << 30
+        seated = contestants.new_timer(battery)  # type: ignore[arg-type]
+        assert not isinstance(plain, str) and not isinstance(seated, str)
+        assert plain.gpu_budget_bytes is None and seated.gpu_budget_bytes == 8 << 30
+    finally:
+        sandbox.close()

@@ -165,10 +165,10 @@ class SpawnedWorker(FakeWorker):
     made: list[SpawnedWorker] = []
 
     def __init__(self, submission: Path, names: list[str], options: Any, sandbox: Any = None,
-                 triton_cache: Path | None = None, bundle: Any = None) -> None:
+                 triton_cache: Path | None = None, bundle: Any = None, gpu_budget_bytes: int | None = None) -> None:
         super().__init__("", tool=tuple(options.tool))
         self.submission, self.names, self.sandbox, self.spawned, self.alive = submission, names, sandbox, False, True
-        self.triton_cache, self.bundle = triton_cache, bundle
+        self.triton_cache, self.bundle, self.gpu_budget_bytes = triton_cache, bundle, gpu_budget_bytes
         SpawnedWorker.made.append(self)
 
     def spawn(self) -> None:
@@ -212,7 +212,7 @@ def test_spawn_then_prepare_keeps_each_case_in_both_workers_under_the_shared_slo
         new_reference=lambda tool=(): SpawnedWorker(reference_path, ["softmax"],
                                                     dataclasses.replace(OPTIONS, tool=tool),
                                                     triton_cache=contestants.reference_cache),
-        run_plan=run_plan)
+        run_plan=run_plan, host_budget_bytes=None)
     bundle = protocol.KernelBundle(filename="softmax.py", source="", digest="d")
     battery = SimpleNamespace(submission=submission, workers=SimpleNamespace(shared_gpu=shared_gpu, bundle=bundle),
                               sandbox=SimpleNamespace(options=OPTIONS))
@@ -248,7 +248,8 @@ def test_a_kept_reference_profile_spares_the_reference_worker(tmp_path, monkeypa
     submission = tmp_path / "softmax.py"
     submission.write_text("import triton\n")
     store = CalibrationStore(tmp_path)
-    contestants = SimpleNamespace(folder=tmp_path, reference_plans={}, assignment=SimpleNamespace(
+    contestants = SimpleNamespace(folder=tmp_path, reference_plans={}, host_budget_bytes=None,
+                                  assignment=SimpleNamespace(
         reference_solution=tmp_path / "reference.py", required_symbols=("softmax",)))
     battery = SimpleNamespace(submission=submission, sandbox=SimpleNamespace(options=OPTIONS),
                               workers=SimpleNamespace(bundle=protocol.KernelBundle(filename="softmax.py", source="")))
@@ -270,7 +271,7 @@ def test_a_reference_profile_kept_meanwhile_by_another_grade_spares_the_replay(t
     store = CalibrationStore(tmp_path)
     ran: list[str] = []
     contestants = SimpleNamespace(
-        folder=tmp_path, reference_plans={"perf-softmax": "plan"}, reference_cache=None,
+        folder=tmp_path, reference_plans={"perf-softmax": "plan"}, reference_cache=None, host_budget_bytes=None,
         assignment=SimpleNamespace(reference_solution=tmp_path / "reference.py", required_symbols=("softmax",)),
         new_reference=lambda tool=(): SpawnedWorker(tmp_path / "reference.py", ["softmax"],
                                                     dataclasses.replace(OPTIONS, tool=tool)),
