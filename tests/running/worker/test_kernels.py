@@ -48,3 +48,42 @@ def test_a_replay_runs_the_innermost_jit_function() -> None:
     assert replayable_kernel(module, "copy_kernel") is copy_kernel
     with pytest.raises(LookupError, match="no Triton kernel named 'gone'"):
         replayable_kernel(module, "gone")
+
+
+def test_a_kernels_first_load_is_marked_as_compiling_and_later_launches_are_not() -> None:
+    """At a compiled kernel's first run Triton builds its launcher (gcc, where the cache has none for the signature)
+    and loads its module, after the launch's progress mark: unmarked, a class's busy CPUs made that read as "nothing
+    happened for 5 s after its last kernel launch" (an H100, session 13). It is marked as compiling now; every later
+    launch, which loads nothing, writes no mark."""
+    import os
+
+    from triton.compiler.compiler import CompiledKernel
+
+    from grader.running.worker import progress
+    from grader.running.worker.kernels import _marked_compile, time_jit_compiles
+
+    time_jit_compiles()
+    assert getattr(CompiledKernel.__dict__["_init_handles"], "_grader_wrapped", False)
+    assert getattr(triton.runtime.JITFunction.__dict__["_do_compile"], "_grader_wrapped", False)
+    loads: list[str] = []
+
+    def init_handles(kernel: types.SimpleNamespace) -> None:
+        loads.append(kernel.name)
+        kernel.module = "loaded"
+
+    marked = _marked_compile(init_handles, lambda kernel: kernel.module is None)
+    read, write = os.pipe()
+    progress.connect(write)
+    try:
+        kernel = types.SimpleNamespace(name="k", module=None)
+        marked(kernel)
+        assert os.read(read, 16) == progress.COMPILE_START + progress.COMPILE_END
+        marked(kernel)  # loaded: Triton's own early return, no marks
+        os.set_blocking(read, False)
+        with pytest.raises(BlockingIOError):
+            os.read(read, 16)
+        assert loads == ["k", "k"]
+    finally:
+        progress.connect(-1)
+        os.close(read)
+        os.close(write)
