@@ -312,9 +312,9 @@ class TimeLaunches(Request[Timed]):
     """A timer's run of planned launches (grader.running.timing.launch_plan) on fresh buffers: their outputs, and
     with `time` the medians of CUDA-graph replays; with `keep` the run is kept under that key for `TimeKept` (or
     `ProfileKept`). `rotate`: as many input sets as keep a pass over them out of L2 (timing); off, exactly `sets`
-    (a profiled replay runs one). `return_outputs` off: the reply's outputs are empty (the caller checks none: the
-    reference's launches, a profiled replay's), so no output crosses the channel. `more_inputs`: the other sets'
-    own values (below); without them every set is a copy of the first."""
+    (a profiled replay runs one). `return_outputs` off: no outputs in the reply (the reference's, a profiled replay's).
+    `more_inputs`: the other sets' own values (below); without them every set is a copy of the first. `compile_only`:
+    the launches compiled and loaded, nothing allocated or run (measuring.compile_ahead; the reply's `sets` counts)."""
 
     OP: ClassVar[str] = "time_launches"
     REPLY: ClassVar[type[Reply]] = Timed
@@ -330,9 +330,9 @@ class TimeLaunches(Request[Timed]):
     rotate: bool = True
     return_outputs: bool = True
     # the inputs of input sets 2, 3, ... in order, as many tensors per set as `inputs`: values of their own, drawn by
-    # the grader, so that no set's answer is another's (with them the sets are exactly these, and the reply's outputs
-    # are every set's, set after set)
+    # the grader, so that no set's answer is another's (then the sets are exactly these; outputs set after set)
     more_inputs: tuple[torch.Tensor, ...] = ()
+    compile_only: bool = False
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -22,7 +22,7 @@ from grader.running.processes.client import Deadline, Worker, WorkerFailure, Wor
 from grader.running.processes.sandbox import Sandbox, SandboxFailure
 from grader.running.processes.shared_zygote import shared_address
 from grader.running.timing.calls import Prepared
-from grader.running.timing.launch_plan import PerformancePlan, plan_performance_run
+from grader.running.timing.launch_plan import PerformancePlan, compile_request, plan_performance_run
 from grader.running.worker.measuring import samplers
 from grader.trap_ids import TIMED_OUTPUT_CHANGED, TIMEOUT
 
@@ -31,6 +31,7 @@ from grader.trap_ids import TIMED_OUTPUT_CHANGED, TIMEOUT
 RUN_GRACE_S = 10.0
 SLOWDOWN_ALLOWED = 100.0
 COMPILE_LIMIT_S = 120.0  # one compilation (an autotuned kernel compiles once per configuration)
+COMPILE_AHEAD_CAP_S = 300.0  # every timed case's kernels compiled at once, ahead of the checks (as battery.warm_up's)
 
 
 def timed_deadline(perf: PerformanceCase, expected_ms: float | None) -> Deadline:
@@ -177,6 +178,22 @@ class Contestants:
             return run
         self.timer_kept.add(perf.id)
         return timer
+
+    def compile_ahead(self, ready: Sequence[Prepared]) -> None:
+        """Every recorded case's kernels compiled and loaded in the timer before its checks, with no seat held and the
+        GPU not held shared (compiling runs nothing on it): the checks then find them compiled. A failure here only
+        costs the timer, started again by the first check, which reports what went wrong with the student's line."""
+        if self.device != "cuda" or self.timer is None or not ready:
+            return
+        deadline = Deadline(cap_s=COMPILE_AHEAD_CAP_S, run_s=RUN_GRACE_S, compile_s=COMPILE_LIMIT_S)
+        try:
+            reply = self.timer.request(compile_request([prepared.timed for prepared in ready]), deadline,
+                                       "compiling your kernels for their timed sizes")
+        except WorkerFailure:
+            self.drop_timer()
+            return
+        if not reply.ok:
+            self.drop_timer()
 
     def run_plan(self, worker: Worker, prepared: Prepared, what: str, keep: str = "",
                  profiled: bool = False, outputs: bool = True) -> Outputs | str:

@@ -48,6 +48,14 @@ class PerformancePlan:
         return rotated_sets(requested, sum(int(spec["nbytes"]) for spec in self.buffers.values()))
 
 
+def compile_request(plans: Sequence[PerformancePlan]) -> protocol.TimeLaunches:
+    """The timer's request to compile and load every kernel these plans launch, ahead of their first runs: it sends no
+    tensor, and the timer allocates none and runs nothing (worker.measuring.compile_ahead)."""
+    launches = tuple(launch for plan in plans for launch in plan.launches)
+    return protocol.TimeLaunches(inputs=(), buffers={}, launches=launches, outputs=(), return_outputs=False,
+                                 compile_only=True)
+
+
 def input_bytes(tensor: torch.Tensor) -> bytes:
     return tensor.detach().contiguous().view(torch.uint8).numpy().tobytes()
 

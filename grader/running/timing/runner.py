@@ -193,6 +193,8 @@ class PerformanceRunner(Bars):
                 contestants.adopt_timer(timer, timer_reply.result() if timer_reply is not None else None)
                 if reference is not None and reference_reply is not None:
                     contestants.adopt_reference(reference, reference_reply.result())
+        with clock.phase("timing/compile"):  # the checks' compiles, outside the seat and the GPU's shared hold
+            contestants.compile_ahead(ready)
         with contextlib.ExitStack() as holding:
             with clock.phase("timing/seat"):  # the GPU memory of a timing phase: a seat of the GPU's few
                 holding.enter_context(self._seat(ready))

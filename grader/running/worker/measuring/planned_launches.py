@@ -30,7 +30,7 @@ from grader.evidence.tensor_views import tensor_from
 from grader.running import protocol
 from grader.running.worker import progress
 from grader.running.worker.launch_record import decode_value, storage_id
-from grader.running.worker.measuring import samplers
+from grader.running.worker.measuring import compile_ahead, samplers
 from grader.running.worker.measuring.memory_watch import MemoryWatch, digest, note_rewritten
 
 # Torch operators that make views: they neither initialise nor write a storage.
@@ -343,7 +343,10 @@ def time_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunc
                   device: torch.device) -> protocol.Timed:
     """Run the planned launches on fresh input sets: outputs of the first run, then (CUDA, `time`) samples of every
     set's launches, each on freshly poisoned outputs and timed between events inside a CUDA graph
-    (samplers.FreshSampler); with `keep`, kept for `time_kept` instead."""
+    (samplers.FreshSampler); with `keep`, kept for `time_kept` instead; `compile_only`, compiled and nothing run
+    (compile_ahead)."""
+    if request.compile_only:
+        return compile_ahead.compile_launches(find_kernel, request, device)
     buffers = {int(k): v for k, v in request.buffers.items()}
     sets = max(request.sets, 1)
     if request.more_inputs:  # the grader drew every set's values: exactly those sets
