@@ -3,8 +3,12 @@ bound to stand-ins that Triton specialises as it will the run's buffers, allocat
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+import triton
+import triton.language as tl
 from triton.backends.nvidia.compiler import CUDABackend
 from triton.runtime.jit import native_specialize_impl
 
@@ -13,12 +17,19 @@ from grader.running.worker.measuring.compile_ahead import PlannedView, compile_l
 from grader.running.worker.measuring.planned_launches import time_launches
 
 
+@triton.jit
+def _scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, 3 * tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+
 def _view(dtype: str, shape: list[int], stride: list[int], offset: int) -> dict[str, object]:
     return {"tensor": {"sid": 3, "dtype": dtype, "shape": shape, "stride": stride, "offset": offset}}
 
 
 def _specialisation(arg: object) -> tuple[str, str]:
-    """What Triton 3.6 keys a compiled kernel on for one argument (its type and alignment), as the CUDA backend sees it."""
+    """What Triton 3.6 keys a compiled kernel on for one argument (its type, its alignment), as CUDA's backend does."""
     return native_specialize_impl(CUDABackend, arg, False, True, True)
 
 
@@ -60,3 +71,33 @@ def test_off_cuda_nothing_compiles_and_nothing_is_looked_up() -> None:
     assert reply.ok and reply.sets == 0 and reply.outputs == () and reply.medians_ms == ()
     assert looked_up == []
     assert time_launches(find, request, torch.device("cpu")) == reply  # the timer's request takes this path
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("offset", [0, 1], ids=["aligned", "offset-view"])  # one specialisation each
+def test_on_a_gpu_the_run_after_compiling_ahead_compiles_nothing(offset: int) -> None:
+    """Compiled ahead from the plan alone, the first run of the same launches finds its specialisation compiled and
+    loaded: the kernel's cache holds one more specialisation after both, and compiling allocated no buffer."""
+    n = 1 << 20
+    x = torch.randn(n + offset)
+    view = {"sid": 2, "offset": offset, "shape": [n], "stride": [1], "dtype": "float32"}
+    request = protocol.TimeLaunches(
+        inputs=(x,), buffers={1: {"input": 0, "nbytes": 4 * x.numel()}, 2: {"fresh": True, "nbytes": 4 * x.numel()}},
+        launches=({"kernel": "scale", "grid": [n // 1024],
+                   "args": [{"tensor": {**view, "sid": 1}}, {"tensor": view}, n], "kwargs": {"BLOCK": 1024}},),
+        outputs=(view,), sets=1)
+    device = torch.device("cuda")
+
+    def compiled() -> int:
+        return sum(len(cache[0]) for cache in _scale.device_caches.values())
+
+    known = compiled()  # the other parameter's specialisation, where it ran first
+    before = torch.cuda.memory_allocated()
+    ahead = time_launches(lambda name: _scale, dataclasses.replace(request, compile_only=True), device)
+    assert ahead.ok and ahead.sets == 1 and torch.cuda.memory_allocated() == before
+    assert compiled() == known + 1
+    ran = time_launches(lambda name: _scale, request, device)
+    assert ran.ok and compiled() == known + 1  # the run's specialisation was the one compiled ahead
+    assert torch.equal(ran.outputs[0], 3 * x[offset:])
+
