@@ -8,9 +8,11 @@ took all its memory, and two of them lost performance cases to CUDA out-of-memor
 the `identical` step). A seat is one of `count` lock files (fcntl.flock) beside the GPU slot's, taken by the
 grade's own process (the grader's, never a worker's) for its whole timing phase; the kernel lets it go when that
 process ends, however it ends. The count is what TIMING_FRACTION of the GPU's memory holds of one grade's
-footprint (`timing_footprint_bytes`). The workers' budgets (gpu_memory) are caps the watchdog holds, not
-reservations, and are not cut by it: the timer is a worker of the student's sandbox and holds every timed case
-at once (cut by the timing share, six grades' budgets left it 2.8 GiB on an H100: too little for fused_layers).
+footprint, computed from the cases' recorded plans (`planned_footprint_bytes`: the buffers each process keeps);
+`timing_footprint_bytes`, from the bytes the spec declares, sizes the timer's budget before anything is recorded.
+The workers' budgets (gpu_memory) are caps the watchdog holds, not reservations, and are not cut by it: the timer
+is a worker of the student's sandbox and holds every timed case at once (cut by the timing share, six grades'
+budgets left it 2.8 GiB on an H100: too little for fused_layers).
 
     seats = TimingSeats(gpu_name(), seat_count(total, footprint, concurrent_grades))
     with seats.held():
@@ -22,8 +24,9 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from grader.running.processes.gpu_memory import CUDA_CONTEXT_BYTES, GiB
@@ -47,6 +50,40 @@ def timing_footprint_bytes(case_bytes: Iterable[int | None]) -> int:
     """Pure: one grade's timing phase's GPU memory, given the bytes each timed case moves (None: undeclared)."""
     tensors = sum(UNDECLARED_CASE_BYTES if moved is None else moved for moved in case_bytes)
     return int(TIMING_PROCESSES * (CUDA_CONTEXT_BYTES + HEADROOM * tensors))
+
+
+@dataclass(frozen=True)
+class TimedCaseBytes:
+    """One recorded case's GPU memory as its plan sets it (timing.launch_plan): every buffer of one input set (inputs,
+    outputs, scratch), the inputs' part of that, and how many input sets its timed run rotates through."""
+
+    set_bytes: int
+    input_bytes: int
+    sets: int
+
+
+# The caching allocator's rounding (2 MiB blocks, 20 MiB segments) and the memory watch's tables over the bytes a
+# plan names.
+PLANNED_HEADROOM = 1.1
+
+
+def planned_footprint_bytes(cases: Sequence[TimedCaseBytes], profilers_beside: bool) -> int:
+    """Pure: one grade's timing phase's GPU memory, from its recorded plans. The timer keeps every case's input sets at
+    once, each beside a sealed copy of its inputs and of its checked outputs (planned_launches.PlannedRun): twice the
+    set's bytes per set; the reference's worker keeps as much for its own launches. The grader's process holds every
+    set's inputs (drawn on the GPU) and one case's eager outputs and temporaries at a time (twice a set). Each profiled
+    replay keeps one set of every case, twice over. Profilers started beside the checks (`profilers_beside`: every case
+    profiled) hold theirs with the timer's; otherwise they start after the timer and the reference let go. Every
+    process has a CUDA context."""
+    kept = sum(2 * case.sets * case.set_bytes for case in cases)
+    eager = max((2 * case.set_bytes for case in cases), default=0)
+    grader = sum(case.sets * case.input_bytes for case in cases) + eager
+    profiler = sum(2 * case.set_bytes for case in cases)
+    contestants = 2 * kept + grader
+    profiled = 2 * profiler + grader
+    if profilers_beside:
+        return int(PLANNED_HEADROOM * (contestants + 2 * profiler)) + 5 * CUDA_CONTEXT_BYTES
+    return int(PLANNED_HEADROOM * max(contestants, profiled)) + 3 * CUDA_CONTEXT_BYTES
 
 
 def host_budget_bytes(footprint_bytes: int) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from grader.running import protocol
+from grader.running.processes.gpu_seats import TimedCaseBytes
 from grader.running.worker.measuring.planned_launches import rotated_sets
 
 FILL_WIDTHS = (1, 2, 4, 8)  # a constant fill repeats one element of this many bytes
@@ -40,6 +41,13 @@ class PerformancePlan:
                                      outputs=self.outputs, sets=sets, repeats=repeats, time=time, keep=keep,
                                      spin_up_ms=spin_up_ms, rotate=rotate, return_outputs=return_outputs,
                                      more_inputs=tuple(more_inputs))
+
+    def timed_bytes(self, requested: int) -> TimedCaseBytes:
+        """What a timed run of these launches keeps on the GPU per input set, and how many sets it rotates through
+        (`requested`: the case's input_sets): the timing seats' measure (gpu_seats.planned_footprint_bytes)."""
+        return TimedCaseBytes(set_bytes=sum(int(spec["nbytes"]) for spec in self.buffers.values()),
+                              input_bytes=sum(int(spec["nbytes"]) for spec in self.buffers.values() if "input" in spec),
+                              sets=self.input_sets(requested))
 
     def input_sets(self, requested: int) -> int:
         """How many input sets a timed run of these launches rotates through: one where `requested` is one, else at

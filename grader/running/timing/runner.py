@@ -44,7 +44,13 @@ from grader.results import CaseResult, Measurement, PerformanceResult
 from grader.running.cases.battery import Battery
 from grader.running.phases import PhaseClock, traced
 from grader.running.processes.client import Worker
-from grader.running.processes.gpu_seats import TimingSeats, host_budget_bytes, seat_count, timing_footprint_bytes
+from grader.running.processes.gpu_seats import (
+    TimingSeats,
+    host_budget_bytes,
+    planned_footprint_bytes,
+    seat_count,
+    timing_footprint_bytes,
+)
 from grader.running.processes.gpu_slot import GpuSlot, gpu_name
 from grader.running.timing.bars import Bars
 from grader.running.timing.calibration import CalibrationStore
@@ -207,11 +213,13 @@ class PerformanceRunner(Bars):
         if self.device != "cuda" or not ready:
             return contextlib.nullcontext()
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
-        count = seat_count(total, self._footprint([p.perf for p in ready]), self.concurrent_grades)
-        return TimingSeats(gpu_name(), count).held()
+        cases = [p.timed.timed_bytes(p.perf.input_sets) for p in ready]
+        footprint = planned_footprint_bytes(cases, profilers_beside=self.profile and self.profile_every_case)
+        return TimingSeats(gpu_name(), seat_count(total, footprint, self.concurrent_grades)).held()
 
     def _footprint(self, perfs: Sequence[PerformanceCase]) -> int:
-        """The GPU memory of a timing phase of these cases (gpu_seats.timing_footprint_bytes)."""
+        """The GPU memory of a timing phase of these cases from their declared bytes, before anything is recorded
+        (gpu_seats.timing_footprint_bytes: the timer's budget)."""
         moved = []
         for perf in perfs:
             spec = self.assignment.kernels.get(perf.target) or self.assignment.functions[perf.target]

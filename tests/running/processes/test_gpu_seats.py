@@ -14,10 +14,13 @@ import pytest
 from grader.running.processes.gpu_memory import CUDA_CONTEXT_BYTES, GiB, MiB
 from grader.running.processes.gpu_seats import (
     HEADROOM,
+    PLANNED_HEADROOM,
     TIMING_PROCESSES,
     UNDECLARED_CASE_BYTES,
+    TimedCaseBytes,
     TimingSeats,
     host_budget_bytes,
+    planned_footprint_bytes,
     seat_count,
     timing_footprint_bytes,
     timing_reserve_bytes,
@@ -33,6 +36,38 @@ def test_a_grades_footprint_is_its_processes_contexts_and_cases_tensors() -> Non
     assert 10 * GiB < footprint < 14 * GiB
     undeclared = int(TIMING_PROCESSES * (CUDA_CONTEXT_BYTES + HEADROOM * UNDECLARED_CASE_BYTES))
     assert timing_footprint_bytes([None]) == undeclared
+
+
+# fused_layers' four timed cases as their reference plans set them (row stats, LayerNorm 8192^2, LayerNorm 4096x1024,
+# Linear+GELU 4096^3): one set's buffers, its inputs, and the sets each rotates through (at least two, enough to pass
+# 128 MiB)
+FUSED_LAYERS_PLANS = [TimedCaseBytes(256 * MiB, 256 * MiB, 2), TimedCaseBytes(512 * MiB, 256 * MiB, 2),
+                      TimedCaseBytes(32 * MiB, 16 * MiB, 4), TimedCaseBytes(192 * MiB, 128 * MiB, 2)]
+H100_USABLE = int(79.2 * GiB)  # what torch reports of an H100 80GB HBM3
+H200_USABLE = int(139.8 * GiB)
+
+
+def test_a_planned_footprint_counts_what_each_process_keeps_of_the_plans() -> None:
+    """The timer keeps every case's sets with a sealed copy of their inputs and checked outputs (2 x sets x set), the
+    reference as much; the grader every set's inputs and one case's eager outputs; a profiler one set of each, twice.
+    The declared-bytes estimate (5 processes x 1.5 x every case's bytes, 1 GiB for the matmul that declares none) gave
+    fused_layers 17.1 GiB, one seat on an H100 (session 13: every grade's checks and timing one at a time)."""
+    kept = 2 * (2 * 2 * 256 + 2 * 2 * 512 + 2 * 4 * 32 + 2 * 2 * 192) * MiB
+    grader = (2 * 256 + 2 * 256 + 4 * 16 + 2 * 128) * MiB + 2 * 512 * MiB
+    profilers = 2 * 2 * (256 + 512 + 32 + 192) * MiB
+    after = planned_footprint_bytes(FUSED_LAYERS_PLANS, profilers_beside=False)
+    assert after == int(PLANNED_HEADROOM * max(kept + grader, profilers + grader)) + 3 * CUDA_CONTEXT_BYTES
+    beside = planned_footprint_bytes(FUSED_LAYERS_PLANS, profilers_beside=True)
+    assert beside == int(PLANNED_HEADROOM * (kept + grader + profilers)) + 5 * CUDA_CONTEXT_BYTES
+    assert 12 * GiB < after < 15 * GiB < beside
+    # a class batch (profilers after the timing, where needed): two seats on an H100, four on an H200
+    assert seat_count(H100_USABLE, after, concurrent_grades=16) == 2
+    assert seat_count(H200_USABLE, after, concurrent_grades=16) == 4
+    assert seat_count(H100_USABLE, beside, concurrent_grades=16) == 1  # every case profiled beside the checks
+    # more sets, more kept: a plan's bytes count once per set it rotates through
+    two, four = TimedCaseBytes(512 * MiB, 256 * MiB, 2), TimedCaseBytes(512 * MiB, 256 * MiB, 4)
+    assert planned_footprint_bytes([four], False) > planned_footprint_bytes([two], False)
+    assert planned_footprint_bytes([], False) == 3 * CUDA_CONTEXT_BYTES
 
 
 def test_a_timing_host_gets_half_its_grades_footprint_not_the_correctness_share() -> None:

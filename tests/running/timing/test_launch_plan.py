@@ -79,3 +79,27 @@ def test_a_plan_rotates_enough_input_sets_to_miss_the_cache() -> None:
     assert plan(L2_FLUSH_BYTES // 4).input_sets(3) == 4
     assert plan(L2_FLUSH_BYTES // 4 - 1).input_sets(3) == 5  # four would fall a few bytes short
     assert plan(1).input_sets(3) == MAX_SETS
+
+
+def test_a_plans_timed_bytes_are_one_sets_buffers_its_inputs_and_its_sets() -> None:
+    """What the timing seats weigh (gpu_seats.planned_footprint_bytes): every buffer of one set, inputs and fills and
+    fresh outputs alike, the inputs' part, and the sets the timer will rotate through."""
+    from grader.running.processes.gpu_seats import TimedCaseBytes
+    from grader.running.worker.measuring.planned_launches import L2_FLUSH_BYTES
+
+    quarter = L2_FLUSH_BYTES // 4
+    plan = PerformancePlan(buffers={1: {"input": 0, "nbytes": quarter // 2}, 2: {"input": 1, "nbytes": 64},
+                                    3: {"fresh": True, "nbytes": quarter // 2 - 128}, 4: {"fill": b"\0", "nbytes": 64}},
+                           launches=(), outputs=())
+    assert plan.timed_bytes(3) == TimedCaseBytes(set_bytes=quarter, input_bytes=quarter // 2 + 64, sets=4)
+    assert plan.timed_bytes(1).sets == 1
+
+
+def test_a_compile_request_carries_every_plans_launches_and_no_tensor() -> None:
+    from grader.running.timing.launch_plan import compile_request
+
+    first = PerformancePlan(buffers={}, launches=({"kernel": "a"},), outputs=())
+    second = PerformancePlan(buffers={}, launches=({"kernel": "b"}, {"kernel": "a"}), outputs=())
+    request = compile_request([first, second])
+    assert request.compile_only and [launch["kernel"] for launch in request.launches] == ["a", "b", "a"]
+    assert request.inputs == () and request.buffers == {} and not request.return_outputs and not request.time
