@@ -150,9 +150,19 @@ class Comparison:
     @property
     def time_ratio(self) -> float:
         """Student time / reference time; 0 where either is unknown."""
-        if self.student.time_s <= 0 or self.reference.time_s <= 0:
-            return 0.0
-        return self.student.time_s / self.reference.time_s
+        return time_ratio(self.student.time_s, self.reference.time_s)
+
+
+def time_ratio(student: float, reference: float) -> float:
+    """Pure: the student's time over the reference's (any one unit); 0 where either is unknown (not positive)."""
+    return student / reference if student > 0 and reference > 0 else 0.0
+
+
+def timed_ratio(result: PerformanceResult) -> float:
+    """Pure: a performance case's student median over the reference's; 0 where either was not measured."""
+    if result.student is None or result.reference is None:
+        return 0.0
+    return time_ratio(result.student.median_ms, result.reference.median_ms)
 
 
 def compare(target: str, student: Side, reference: Side, case_id: str = "", matmul: bool = False,
@@ -437,16 +447,14 @@ def counters_can_name_a_trap(result: PerformanceResult, thresholds: Thresholds =
     of the reference timed beside it; yes where the reference's time is unknown."""
     if not result.timed or result.student is None:
         return False
-    if result.reference is None or result.reference.median_ms <= 0:
-        return True
-    return result.student.median_ms / result.reference.median_ms >= thresholds.slower
+    ratio = timed_ratio(result)
+    return ratio == 0.0 or ratio >= thresholds.slower
 
 
 def why_not_needed(result: PerformanceResult) -> str:
-    """Pure: a case's words for counters not read because no trap could be named (`counters_can_name_a_trap`)."""
-    if result.student is None or result.reference is None or result.reference.median_ms <= 0:
-        return "not timed beside the reference"
-    return f"{result.student.median_ms / result.reference.median_ms:.2f}x the reference's time"
+    """Pure: a case's words for counters not read because no trap could be named (`counters_can_name_a_trap` said
+    so: the student and the reference were both timed)."""
+    return f"{timed_ratio(result):.2f}x the reference's time"
 
 
 def _not_needed_note(skipped: Mapping[str, str], thresholds: Thresholds) -> str:

@@ -103,10 +103,18 @@ def test_counters_are_needed_only_where_a_trap_could_be_named() -> None:
     assert not counters_can_name_a_trap(timed("perf-a", "layernorm", 0.108, 0.100))
     assert not counters_can_name_a_trap(timed("perf-a", "layernorm", 0.050, 0.100))
     alone = dataclasses.replace(timed("perf-a", "layernorm", 0.5, 0.1), reference=None)
-    assert counters_can_name_a_trap(alone) and why_not_needed(alone) == "not timed beside the reference"
+    assert counters_can_name_a_trap(alone)
     untimed = PerformanceResult("perf-x", "softmax", "x", {"M": 1}, "float32", "error", reason="boom")
     assert not counters_can_name_a_trap(untimed)
     assert why_not_needed(timed("perf-a", "layernorm", 0.098, 0.100)) == "0.98x the reference's time"
+
+
+def test_one_time_ratio_serves_the_comparison_and_the_profile_decision() -> None:
+    from grader.judging.gpu_performance_traps import time_ratio, timed_ratio
+
+    assert time_ratio(0.2, 0.1) == 2.0 and time_ratio(0.0, 0.1) == 0.0 and time_ratio(0.2, 0.0) == 0.0
+    assert timed_ratio(timed("perf-a", "layernorm", 0.150, 0.100)) == pytest.approx(1.5)
+    assert timed_ratio(dataclasses.replace(timed("perf-a", "layernorm", 0.5, 0.1), reference=None)) == 0.0
 
 
 def test_cases_whose_counters_were_not_needed_are_one_note_and_still_contradict_a_guess() -> None:

@@ -18,7 +18,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from grader.running.phases import traced
@@ -66,17 +66,14 @@ class GpuSlot:
         Traced ($GRADER_PHASE_TRACE): `gpu-slot/drain`, first in line and waiting for the shared holders' requests to
         end (no other grade's GPU work starts meanwhile: the GPU idles while they finish), and `gpu-slot/exclusive`,
         the hold (benchmarks/class_phases.slot_use)."""
-        with _locked(self.turnstile, fcntl.LOCK_EX):
+        with _locked(self.turnstile, fcntl.LOCK_EX), ExitStack() as held:
             with traced("gpu-slot/drain"):
-                main = _open(self.main)
-                fcntl.flock(main, fcntl.LOCK_EX)
+                held.enter_context(_locked(self.main, fcntl.LOCK_EX))
             try:
                 with traced("gpu-slot/exclusive"):
                     yield _seconds_since(self.released)
             finally:
-                _write_now(self.released)
-                fcntl.flock(main, fcntl.LOCK_UN)
-                os.close(main)
+                _write_now(self.released)  # before the main lock goes: the next holder reads this moment
 
 
 def _seconds_since(path: Path) -> float:
