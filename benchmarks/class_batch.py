@@ -36,7 +36,16 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from class_phases import ClassSampler, class_table, read_trace, slot_line, slot_use, table_lines  # noqa: E402
+from class_phases import (  # noqa: E402
+    ClassSampler,
+    class_table,
+    read_trace,
+    seat_line,
+    seat_use,
+    slot_line,
+    slot_use,
+    table_lines,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -222,6 +231,7 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
               f"own process and a grade's last 0.25 s are not in the table)")
         print("\n".join(table_lines(table, len(grades))))
         print(slot_line(slot_use(spans)))
+        print(seat_line(seat_use(spans)))
     by_origin = defaultdict(list)
     for student, grade in grades.items():
         by_origin[origin[student]].append((student, grade["score"], tuple(sorted(grade["traps"]))))

@@ -212,6 +212,26 @@ def slot_line(use: Mapping[str, float]) -> str:
             f"{use['idle_wanted_s']:.1f} s (shared holders draining: {use['drain_s']:.1f} grade-s first in line)")
 
 
+def seat_use(spans: Mapping[int, Sequence[dict]]) -> dict[str, float]:
+    """Pure: how the timing seats were used (grader.running.processes.gpu_seats, traced `gpu-seat/held` by the runner):
+    `held_s`, the grade-seconds seats were held; `any_s`, the time at least one was; `most`, the most held at once
+    (the seat count the GPU's memory allowed, where the batch filled them)."""
+    held = sorted((s["start"], s["end"]) for rows in spans.values() for s in rows if s["phase"] == "gpu-seat/held")
+    moments = sorted([(start, 1) for start, _ in held] + [(end, -1) for _, end in held])
+    now = most = 0
+    for _, step in moments:
+        now += step
+        most = max(most, now)
+    return {"held_s": sum(end - start for start, end in held),
+            "any_s": sum(end - start for start, end in _union(held)), "most": float(most)}
+
+
+def seat_line(use: Mapping[str, float]) -> str:
+    """The seats' use in one line (`seat_use`)."""
+    return (f"    the timing seats: held {use['held_s']:.1f} grade-s, at least one held {use['any_s']:.1f} s, "
+            f"at most {use['most']:.0f} at once")
+
+
 def table_lines(table: Mapping[str, Mapping[str, float]], grades: int) -> list[str]:
     """The table, largest CPU first, with the totals and the exclusive slot's share."""
     lines = [f"    {'phase':24} {'grades':>6} {'wall grade-s':>12} {'CPU s':>8} {'CPU s/grade':>11} {'cores':>6}"]

@@ -204,6 +204,7 @@ class PerformanceRunner(Bars):
         with contextlib.ExitStack() as holding:
             with clock.phase("timing/seat"):  # the GPU memory of a timing phase: a seat of the GPU's few
                 holding.enter_context(self._seat(ready))
+            holding.enter_context(traced("gpu-seat/held"))  # benchmarks/class_phases.seat_use
             self._check_and_measure(ready, battery, profiler, results)
             contestants.close()  # the timer's and the reference's tensors go before the seat does (and in `run`)
         return results
