@@ -14,7 +14,12 @@ turn (sample for sample, so all see the same clocks), each sample's median and s
   dirty lines written back outside the interval);
 - poison+events-empty: poison+events, each interval less an empty one (a start and an end event recorded back to
   back before it, in the same graph): the events' own cost taken out;
-- poison-subtracted: back-to-back replays of [poison, launch] minus back-to-back replays of [poison] alone.
+- poison-subtracted: back-to-back replays of [poison, launch] minus back-to-back replays of [poison] alone;
+- poison-all+events-empty: every set's outputs poisoned at once, then each set's launch between its events (less an
+  empty interval): one gap per pass over the sets instead of one per launch (the power limiter sees half as many on
+  a case of two sets), and still every launch finds its own outputs poisoned since its last run.
+
+Input sets: as many as pass 128 MiB, at least two (the timer's rule, planned_launches.rotated_sets).
 
 Needs a CUDA GPU. Prints a table; docs/performance.md quotes it.
 """
@@ -96,7 +101,7 @@ class Method:
 
     def __init__(self, name: str, sets: list[list[torch.Tensor]], launch, outputs: list[int], *, events: bool,
                  poison: bool, flush: torch.Tensor | None = None, launch_kernels: bool = True,
-                 empty: bool = False) -> None:
+                 empty: bool = False, poison_all: bool = False) -> None:
         self.name = name
         self.events = events
         iterations = len(sets)
@@ -107,6 +112,10 @@ class Method:
                          torch.cuda.Event(enable_timing=True, external=True)) for _ in range(pairs)]
 
         def body() -> None:
+            if poison_all:
+                for tensors in sets:
+                    for o in outputs:
+                        tensors[o].view(torch.uint8).fill_(0xFF)
             for i, tensors in enumerate(sets):
                 if poison:
                     for o in outputs:
@@ -169,7 +178,7 @@ def main() -> int:
     for name, (make, launch, outputs) in cases(ref).items():
         one = make()
         set_bytes = sum(t.numel() * t.element_size() for t in one)
-        count = min(max(1, -(-L2_FLUSH_BYTES // set_bytes)), MAX_SETS)
+        count = min(max(2, -(-L2_FLUSH_BYTES // set_bytes)), MAX_SETS)
         sets = [one] + [make() for _ in range(count - 1)]
         launch(one)
         torch.cuda.synchronize()
@@ -177,7 +186,9 @@ def main() -> int:
                    Method("events", sets, launch, outputs, events=True, poison=False),
                    Method("poison+events", sets, launch, outputs, events=True, poison=True),
                    Method("poison+events-empty", sets, launch, outputs, events=True, poison=True, empty=True),
-                   Method("poison+flush+events", sets, launch, outputs, events=True, poison=True, flush=flush)]
+                   Method("poison+flush+events", sets, launch, outputs, events=True, poison=True, flush=flush),
+                   Method("poison-all+events-empty", sets, launch, outputs, events=True, poison=False, empty=True,
+                          poison_all=True)]
         with_poison = Method("poison+launch", sets, launch, outputs, events=False, poison=True)
         poison_only = Method("poison", sets, launch, outputs, events=False, poison=True, launch_kernels=False)
         for method in methods + [with_poison, poison_only]:  # spin up
