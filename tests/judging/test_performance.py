@@ -855,3 +855,57 @@ def test_an_early_reference_that_cannot_start_is_tried_once_and_left_to_the_timi
     finally:
         runner.close()
     assert tries == [1] and runner._early_reference is None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fails", [False, True], ids=["compiled", "timer-failed"])
+def test_the_timer_compiles_each_recorded_case_beside_the_recordings_before_any_check(
+    monkeypatch, assignment: Assignment, repo_root: Path, tmp_path: Path, reference_source, fails: bool) -> None:
+    """Each case's kernels go to the timer to compile as soon as the case is recorded, on a thread of their own (the
+    student's worker records the next case meanwhile), and every compile has ended before the first check. A timer
+    that failed at it is dropped, and the checks start another: the cases are still timed."""
+    battery, runner = clocked_runner(monkeypatch, assignment, repo_root, tmp_path, reference_source, 2)
+    recorded: list[str] = []
+    record = runner._record_fairly
+
+    def noted_record(perf, battery):
+        recorded.append(perf.id)
+        return record(perf, battery)
+
+    compiles: list[tuple[list[str], bool, int]] = []
+    checks: list[str] = []
+
+    def compile_ahead(timer, ready) -> bool:
+        compiles.append(([p.perf.id for p in ready], threading.current_thread() is threading.main_thread(),
+                         len(recorded)))
+        return not fails
+
+    dropped: list[bool] = []
+    drop = runner.contestants.drop_timer
+
+    def noted_drop() -> None:
+        dropped.append(len(checks) == 0)
+        drop()
+
+    monkeypatch.setattr(runner, "_record_fairly", noted_record)
+    monkeypatch.setattr(runner.contestants, "compile_ahead", compile_ahead)
+    monkeypatch.setattr(runner.contestants, "drop_timer", noted_drop)
+    check = runner._check
+
+    def noted_check(prepared, battery):
+        checks.append(prepared.perf.id)
+        assert len(compiles) == 2  # every case's compile ended before the first check
+        return check(prepared, battery)
+
+    monkeypatch.setattr(runner, "_check", noted_check)
+    runner.profile = False
+    try:
+        results = runner.measure_all(battery, [case("layernorm", True)])
+    finally:
+        runner.close()
+        battery.close()
+    assert sorted(ids for ids, _, _ in compiles) == [["p-ln1"], ["p-ln2"]]
+    assert all(not on_main and after >= 1 for _, on_main, after in compiles)
+    assert [ids for ids, _, after in compiles if after == 1] in ([["p-ln1"]], [])  # p-ln1's, while p-ln2 recorded
+    assert results["p-ln1"].status == results["p-ln2"].status == "timed"
+    assert dropped[:1] == ([True] if fails else [])  # dropped before any check, once

@@ -179,21 +179,20 @@ class Contestants:
         self.timer_kept.add(perf.id)
         return timer
 
-    def compile_ahead(self, ready: Sequence[Prepared]) -> None:
-        """Every recorded case's kernels compiled and loaded in the timer before its checks, with no seat held and the
-        GPU not held shared (compiling runs nothing on it): the checks then find them compiled. A failure here only
-        costs the timer, started again by the first check, which reports what went wrong with the student's line."""
-        if self.device != "cuda" or self.timer is None or not ready:
-            return
+    def compile_ahead(self, timer: Worker, ready: Sequence[Prepared]) -> bool:
+        """These recorded cases' kernels compiled and loaded in `timer` before its checks, with no seat held and the GPU
+        not held shared (compiling runs nothing on it), while the student's worker records the next case: the checks
+        then find them compiled. False where the timer failed at it (drop it: the first check starts another and
+        reports what went wrong, with the student's line)."""
+        if self.device != "cuda" or not ready:
+            return True
         deadline = Deadline(cap_s=COMPILE_AHEAD_CAP_S, run_s=RUN_GRACE_S, compile_s=COMPILE_LIMIT_S)
         try:
-            reply = self.timer.request(compile_request([prepared.timed for prepared in ready]), deadline,
-                                       "compiling your kernels for their timed sizes")
+            reply = timer.request(compile_request([prepared.timed for prepared in ready]), deadline,
+                                  "compiling your kernels for their timed sizes")
         except WorkerFailure:
-            self.drop_timer()
-            return
-        if not reply.ok:
-            self.drop_timer()
+            return False
+        return reply.ok
 
     def run_plan(self, worker: Worker, prepared: Prepared, what: str, keep: str = "",
                  profiled: bool = False, outputs: bool = True) -> Outputs | str:

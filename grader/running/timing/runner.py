@@ -24,7 +24,7 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +184,8 @@ class PerformanceRunner(Bars):
             if reference is None:
                 reference = contestants.new_reference()
                 reference.spawn()
-        with ThreadPoolExecutor(max_workers=2) as pool:
+        compiled: list[Future[bool]] = []  # the timer compiling each recorded case ahead of its check
+        with ThreadPoolExecutor(max_workers=2) as pool, ThreadPoolExecutor(max_workers=1) as compiler:
             timer_reply = pool.submit(finish_start, timer) if not isinstance(timer, str) else None
             reference_reply = pool.submit(finish_start, reference) if reference is not None else None
             for perf in todo:
@@ -192,15 +193,18 @@ class PerformanceRunner(Bars):
                     prepared = self._record_fairly(perf, battery)
                 if isinstance(prepared, PerformanceResult):
                     results[perf.id] = prepared
-                else:
-                    ready.append(prepared)
+                    continue
+                ready.append(prepared)
+                if timer_reply is not None and not isinstance(timer, str):
+                    compiled.append(compiler.submit(self._compile_when_up, timer, timer_reply, prepared))
             battery.workers.stop()  # nothing of the student's runs while anything is timed
             with clock.phase("timing/start-workers"):
                 contestants.adopt_timer(timer, timer_reply.result() if timer_reply is not None else None)
                 if reference is not None and reference_reply is not None:
                     contestants.adopt_reference(reference, reference_reply.result())
-        with clock.phase("timing/compile"):  # the checks' compiles, outside the seat and the GPU's shared hold
-            contestants.compile_ahead(ready)
+            with clock.phase("timing/compile"):  # what of the timer's compiles the recordings did not overlap
+                if not all([done.result() for done in compiled]):
+                    contestants.drop_timer()
         with contextlib.ExitStack() as holding:
             with clock.phase("timing/seat"):  # the GPU memory of a timing phase: a seat of the GPU's few
                 holding.enter_context(self._seat(ready))
@@ -208,6 +212,13 @@ class PerformanceRunner(Bars):
             self._check_and_measure(ready, battery, profiler, results)
             contestants.close()  # the timer's and the reference's tensors go before the seat does (and in `run`)
         return results
+
+    def _compile_when_up(self, timer: Worker, started: Future[Any], prepared: Prepared) -> bool:
+        """Once the timer is up, one recorded case's kernels compiled in it ahead of its check
+        (Contestants.compile_ahead, outside the seat and the GPU's shared hold); False where the timer failed at it.
+        A timer that did not start compiles nothing (adopt_timer reports it)."""
+        reply = started.result()
+        return self.contestants.compile_ahead(timer, [prepared]) if reply.ok else True
 
     def _seat(self, ready: Sequence[Prepared]) -> contextlib.AbstractContextManager[Any]:
         """A seat for this grade's timing phase on the GPU (gpu_seats: as many as its memory holds at once)."""

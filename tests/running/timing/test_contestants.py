@@ -297,10 +297,11 @@ def test_the_timer_is_a_kernel_host_with_the_seats_budget(tmp_path: Path) -> Non
         sandbox.close()
 
 
-def test_the_timer_compiles_every_cases_kernels_in_one_request_that_sends_no_tensor(tmp_path: Path) -> None:
-    """Before the checks (outside the seat and the GPU's shared hold) the timer gets every recorded case's launches to
-    compile, and no tensor: its checks then find them compiled. A timer that fails it is dropped (the first check
-    starts another and reports), and off CUDA nothing is sent."""
+def test_the_timer_compiles_a_cases_kernels_in_a_request_that_sends_no_tensor(tmp_path: Path) -> None:
+    """Ahead of the checks (outside the seat and the GPU's shared hold, while the student's worker records the next
+    case) the timer gets a case's launches to compile, and no tensor: its check then finds them compiled. A timer
+    that fails at it says so (the runner drops it; the first check starts another and reports), and off CUDA nothing
+    is sent."""
     from types import SimpleNamespace
 
     from grader.running import protocol
@@ -312,16 +313,13 @@ def test_the_timer_compiles_every_cases_kernels_in_one_request_that_sends_no_ten
 
     class Timer:
         def __init__(self, fails: bool = False) -> None:
-            self.fails, self.closed = fails, False
+            self.fails = fails
 
         def request(self, request: object, deadline: object, what: str) -> protocol.Timed:
             sent.append((request, deadline))
             if self.fails:
                 raise WorkerFailure("timeout", "a compilation did not finish")
             return protocol.Timed(ok=True, outputs=(), sets=3)
-
-        def close(self) -> None:
-            self.closed = True
 
     def prepared(*kernels: str) -> SimpleNamespace:
         launches = tuple({"kernel": k, "grid": [8], "args": [1], "kwargs": {}} for k in kernels)
@@ -330,23 +328,16 @@ def test_the_timer_compiles_every_cases_kernels_in_one_request_that_sends_no_ten
 
     ready = [prepared("row_mean_var_kernel"), prepared("row_mean_var_kernel", "layernorm_kernel")]
     contestants = Contestants(assignment, "cuda", tmp_path, lambda perf: timed_deadline(perf, None))
-    timer = Timer()
-    contestants.timer = timer  # type: ignore[assignment]
-    contestants.compile_ahead(ready)  # type: ignore[arg-type]
+    assert contestants.compile_ahead(Timer(), ready)  # type: ignore[arg-type]
     (request, deadline), = sent
     assert isinstance(request, protocol.TimeLaunches) and request.compile_only
     assert [launch["kernel"] for launch in request.launches] == ["row_mean_var_kernel", "row_mean_var_kernel",
                                                                  "layernorm_kernel"]
     assert request.inputs == () and request.more_inputs == () and not request.return_outputs and not request.time
-    assert deadline.compile_s == COMPILE_LIMIT_S and contestants.timer is timer and not timer.closed
+    assert deadline.compile_s == COMPILE_LIMIT_S
 
-    failing = Timer(fails=True)
-    contestants.timer = failing  # type: ignore[assignment]
-    contestants.compile_ahead(ready)  # type: ignore[arg-type]
-    assert contestants.timer is None and failing.closed
-
+    assert not contestants.compile_ahead(Timer(fails=True), ready)  # type: ignore[arg-type]
     sent.clear()
     interpreted = Contestants(assignment, "cpu", tmp_path, lambda perf: timed_deadline(perf, None))
-    interpreted.timer = Timer()  # type: ignore[assignment]
-    interpreted.compile_ahead(ready)  # type: ignore[arg-type]
+    assert interpreted.compile_ahead(Timer(), ready)  # type: ignore[arg-type]
     assert sent == []
