@@ -45,15 +45,20 @@ class PerformancePlan:
     def timed_bytes(self, requested: int) -> TimedCaseBytes:
         """What a timed run of these launches keeps on the GPU per input set, and how many sets it rotates through
         (`requested`: the case's input_sets): the timing seats' measure (gpu_seats.planned_footprint_bytes)."""
-        return TimedCaseBytes(set_bytes=sum(int(spec["nbytes"]) for spec in self.buffers.values()),
+        return TimedCaseBytes(set_bytes=self.set_bytes,
                               input_bytes=sum(int(spec["nbytes"]) for spec in self.buffers.values() if "input" in spec),
                               sets=self.input_sets(requested))
+
+    @property
+    def set_bytes(self) -> int:
+        """Every buffer of one input set: inputs, fills, copies, outputs and scratch."""
+        return sum(int(spec["nbytes"]) for spec in self.buffers.values())
 
     def input_sets(self, requested: int) -> int:
         """How many input sets a timed run of these launches rotates through: one where `requested` is one, else at
         least two and as many as keep one pass over them out of the L2 cache (planned_launches.rotated_sets, the
         timer's own rule)."""
-        return rotated_sets(requested, sum(int(spec["nbytes"]) for spec in self.buffers.values()))
+        return rotated_sets(requested, self.set_bytes)
 
 
 def compile_request(plans: Sequence[PerformancePlan]) -> protocol.TimeLaunches:
