@@ -21,6 +21,7 @@ import torch
 from triton.runtime.jit import MockTensor
 
 from grader.running import protocol
+from grader.running.worker.launch_record import decode_value
 
 ALIGNMENT = 16  # Triton specialises a pointer on whether it is a multiple of 16
 THREADS = 4  # compiles at once (ptxas runs in a process of its own per compile)
@@ -43,19 +44,14 @@ class PlannedView(MockTensor):
 
 
 def stand_in(value: Any) -> Any:
-    """A planned launch's argument as `warmup` takes it: a tensor view becomes a PlannedView, a dtype the dtype."""
+    """A planned launch's argument as `warmup` takes it: a tensor view becomes a PlannedView; anything else is decoded
+    as the run decodes it (launch_record.decode_value: a dtype, a Triton dtype, a plain value)."""
     if isinstance(value, Mapping) and "tensor" in value:
         described = value["tensor"]
         dtype = getattr(torch, str(described["dtype"]))
         size = torch.empty(0, dtype=dtype).element_size()
         return PlannedView(dtype, list(described["shape"]), list(described["stride"]), int(described["offset"]) * size)
-    if isinstance(value, Mapping) and "dtype" in value:
-        return getattr(torch, str(value["dtype"]))
-    if isinstance(value, Mapping) and "tl_dtype" in value:
-        import triton.language as tl
-
-        return tl.dtype(value["tl_dtype"])
-    return value
+    return decode_value(value, {})
 
 
 def compile_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLaunches,
