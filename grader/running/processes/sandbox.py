@@ -56,6 +56,7 @@ from grader.running.processes.confinement import (
 )
 from grader.running.processes.gpu_memory import MemoryWatchdog, Watch, first_guard_fraction, worker_budget_bytes
 from grader.running.processes.gpu_slot import lock_dir
+from grader.running.processes.kept_caches import kept_cache_folders
 from grader.running.processes.nvml import NvmlReader, nvml_reader
 from grader.running.processes.shared_zygote import template_address
 from grader.running.worker.zygote import receive_control, send_control
@@ -119,7 +120,8 @@ class Sandbox:
                  gpu_budget: GpuBudget | None = None, kept_caches: Path | None = None,
                  zygote_address: str | None = None) -> None:
         """`gpu_budget`: on CUDA, every worker started here is watched against it. `kept_caches`: `grader check`'s
-        Triton caches, kept between checks (kept_cache_folders), where the workers run as the grader's user.
+        Triton caches, kept between checks (grader.running.processes.kept_caches; the sandbox user's own where the
+        grader is root).
         `zygote_address`: fork from the batch's shared zygote there (grader.running.processes.shared_zygote: trusted
         code only, as the grader's user, no namespaces) instead of starting one."""
         self.options = options
@@ -128,7 +130,7 @@ class Sandbox:
         self.root = Path(tempfile.mkdtemp(prefix="grader-sandbox-", dir=sandbox_parent()))
         self.token = secrets.token_hex(8)
         self.identity = sandbox_identity(options.sandbox_user)
-        kept = kept_cache_folders(kept_caches) if kept_caches is not None and self.identity is None else None
+        kept = kept_cache_folders(kept_caches, self.identity) if kept_caches is not None else None
         self._kept_clean_cache = kept[1] if kept else None
         self.triton_cache = triton_cache or (kept[0] if kept else self.root / "triton-cache")
         self.triton_cache.mkdir(parents=True, exist_ok=True)
@@ -152,8 +154,8 @@ class Sandbox:
 
     def _own(self, paths: Sequence[Path]) -> None:
         if self.identity is not None:
-            for path in paths:
-                os.chown(path, self.identity.uid, self.identity.gid)
+            for path in paths:  # never through a link a sandbox planted
+                os.chown(path, self.identity.uid, self.identity.gid, follow_symlinks=False)
 
     def worker_folder(self) -> Path:
         """A fresh folder for one worker (its temporary files, its log, its copy of the submission)."""
@@ -530,29 +532,6 @@ def start_sandbox(assignment: Assignment, submission: Path, backend: Backend, hi
                       gpu_budget=gpu_budget(backend, concurrent_grades), kept_caches=kept_caches)
     sandbox.start()
     return sandbox
-
-
-# `grader check`'s kept Triton caches start again empty past this size (a student's every edit compiles anew).
-KEPT_CACHE_BYTES = 1 << 30
-
-
-def kept_cache_folders(folder: Path) -> tuple[Path, Path]:
-    """`grader check`'s Triton caches in `folder` (made 0700; emptied past KEPT_CACHE_BYTES): the one its worker
-    compiles into and the one its kernel hosts do. Kept between checks, so a second check of unchanged kernels on a
-    GPU compiles nothing. Only `grader check` keeps them (its verdict is the student's own feedback, on the student's
-    machine, like its compile memo, grader.operations.compile_memo); a grade, a batch and every autograder compile
-    into caches of the grade's own, and the kernel hosts' is then one no worker can find (Sandbox.clean_folder)."""
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        size = sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-    except OSError:
-        size = 0
-    if size > KEPT_CACHE_BYTES:
-        shutil.rmtree(folder, ignore_errors=True)
-    caches = (folder / "worker", folder / "kernels")
-    for cache in caches:
-        cache.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return caches
 
 
 def gpu_budget(backend: Backend, concurrent_grades: int) -> GpuBudget | None:
