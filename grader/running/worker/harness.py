@@ -30,6 +30,7 @@ from grader.running.worker.kernels import (
     compile_for_gpu,
     compile_seconds,
     describe_symbol,
+    load_compiled,
     make_grid,
     patch_autotune_for_interpreter,
     replayable_kernel,
@@ -194,6 +195,7 @@ class Harness:
 
         started = time.monotonic()
         count = 0
+        bound = []
         progress.mark(progress.COMPILE_START)
         try:
             with ThreadPoolExecutor(max_workers=request.threads) as pool, AsyncCompileMode(pool, ignore_errors=True):
@@ -203,15 +205,22 @@ class Harness:
                         continue
                     tensors = self._tensors(launch.storages, launch.views)
                     args = [self._resolve(a, tensors) for a in launch.args]
+                    call = (kernel, args, make_grid(launch.grid), _untuned(kernel, launch.meta))
                     try:
-                        kernel.warmup(*args, grid=make_grid(launch.grid), **_untuned(kernel, launch.meta))
+                        call[0].warmup(*call[1], grid=call[2], **call[3])
                         count += 1
+                        bound.append(call)
                     except Exception:  # the real launch reports it, with the student's line
                         continue
         except Exception:
             pass
         progress.mark(progress.COMPILE_END)
         add_compile_seconds(time.monotonic() - started)
+        binaries = []
+        for kernel, args, grid, meta in bound:  # compiled now: each found in the cache
+            with contextlib.suppress(Exception):  # the real launch reports it
+                binaries.append(kernel.warmup(*args, grid=grid, **meta))
+        load_compiled(binaries, request.threads)  # launchers built and modules loaded in parallel, each marked
         return protocol.WarmedUp(ok=True, compiled=count)
 
     def compile(self, request: protocol.Compile) -> protocol.Compiled:

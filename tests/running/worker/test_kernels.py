@@ -87,3 +87,56 @@ def test_a_kernels_first_load_is_marked_as_compiling_and_later_launches_are_not(
         progress.connect(-1)
         os.close(read)
         os.close(write)
+
+
+class _Compiled:
+    """Stands in for Triton's CompiledKernel: `_init_handles` takes a while (gcc, the module's load) and may fail."""
+
+    def __init__(self, fails: bool = False) -> None:
+        self.fails = fails
+        self.threads: list[int] = []
+
+    def _init_handles(self) -> None:
+        import threading
+        import time
+
+        self.threads.append(threading.get_ident())
+        time.sleep(0.2)
+        if self.fails:
+            raise RuntimeError("out of resources: shared memory")
+
+
+class _Future:
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def result(self) -> object:
+        return self.value
+
+
+def test_compiled_kernels_are_loaded_in_parallel_once_each_and_a_failure_is_left_for_the_launch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_compiled builds launchers and loads modules `threads` at once: each kernel once (a warm-up may return the
+    same kernel twice, an autotuned kernel a list, an async compile a future), failures counted out, not raised."""
+    import time
+
+    from grader.running.worker import kernels
+
+    monkeypatch.setattr(kernels, "_driver_ready", lambda: True)
+    plain, tuned, failing = _Compiled(), [_Compiled(), _Compiled()], _Compiled(fails=True)
+    started = time.monotonic()
+    loaded = kernels.load_compiled([plain, plain, tuned, _Future(failing), "not a kernel"], threads=4)
+    elapsed = time.monotonic() - started
+    assert loaded == 3
+    assert [len(k.threads) for k in (plain, *tuned, failing)] == [1, 1, 1, 1]
+    assert elapsed < 0.6, elapsed  # four loads of 0.2 s at once, not one after another (0.8 s)
+    monkeypatch.setattr(kernels, "_driver_ready", lambda: False)
+    assert kernels.load_compiled([_Compiled()], threads=4) == 0  # no GPU driver: nothing is loaded ahead
+
+
+def test_a_gpu_driver_is_ready_where_cuda_is_and_nowhere_else() -> None:
+    import torch
+
+    from grader.running.worker.kernels import _driver_ready
+
+    assert _driver_ready() == torch.cuda.is_available()

@@ -5,9 +5,10 @@ cache, while the grade held a timing seat and the GPU shared; in a class on an H
 most of it the CPU (docs/performance.md). Here each launch is bound to stand-ins for its tensors (a dtype and an
 address with the view's alignment, as Triton's own `MockTensor`) and compiled with `JITFunction.warmup`, in parallel
 (Triton's AsyncCompileMode); then each compiled kernel's launcher is built and its module loaded (`_init_handles`),
-which would otherwise happen at the first launch. The check then finds every specialisation compiled, where the
-stand-ins specialise as its buffers do (a buffer the allocator aligns, a view's offset). Nothing here judges: a
-launch that fails to compile is left for the check, which reports it with the student's line.
+in parallel too (kernels.load_compiled), which would otherwise happen at the first launch. The check then finds every
+specialisation compiled, where the stand-ins specialise as its buffers do (a buffer the allocator aligns, a view's
+offset). Nothing here judges: a launch that fails to compile is left for the check, which reports it with the
+student's line.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from triton.runtime.jit import MockTensor
 
 from grader.running import protocol
+from grader.running.worker.kernels import load_compiled
 from grader.running.worker.launch_record import decode_value
 
 ALIGNMENT = 16  # Triton specialises a pointer on whether it is a multiple of 16
@@ -76,13 +78,9 @@ def compile_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLa
         for kernel, grid, args, kwargs in bound:
             with contextlib.suppress(Exception):
                 kernel.warmup(*args, grid=grid, **kwargs)
-    compiled = 0
-    for kernel, grid, args, kwargs in bound:  # compiled now: each found in the cache, its launcher built and loaded
-        try:
-            binary = kernel.warmup(*args, grid=grid, **kwargs)
-            binary = binary.result() if hasattr(binary, "result") else binary
-            binary._init_handles()
-            compiled += 1
-        except Exception:  # noqa: BLE001 - the check's run reports it
-            continue
+    binaries = []
+    for kernel, grid, args, kwargs in bound:  # compiled now: each found in the cache
+        with contextlib.suppress(Exception):  # the check's run reports it
+            binaries.append(kernel.warmup(*args, grid=grid, **kwargs))
+    compiled = load_compiled(binaries, THREADS)  # launchers built and modules loaded, in parallel
     return protocol.Timed(ok=True, outputs=(), sets=compiled)
