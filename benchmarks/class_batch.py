@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from class_phases import (  # noqa: E402
     ClassSampler,
     class_table,
+    long_spans,
     read_trace,
     seat_line,
     seat_use,
@@ -48,6 +49,7 @@ from class_phases import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+REPLAY_LONG_S = 5.0  # a replay this long beside others is listed with what they were doing (the 5 s run window)
 
 
 # Two hostile students of fused_layers, as edits of the reference: correct at every correctness size, and at
@@ -232,6 +234,8 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
         print("\n".join(table_lines(table, len(grades))))
         print(slot_line(slot_use(spans)))
         print(seat_line(seat_use(spans)))
+        slow = long_spans(spans, "replay", REPLAY_LONG_S)
+        print(f"replays of {REPLAY_LONG_S:.0f} s or more: {len(slow)}" + "".join(f"\n{line}" for line in slow))
     by_origin = defaultdict(list)
     for student, grade in grades.items():
         by_origin[origin[student]].append((student, grade["score"], tuple(sorted(grade["traps"]))))
@@ -269,10 +273,11 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
     skipped = sum(1 for g in grades.values() for n in g.get("notes", []) if n.startswith("GPU counters: not read for"))
     print(f"timed cases: {len(timed)}, with Nsight Compute's counters {counted}; grades whose fast cases were not "
           f"profiled: {skipped}")
-    timeouts = [(s, c["case_id"], c.get("message", "")) for s, g in sorted(grades.items()) for c in g["cases"]
-                if "timeout" in (c.get("traps") or [])]
-    print(f"cases that timed out: {len(timeouts)}" + "".join(
-        f"\n  {s} ({origin[s]}) {case}: {' '.join(message.split())[:400]}" for s, case, message in timeouts))
+    for trap, said in (("timeout", "timed out"), ("crash", "crashed")):  # the messages: what a class run must explain
+        found = [(s, c["case_id"], c.get("message", "")) for s, g in sorted(grades.items()) for c in g["cases"]
+                 if trap in (c.get("traps") or [])]
+        print(f"cases that {said}: {len(found)}" + "".join(
+            f"\n  {s} ({origin[s]}) {case}: {' '.join(message.split())[:600]}" for s, case, message in found))
     return 0 if done.returncode == 0 and not differing else 1
 
 

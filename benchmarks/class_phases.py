@@ -232,6 +232,34 @@ def seat_line(use: Mapping[str, float]) -> str:
             f"at most {use['most']:.0f} at once")
 
 
+def long_spans(spans: Mapping[int, Sequence[dict]], phase: str, at_least_s: float) -> list[str]:
+    """Pure: each span of `phase` that lasted `at_least_s` or more, one line: when it started (seconds into the batch),
+    how long it lasted, whether some grade held the GPU's exclusive slot during it and for how long, and what the
+    other grades were doing at its middle (their innermost phases, counted): what a class run must explain about a
+    correct file's request that timed out beside others."""
+    every = [s for rows in spans.values() for s in rows]
+    if not every:
+        return []
+    first = min(s["start"] for s in every)
+    held = _union([(s["start"], s["end"]) for s in every if s["phase"] == "gpu-slot/exclusive"])
+    lines = []
+    for pid, rows in sorted(spans.items()):
+        for span in rows:
+            if span["phase"] != phase or span["end"] - span["start"] < at_least_s:
+                continue
+            middle = (span["start"] + span["end"]) / 2
+            beside: dict[str, int] = defaultdict(int)
+            for other, theirs in spans.items():
+                if other != pid and any(s["start"] <= middle < s["end"] for s in theirs):
+                    beside[phase_at(theirs, middle)] += 1
+            exclusive = _overlap_s(held, [(span["start"], span["end"])])
+            shown = ", ".join(f"{name} {count}" for name, count in sorted(beside.items(), key=lambda i: -i[1]))
+            lines.append(f"    {phase} of grade {pid} at {span['start'] - first:.1f} s for "
+                         f"{span['end'] - span['start']:.1f} s; the slot held exclusive {exclusive:.1f} s of it; "
+                         f"beside it: {shown or 'nothing'}")
+    return lines
+
+
 def table_lines(table: Mapping[str, Mapping[str, float]], grades: int) -> list[str]:
     """The table, largest CPU first, with the totals and the exclusive slot's share."""
     lines = [f"    {'phase':24} {'grades':>6} {'wall grade-s':>12} {'CPU s':>8} {'CPU s/grade':>11} {'cores':>6}"]
