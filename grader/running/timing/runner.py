@@ -354,12 +354,27 @@ class PerformanceRunner(Bars):
         return wrong
 
     def _check_and_keep(self, prepared: Prepared, battery: Battery) -> PerformanceResult | None:
-        """`_check`, then the reference's launches kept beside the student's for timing in turn (when right)."""
-        wrong = self._check(prepared, battery)
-        if wrong is None:
-            with traced("timing/check/reference"):
-                self.contestants.keep_reference(prepared)
+        """`_check`, and the reference's launches kept for timing in turn with the student's: beside the check, on a
+        thread, where the reference's worker is up (two processes share the GPU; the seat counts both's memory; what
+        the reference kept for a case whose check fails is never timed); after a check that passed where it is not
+        (starting a worker belongs to the grade's thread: a worker dies with the thread that started it)."""
+        contestants = self.contestants
+        if contestants.reference is None:
+            wrong = self._check(prepared, battery)
+            if wrong is None:
+                self._keep_reference(prepared)
+            return wrong
+        with ThreadPoolExecutor(max_workers=1) as beside:
+            keeping = beside.submit(self._keep_reference, prepared)
+            try:
+                wrong = self._check(prepared, battery)
+            finally:
+                keeping.result()
         return wrong
+
+    def _keep_reference(self, prepared: Prepared) -> None:
+        with traced("timing/check/reference"):
+            self.contestants.keep_reference(prepared)
 
     def _case_alone(self, prepared: Prepared, doing: str,
                     step: Callable[[], PerformanceResult | None]) -> PerformanceResult | None:

@@ -155,8 +155,9 @@ def test_a_recording_or_a_check_short_of_gpu_memory_runs_again_and_the_case_is_n
     class _Checker(PerformanceRunner):
         def __init__(self) -> None:  # noqa: D107 - no workers, no GPU
             self.device = "cuda"
-            self.contestants = SimpleNamespace(  # type: ignore[assignment]
-                keep_reference=lambda p: kept.append(p.perf.id), drop_timer=lambda: None, lose_reference=lambda: None)
+            self.contestants = SimpleNamespace(  # type: ignore[assignment]  # no reference worker up yet
+                keep_reference=lambda p: kept.append(p.perf.id), drop_timer=lambda: None, lose_reference=lambda: None,
+                reference=None)
 
         def _check(self, prepared: Any, battery: Any) -> PerformanceResult | None:
             step = checks.pop(0)
@@ -249,3 +250,51 @@ def test_the_profilers_workers_start_only_with_the_timing_seat_held() -> None:
     _Seated(events)._check_and_measure([SimpleNamespace(perf=PERF)], battery, Profiler(), results)  # type: ignore[arg-type]
     assert events[0] == "spawn ['p']" and events.index("spawn ['p']") < events.index("checking")
     assert events[-3:] == ["timing", "profile", "close"] and results["p"].status == "timed"
+
+
+def test_the_reference_keeps_its_launches_beside_the_timers_check_where_its_worker_is_up() -> None:
+    """With the reference's worker up, its launches are kept on a thread while the timer checks the student's (both
+    wait on other processes): the check's time is the longer of the two, not their sum; a check that fails still
+    waits for the keep (nothing of the grade's runs on after it); without a worker up the keep follows a passing
+    check on the grade's own thread (it may start the worker, which dies with the thread that started it)."""
+    import threading
+    import time
+
+    events: list[tuple[str, str, float]] = []
+    grade_thread = threading.get_ident()
+
+    def keep(prepared: Any) -> None:
+        where = "grade" if threading.get_ident() == grade_thread else "beside"
+        events.append(("keep start", where, time.monotonic()))
+        time.sleep(0.3)
+        events.append(("keep end", where, time.monotonic()))
+
+    class _Checker(PerformanceRunner):
+        def __init__(self, reference: object, verdict: PerformanceResult | None) -> None:  # noqa: D107
+            self.device = "cuda"
+            self.verdict = verdict
+            self.contestants = SimpleNamespace(keep_reference=keep, reference=reference)  # type: ignore[assignment]
+
+        def _check(self, prepared: Any, battery: Any) -> PerformanceResult | None:
+            events.append(("check start", "grade", time.monotonic()))
+            time.sleep(0.3)
+            events.append(("check end", "grade", time.monotonic()))
+            return self.verdict
+
+    case = SimpleNamespace(perf=PERF)
+    started = time.monotonic()
+    assert _Checker(object(), None)._check_and_keep(case, None) is None  # type: ignore[arg-type]
+    assert time.monotonic() - started < 0.55  # side by side: about 0.3 s, not 0.6
+    assert {(name, where) for name, where, _ in events} == {
+        ("keep start", "beside"), ("keep end", "beside"), ("check start", "grade"), ("check end", "grade")}
+    events.clear()
+    wrong = errored(PERF, "at 4096x4096 the output of your kernel launches differs from F.layer_norm")
+    assert _Checker(object(), wrong)._check_and_keep(case, None) is wrong  # type: ignore[arg-type]
+    assert [name for name, _, _ in events].count("keep end") == 1  # waited for, though never timed
+    events.clear()
+    assert _Checker(None, None)._check_and_keep(case, None) is None  # type: ignore[arg-type]
+    assert [(name, where) for name, where, _ in events] == [
+        ("check start", "grade"), ("check end", "grade"), ("keep start", "grade"), ("keep end", "grade")]
+    events.clear()
+    assert _Checker(None, wrong)._check_and_keep(case, None) is wrong  # type: ignore[arg-type]
+    assert [name for name, _, _ in events] == ["check start", "check end"]  # a failed check keeps nothing
