@@ -14,6 +14,7 @@ student's line.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,7 +23,8 @@ import torch
 from triton.runtime.jit import MockTensor
 
 from grader.running import protocol
-from grader.running.worker.kernels import load_compiled
+from grader.running.worker import progress
+from grader.running.worker.kernels import add_compile_seconds, load_compiled
 from grader.running.worker.launch_record import decode_value
 
 ALIGNMENT = 16  # Triton specialises a pointer on whether it is a multiple of 16
@@ -73,11 +75,17 @@ def compile_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLa
         except Exception:  # noqa: BLE001 - the check's run reports it
             continue
         bound.append((kernel, tuple(launch["grid"]), args, kwargs))
-    with ThreadPoolExecutor(max_workers=THREADS) as pool, \
-            AsyncCompileMode(pool, ignore_errors=True):
-        for kernel, grid, args, kwargs in bound:
-            with contextlib.suppress(Exception):
-                kernel.warmup(*args, grid=grid, **kwargs)
+    started = time.monotonic()
+    progress.mark(progress.COMPILE_START)  # the pool's compiles run after each `_do_compile` returned (its marks)
+    try:
+        with ThreadPoolExecutor(max_workers=THREADS) as pool, \
+                AsyncCompileMode(pool, ignore_errors=True):
+            for kernel, grid, args, kwargs in bound:
+                with contextlib.suppress(Exception):
+                    kernel.warmup(*args, grid=grid, **kwargs)
+    finally:
+        progress.mark(progress.COMPILE_END)
+        add_compile_seconds(time.monotonic() - started)
     binaries = []
     for kernel, grid, args, kwargs in bound:  # compiled now: each found in the cache
         with contextlib.suppress(Exception):  # the check's run reports it
