@@ -30,7 +30,7 @@ from grader.running.processes.cpu_share import SAID_FROM_S, LoadAllowance, stret
 from grader.running.processes.gpu_memory import Watch
 from grader.running.processes.sandbox import Sandbox, SandboxFailure, WorkerOptions
 from grader.running.worker.channel import Channel, ChannelClosed, ChannelTimeout
-from grader.running.worker.progress import COMPILE_END, COMPILE_START
+from grader.running.worker.progress import COMPILE_END, COMPILE_START, LAUNCH, STEP
 
 OUTPUT_TAIL_BYTES = 4000
 SEND_TIMEOUT_S = 120.0  # a worker that stops reading its requests (a streamed send waits for the reader)
@@ -82,8 +82,10 @@ class ImportFailure(WorkerFailure):
 class Deadline:
     """How long the grader waits for one reply. `cap_s` bounds the whole request. On a GPU a request also
     ends when no progress mark (grader.running.worker.progress) came for `run_s` seconds while no compile
-    is under way, or for `compile_s` while one is: a kernel still running `run_s` after its last launch is
-    spinning. `run_s` None: only the cap."""
+    is under way, once a kernel was launched, or for `compile_s` while a compile is: a kernel still running `run_s`
+    after its last launch is spinning. Before its first launch no kernel can be spinning (the worker receives its
+    inputs, starts CUDA, or runs a wrapper's Python): only the cap, so a fresh worker's CUDA start on a busy
+    machine is no kernel's timeout. `run_s` None: only the cap."""
 
     cap_s: float
     run_s: float | None = None
@@ -350,6 +352,7 @@ class Worker:
         started = time.monotonic()
         last = started
         depth = 0  # compilations under way (they nest: the parallel warm-up around each kernel's)
+        launched = False  # a kernel was launched (or the kernels finished: a step): the run window applies
         compiled_s, compiling_from = 0.0, started  # seconds between compile marks, on our clock
 
         def compiling_s(at: float) -> float:
@@ -361,7 +364,9 @@ class Worker:
         while True:
             now = time.monotonic()
             cap = started + deadline.cap_s + compiling_s(now)
-            window = None if deadline.run_s is None else (deadline.compile_s if depth > 0 else deadline.run_s)
+            window = None  # only the cap: no run window, or no kernel launched yet and no compile under way
+            if deadline.run_s is not None and (depth > 0 or launched):
+                window = deadline.compile_s if depth > 0 else deadline.run_s
             limit = cap if window is None else min(cap, last + window)
             if now >= limit:
                 waited = load.owed_s()
@@ -395,6 +400,8 @@ class Worker:
                             depth -= 1
                             if depth == 0:
                                 compiled_s += last - compiling_from
+                        elif mark in (LAUNCH[0], STEP[0]):
+                            launched = True
                 elif marks == b"":  # the worker's end closed (it died): the reply channel says how
                     os.close(self.progress)
                     self.progress = -1
