@@ -61,13 +61,15 @@ def test_a_sandbox_users_kept_caches_are_its_own_where_it_can_reach_them(tmp_pat
     kept = tmp_path / f"check-triton-{os.getpid()}"
     worker, kernels = sandboxes.kept_cache_folders(kept, NOBODY)
     try:
-        assert worker.parent == kernels.parent == sandbox_parent() / f"{kept.name}-{NOBODY.uid}"
+        assert worker.parent == kernels.parent and worker.parent.parent == sandbox_parent()
+        name = (kept / "sandbox-caches-name").read_text(encoding="ascii")  # random, kept in the grader's own folder
+        assert worker.parent.name == f"{kept.name}-{NOBODY.uid}-{name}" and len(name) == 32
         for folder in (worker.parent, worker, kernels):
             found = folder.lstat()
             assert (found.st_uid, found.st_gid, oct(found.st_mode & 0o777)) == (NOBODY.uid, NOBODY.gid, "0o700")
         (kernels / "compiled.cubin").write_bytes(b"\0" * 8)
         assert sandboxes.kept_cache_folders(kept, NOBODY) == (worker, kernels)
-        assert (kernels / "compiled.cubin").exists() and not kept.exists()
+        assert (kernels / "compiled.cubin").exists() and not (kept / "worker").exists()
     finally:
         shutil.rmtree(worker.parent, ignore_errors=True)
 
