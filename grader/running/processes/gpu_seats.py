@@ -7,14 +7,15 @@ limit, every grade of a batch waits there with its tensors: six honest copies of
 took all its memory, and two of them lost performance cases to CUDA out-of-memory (docs/gpu-runs-2026-12-06.txt,
 the `identical` step). A seat is one of `count` lock files (fcntl.flock) beside the GPU slot's, taken by the
 grade's own process (the grader's, never a worker's) for its whole timing phase; the kernel lets it go when that
-process ends, however it ends. The count is what TIMING_FRACTION of the GPU's memory holds of one grade's
-footprint, computed from the cases' recorded plans (`planned_footprint_bytes`: the buffers each process keeps);
+process ends, however it ends. TIMING_FRACTION of the GPU's memory is cut into SEAT_UNITS equal parts and a grade
+holds as many as its footprint needs, computed from the cases' recorded plans (`planned_footprint_bytes`: the
+buffers each process keeps; `seat_count`: how many grades of one footprint fit at once);
 `timing_footprint_bytes`, from the bytes the spec declares, sizes the timer's budget before anything is recorded.
 The workers' budgets (gpu_memory) are caps the watchdog holds, not reservations, and are not cut by it: the timer
 is a worker of the student's sandbox and holds every timed case at once (cut by the timing share, six grades'
 budgets left it 2.8 GiB on an H100: too little for fused_layers).
 
-    seats = TimingSeats(gpu_name(), seat_count(total, footprint, concurrent_grades))
+    seats = TimingSeats(gpu_name(), seat_units(total, footprint))
     with seats.held():
         ...  # check, keep, time and profile every case
 """
@@ -44,6 +45,7 @@ TIMING_PROCESSES = 5
 HEADROOM = 1.5
 UNDECLARED_CASE_BYTES = 1 * GiB  # a case whose problem declares no bytes_moved
 SEAT_POLL_S = 0.05
+SEAT_UNITS = 64  # the timing reserve's equal parts (an H100's: 0.5 GiB each); a grade holds what its footprint needs
 
 
 def timing_footprint_bytes(case_bytes: Iterable[int | None]) -> int:
@@ -100,6 +102,15 @@ def timing_reserve_bytes(total_bytes: int) -> int:
     return int(total_bytes * TIMING_FRACTION)
 
 
+def seat_units(total_bytes: int, footprint_bytes: int) -> int:
+    """Pure: how many of the timing reserve's SEAT_UNITS equal parts one grade's timing phase holds: its footprint,
+    rounded up to whole parts; at least one, at most all (a footprint past the reserve times alone)."""
+    if footprint_bytes <= 0:
+        raise ValueError(f"a footprint must be positive, not {footprint_bytes}")
+    part = max(1, timing_reserve_bytes(total_bytes) // SEAT_UNITS)
+    return max(1, min(SEAT_UNITS, -(-footprint_bytes // part)))
+
+
 def seat_count(total_bytes: int, footprint_bytes: int, concurrent_grades: int) -> int:
     """Pure: how many grades may be in their timing phase at once: as many footprints as the timing reserve
     holds, at least one, at most the grades that run at once."""
@@ -110,35 +121,51 @@ def seat_count(total_bytes: int, footprint_bytes: int, concurrent_grades: int) -
 
 
 class TimingSeats:
-    """`count` seats over lock files in the GPU slot's folder (hidden from sandboxes), one set per GPU."""
+    """The GPU's timing reserve as `total` equal parts (SEAT_UNITS), each a lock file (fcntl.flock) in the GPU slot's
+    folder (hidden from sandboxes), one set per GPU; a grade holds as many as its footprint needs (`seat_units`). A
+    count of equal seats let grades of unequal footprints take more than the reserve (a grade with two cases to time
+    took a third of four seats beside two grades with four cases: session 15's class held five at once)."""
 
-    def __init__(self, name: str, count: int, folder: Path | None = None) -> None:
-        if count < 1:
-            raise ValueError(f"a GPU has at least one timing seat, not {count}")
+    def __init__(self, name: str, units: int, folder: Path | None = None, total: int = 0) -> None:
+        total = total or SEAT_UNITS
+        if not 1 <= units <= total:
+            raise ValueError(f"a grade holds between 1 and {total} parts of the timing reserve, not {units}")
         folder = folder or lock_dir()
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-        self.paths = tuple(folder / f"gpu-{safe}.seat-{n}" for n in range(count))
+        self.units = units
+        self.paths = tuple(folder / f"gpu-{safe}.seat-{n}" for n in range(total))
+        self.line = folder / f"gpu-{safe}.seat-line"
 
     @contextmanager
     def held(self) -> Iterator[int]:
-        """Wait for a free seat and hold it; yields the seat's number. Seats are tried in order, so a batch that
-        runs with fewer seats than an earlier one (another GPU's count) shares the lower ones."""
+        """Wait for `units` free parts and hold them; yields the lowest one's number. The grade first in line holds the
+        line (a lock of its own) while it gathers its parts and the others queue behind it, so a grade that needs many
+        is not passed forever by grades that need few; the parts come back as their holders end, however they end."""
         fds = [os.open(path, os.O_RDWR | os.O_CREAT, 0o666) for path in self.paths]
-        taken = -1
+        taken: list[int] = []
         try:
-            while taken < 0:
-                for n, fd in enumerate(fds):
-                    try:
-                        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    except BlockingIOError:
-                        continue
-                    taken = n
-                    break
-                else:
-                    time.sleep(SEAT_POLL_S)
-            yield taken
+            line = os.open(self.line, os.O_RDWR | os.O_CREAT, 0o666)
+            try:
+                fcntl.flock(line, fcntl.LOCK_EX)
+                while len(taken) < self.units:
+                    for n, fd in enumerate(fds):
+                        if len(taken) == self.units:
+                            break
+                        if n in taken:
+                            continue
+                        try:
+                            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        except BlockingIOError:
+                            continue
+                        taken.append(n)
+                    if len(taken) < self.units:
+                        time.sleep(SEAT_POLL_S)
+            finally:
+                fcntl.flock(line, fcntl.LOCK_UN)
+                os.close(line)
+            yield min(taken)
         finally:
-            if taken >= 0:
-                fcntl.flock(fds[taken], fcntl.LOCK_UN)
+            for n in taken:
+                fcntl.flock(fds[n], fcntl.LOCK_UN)
             for fd in fds:
                 os.close(fd)

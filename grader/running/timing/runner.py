@@ -48,7 +48,7 @@ from grader.running.processes.gpu_seats import (
     TimingSeats,
     host_budget_bytes,
     planned_footprint_bytes,
-    seat_count,
+    seat_units,
     timing_footprint_bytes,
 )
 from grader.running.processes.gpu_slot import GpuSlot, gpu_name
@@ -227,7 +227,7 @@ class PerformanceRunner(Bars):
         total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
         cases = [p.timed.timed_bytes(p.perf.input_sets) for p in ready]
         footprint = planned_footprint_bytes(cases, profilers_beside=self.profile and self.profile_every_case)
-        return TimingSeats(gpu_name(), seat_count(total, footprint, self.concurrent_grades)).held()
+        return TimingSeats(gpu_name(), seat_units(total, footprint)).held()
 
     def _footprint(self, perfs: Sequence[PerformanceCase]) -> int:
         """The GPU memory of a timing phase of these cases from their declared bytes, before anything is recorded

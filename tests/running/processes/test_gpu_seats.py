@@ -15,6 +15,7 @@ from grader.running.processes.gpu_memory import CUDA_CONTEXT_BYTES, GiB, MiB
 from grader.running.processes.gpu_seats import (
     HEADROOM,
     PLANNED_HEADROOM,
+    SEAT_UNITS,
     TIMING_PROCESSES,
     UNDECLARED_CASE_BYTES,
     TimedCaseBytes,
@@ -22,6 +23,7 @@ from grader.running.processes.gpu_seats import (
     host_budget_bytes,
     planned_footprint_bytes,
     seat_count,
+    seat_units,
     timing_footprint_bytes,
     timing_reserve_bytes,
 )
@@ -92,10 +94,50 @@ def test_seats_are_what_the_timing_share_holds_at_least_one_at_most_the_grades()
         seat_count(H100_BYTES, 0, 4)
     with pytest.raises(ValueError):
         TimingSeats("gpu", 0)
+    with pytest.raises(ValueError):
+        TimingSeats("gpu", SEAT_UNITS + 1)
+
+
+def test_a_grade_holds_the_parts_of_the_reserve_its_footprint_needs() -> None:
+    """The reserve in SEAT_UNITS equal parts (0.5 GiB on an H100): fused_layers' 13.6 GiB takes 28 of 64, so two
+    at once, as two seats did; a grade with one small case takes one part, and fits beside them."""
+    part = timing_reserve_bytes(H100_USABLE) // SEAT_UNITS
+    assert seat_units(H100_USABLE, 13 * GiB + 600 * MiB) == -(-(13 * GiB + 600 * MiB) // part)
+    assert 2 * seat_units(H100_USABLE, 13 * GiB + 600 * MiB) <= SEAT_UNITS < 3 * seat_units(H100_USABLE, 13 * GiB)
+    assert seat_units(H100_USABLE, 1) == seat_units(H100_USABLE, part) == 1
+    assert seat_units(H100_USABLE, part + 1) == 2
+    assert seat_units(H100_USABLE, 500 * GiB) == SEAT_UNITS  # past the reserve: it times alone
+    with pytest.raises(ValueError):
+        seat_units(H100_USABLE, 0)
+
+
+def test_grades_of_unequal_footprints_never_hold_more_than_the_reserve(tmp_path: Path) -> None:
+    """Four parts: a grade needing three and one needing one fill them; the next needing two waits, first in line,
+    and a grade needing one that comes after it waits behind it (it is not passed) until two parts are free."""
+    big, small, middle = (TimingSeats("gpu", n, tmp_path, total=4) for n in (3, 1, 2))
+    order: list[str] = []
+    with big.held() as first, small.held() as second:
+        assert (first, second) == (0, 3)
+        waiting = threading.Thread(target=_hold_and_note, args=(middle, "middle", order))
+        waiting.start()
+        time.sleep(0.3)
+        behind = threading.Thread(target=_hold_and_note, args=(small, "small", order))
+        behind.start()
+        time.sleep(0.3)
+        assert order == [] and waiting.is_alive() and behind.is_alive()
+    waiting.join(timeout=5)
+    behind.join(timeout=5)
+    assert order == ["middle 0", "small 2"]  # in line's order; the small one beside the middle one's two parts
+
+
+def _hold_and_note(seats: TimingSeats, who: str, order: list[str]) -> None:
+    with seats.held() as seat:
+        order.append(f"{who} {seat}")
+        time.sleep(0.2)
 
 
 def test_a_third_grade_waits_for_one_of_two_seats(tmp_path: Path) -> None:
-    seats = TimingSeats("GPU-abc/1", 2, tmp_path)
+    seats = TimingSeats("GPU-abc/1", 1, tmp_path, total=2)
     assert all(path.parent == tmp_path and "/" not in path.name for path in seats.paths)
     taken: list[int] = []
     with seats.held() as first, seats.held() as second:
@@ -118,12 +160,12 @@ def test_a_seat_comes_back_when_its_holder_dies(tmp_path: Path) -> None:
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
          "from grader.running.processes.gpu_seats import TimingSeats; "
-         f"seats = TimingSeats('gpu', 1, Path({str(tmp_path)!r})); "
+         f"seats = TimingSeats('gpu', 1, Path({str(tmp_path)!r}), total=1); "
          "held = seats.held(); held.__enter__(); print('held', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[3])
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        seats = TimingSeats("gpu", 1, tmp_path)
+        seats = TimingSeats("gpu", 1, tmp_path, total=1)
         taken: list[int] = []
         waiter = threading.Thread(target=lambda: taken.append(_hold_once(seats)))
         waiter.start()
