@@ -234,6 +234,9 @@ def grade_class(args: argparse.Namespace, work: Path, origin: dict[str, str], wo
         print("\n".join(table_lines(table, len(grades))))
         print(slot_line(slot_use(spans)))
         print(seat_line(seat_use(spans)))
+        when, least = sampler.least_available
+        if least >= 0:
+            print(f"    the machine's memory: least available {least / 2**30:.1f} GiB, {when - started:.0f} s in")
         slow = long_spans(spans, "replay", REPLAY_LONG_S)
         print(f"replays of {REPLAY_LONG_S:.0f} s or more: {len(slow)}" + "".join(f"\n{line}" for line in slow))
     by_origin = defaultdict(list)

@@ -95,6 +95,7 @@ class ClassSampler:
     root: int
     every_s: float = 0.25
     samples: dict[int, list[tuple[float, float]]] = field(default_factory=lambda: defaultdict(list))
+    least_available: tuple[float, int] = (0.0, -1)  # (when, bytes): the machine's least MemAvailable seen
 
     def __post_init__(self) -> None:
         self._stop = threading.Event()
@@ -115,7 +116,22 @@ class ClassSampler:
             parents, cpu = process_table(names)
             for child, seconds in cpu_by_descendant(self.root, parents, cpu, names).items():
                 self.samples[child].append((now, seconds))
+            available = memory_available_bytes()
+            if available >= 0 and (self.least_available[1] < 0 or available < self.least_available[1]):
+                self.least_available = (now, available)
             self._stop.wait(self.every_s)
+
+
+def memory_available_bytes() -> int:
+    """The machine's MemAvailable (/proc/meminfo), -1 where unreadable: a class whose workers crash together may
+    have run the host out of memory (the kernel's OOM killer), not the GPU."""
+    try:
+        for line in Path("/proc/meminfo").read_text(encoding="ascii").splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
 
 
 def read_trace(path: Path) -> dict[int, list[dict]]:
