@@ -11,7 +11,6 @@ import contextlib
 import importlib.util
 import os
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,17 +19,16 @@ import torch
 import triton
 
 from grader.running import protocol
-from grader.running.worker import fence, interpreter_compat, kernel_host, progress, scratch, traffic
+from grader.running.worker import fence, interpreter_compat, kernel_host, scratch, traffic
 from grader.running.worker.confinement import confine_imports
 from grader.running.worker.errors import describe_exception, is_fatal_device_error
 from grader.running.worker.hint_check import HintLog
 from grader.running.worker.kernel_report import describe_kernels
 from grader.running.worker.kernels import (
-    add_compile_seconds,
     compile_for_gpu,
+    compile_in_parallel,
     compile_seconds,
     describe_symbol,
-    load_compiled,
     make_grid,
     patch_autotune_for_interpreter,
     replayable_kernel,
@@ -184,43 +182,23 @@ class Harness:
         )
 
     def warmup(self, request: protocol.Warmup) -> protocol.WarmedUp:
-        """Compile the kernel specialisations of the given launches in parallel before any runs: Triton's
-        AsyncCompileMode with a thread pool; nothing is launched. Errors are left for the real launch to report.
-        The interpreter compiles nothing."""
+        """Compile and load the kernel specialisations of the given launches in parallel before any runs
+        (kernels.compile_in_parallel); nothing is launched. Errors are left for the real launch to report. The
+        interpreter compiles nothing."""
         if self.backend != "cuda" or not request.launches:
             return protocol.WarmedUp(ok=True, compiled=0)
-        from concurrent.futures import ThreadPoolExecutor
-
-        from triton.runtime._async_compile import AsyncCompileMode
-
-        started = time.monotonic()
-        count = 0
-        bound = []
-        progress.mark(progress.COMPILE_START)
-        try:
-            with ThreadPoolExecutor(max_workers=request.threads) as pool, AsyncCompileMode(pool, ignore_errors=True):
-                for launch in request.launches:
-                    kernel = getattr(self.module, launch.kernel, None)
-                    if not isinstance(kernel, triton.runtime.KernelInterface) or not hasattr(kernel, "warmup"):
-                        continue
-                    tensors = self._tensors(launch.storages, launch.views)
-                    args = [self._resolve(a, tensors) for a in launch.args]
-                    call = (kernel, args, make_grid(launch.grid), _untuned(kernel, launch.meta))
-                    try:
-                        call[0].warmup(*call[1], grid=call[2], **call[3])
-                        count += 1
-                        bound.append(call)
-                    except Exception:  # the real launch reports it, with the student's line
-                        continue
-        except Exception:
-            pass
-        progress.mark(progress.COMPILE_END)
-        add_compile_seconds(time.monotonic() - started)
-        binaries = []
-        for kernel, args, grid, meta in bound:  # compiled now: each found in the cache
-            with contextlib.suppress(Exception):  # the real launch reports it
-                binaries.append(kernel.warmup(*args, grid=grid, **meta))
-        load_compiled(binaries, request.threads)  # launchers built and modules loaded in parallel, each marked
+        calls = []
+        for launch in request.launches:
+            kernel = getattr(self.module, launch.kernel, None)
+            if not isinstance(kernel, triton.runtime.KernelInterface) or not hasattr(kernel, "warmup"):
+                continue
+            try:
+                tensors = self._tensors(launch.storages, launch.views)
+            except Exception:  # noqa: BLE001 - the real launch reports it, with the student's line
+                continue
+            calls.append((kernel, [self._resolve(a, tensors) for a in launch.args], make_grid(launch.grid),
+                          _untuned(kernel, launch.meta)))
+        count, _ = compile_in_parallel(calls, request.threads)
         return protocol.WarmedUp(ok=True, compiled=count)
 
     def compile(self, request: protocol.Compile) -> protocol.Compiled:

@@ -4,9 +4,10 @@ Triton's JIT spends compiling."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -168,6 +169,42 @@ def add_compile_seconds(seconds: float) -> None:
 def compile_seconds() -> float:
     """Triton's JIT compile seconds in this worker so far (every reply carries them)."""
     return round(float(_COMPILE_SECONDS[0]), 4)
+
+
+# one launch to compile ahead: the kernel, its arguments, its grid and its keyword arguments, as `warmup` takes them
+WarmupCall = tuple[Any, Sequence[Any], Any, Mapping[str, Any]]
+
+
+def compile_in_parallel(calls: Sequence[WarmupCall], threads: int) -> tuple[int, int]:
+    """Compile each call's kernel specialisation (`kernel.warmup(*args, grid=grid, **kwargs)`), `threads` at once under
+    Triton's AsyncCompileMode, then build their launchers and load them (load_compiled); nothing is launched. The pool
+    compiles after each `_do_compile` returned (its own marks cover only the submit), so the whole pool runs between
+    compile marks: the grader's deadline credits those seconds as compiling. Returns how many calls warmed up and how
+    many kernels were loaded; a failure is left for the real launch, which reports it with the student's line."""
+    from triton.runtime._async_compile import AsyncCompileMode
+
+    warmed = []
+    started = time.monotonic()
+    progress.mark(progress.COMPILE_START)
+    try:
+        with ThreadPoolExecutor(max_workers=threads) as pool, AsyncCompileMode(pool, ignore_errors=True):
+            for call in calls:
+                kernel, args, grid, kwargs = call
+                try:
+                    kernel.warmup(*args, grid=grid, **kwargs)
+                except Exception:  # noqa: BLE001 - the real launch reports it
+                    continue
+                warmed.append(call)
+    except Exception:  # noqa: BLE001 - the real launch reports it
+        pass
+    finally:
+        progress.mark(progress.COMPILE_END)
+        add_compile_seconds(time.monotonic() - started)
+    binaries = []
+    for kernel, args, grid, kwargs in warmed:  # compiled now: each found in the cache
+        with contextlib.suppress(Exception):  # the real launch reports it
+            binaries.append(kernel.warmup(*args, grid=grid, **kwargs))
+    return len(warmed), load_compiled(binaries, threads)
 
 
 def load_compiled(binaries: Iterable[Any], threads: int) -> int:

@@ -5,26 +5,22 @@ cache, while the grade held a timing seat and the GPU shared; in a class on an H
 most of it the CPU (docs/performance.md). Here each launch is bound to stand-ins for its tensors (a dtype and an
 address with the view's alignment, as Triton's own `MockTensor`) and compiled with `JITFunction.warmup`, in parallel
 (Triton's AsyncCompileMode); then each compiled kernel's launcher is built and its module loaded (`_init_handles`),
-in parallel too (kernels.load_compiled), which would otherwise happen at the first launch. The check then finds every
-specialisation compiled, where the stand-ins specialise as its buffers do (a buffer the allocator aligns, a view's
-offset). Nothing here judges: a launch that fails to compile is left for the check, which reports it with the
+in parallel too (kernels.compile_in_parallel), which would otherwise happen at the first launch. The check then finds
+every specialisation compiled, where the stand-ins specialise as its buffers do (a buffer the allocator aligns, a
+view's offset). Nothing here judges: a launch that fails to compile is left for the check, which reports it with the
 student's line.
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 from triton.runtime.jit import MockTensor
 
 from grader.running import protocol
-from grader.running.worker import progress
-from grader.running.worker.kernels import add_compile_seconds, load_compiled
+from grader.running.worker.kernels import compile_in_parallel
 from grader.running.worker.launch_record import decode_value
 
 ALIGNMENT = 16  # Triton specialises a pointer on whether it is a multiple of 16
@@ -64,9 +60,7 @@ def compile_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLa
     nothing is allocated at the timed size. The reply's `sets` is how many launches compiled. Off CUDA, nothing."""
     if device.type != "cuda":
         return protocol.Timed(ok=True, outputs=(), sets=0)
-    from triton.runtime._async_compile import AsyncCompileMode
-
-    bound = []
+    calls = []
     for launch in request.launches:
         try:
             kernel = find_kernel(str(launch["kernel"]))
@@ -74,21 +68,6 @@ def compile_launches(find_kernel: Callable[[str], Any], request: protocol.TimeLa
             kwargs = {k: stand_in(v) for k, v in launch["kwargs"].items()}
         except Exception:  # noqa: BLE001 - the check's run reports it
             continue
-        bound.append((kernel, tuple(launch["grid"]), args, kwargs))
-    started = time.monotonic()
-    progress.mark(progress.COMPILE_START)  # the pool's compiles run after each `_do_compile` returned (its marks)
-    try:
-        with ThreadPoolExecutor(max_workers=THREADS) as pool, \
-                AsyncCompileMode(pool, ignore_errors=True):
-            for kernel, grid, args, kwargs in bound:
-                with contextlib.suppress(Exception):
-                    kernel.warmup(*args, grid=grid, **kwargs)
-    finally:
-        progress.mark(progress.COMPILE_END)
-        add_compile_seconds(time.monotonic() - started)
-    binaries = []
-    for kernel, grid, args, kwargs in bound:  # compiled now: each found in the cache
-        with contextlib.suppress(Exception):  # the check's run reports it
-            binaries.append(kernel.warmup(*args, grid=grid, **kwargs))
-    compiled = load_compiled(binaries, THREADS)  # launchers built and modules loaded, in parallel
+        calls.append((kernel, args, tuple(launch["grid"]), kwargs))
+    _, compiled = compile_in_parallel(calls, THREADS)  # compiled, launchers built and modules loaded, in parallel
     return protocol.Timed(ok=True, outputs=(), sets=compiled)

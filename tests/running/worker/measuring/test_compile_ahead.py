@@ -77,10 +77,10 @@ def test_the_parallel_compiles_run_between_compile_marks(monkeypatch: pytest.Mon
     """Under AsyncCompileMode each `_do_compile` returns at once and the pool's threads compile after its marks: the
     whole pool is between compile marks, so the grader's deadline credits those seconds as compiling (a class's busy
     CPUs made ptxas outlast the 10 s run window)."""
-    from grader.running.worker.measuring import compile_ahead
+    from grader.running.worker import progress
 
     events: list[str] = []
-    monkeypatch.setattr(compile_ahead.progress, "mark", lambda event: events.append(event.decode()))
+    monkeypatch.setattr(progress, "mark", lambda event: events.append(event.decode()))
 
     class _Kernel:
         def warmup(self, *args: object, grid: object, **kwargs: object) -> object:
