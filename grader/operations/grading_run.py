@@ -171,8 +171,7 @@ class GradingRun:
         if self._performance_runner is None:
             self._performance_runner = PerformanceRunner(self.assignment, self.seed, perfs=self.performance_cases(),
                                                          calibration=self.calibration, profile=self.profile,
-                                                         profile_every_case=self.profile_every_case,
-                                                         concurrent_grades=self.concurrent_grades)
+                                                         profile_every_case=self.profile_every_case)
         return self._performance_runner
 
     def _start_timing_early(self) -> None:

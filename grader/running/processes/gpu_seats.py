@@ -9,7 +9,7 @@ the `identical` step). A seat is one of `count` lock files (fcntl.flock) beside 
 grade's own process (the grader's, never a worker's) for its whole timing phase; the kernel lets it go when that
 process ends, however it ends. TIMING_FRACTION of the GPU's memory is cut into SEAT_UNITS equal parts and a grade
 holds as many as its footprint needs, computed from the cases' recorded plans (`planned_footprint_bytes`: the
-buffers each process keeps; `seat_count`: how many grades of one footprint fit at once);
+buffers each process keeps; SEAT_UNITS // `seat_units`: how many grades of one footprint fit at once);
 `timing_footprint_bytes`, from the bytes the spec declares, sizes the timer's budget before anything is recorded.
 The workers' budgets (gpu_memory) are caps the watchdog holds, not reservations, and are not cut by it: the timer
 is a worker of the student's sandbox and holds every timed case at once (cut by the timing share, six grades'
@@ -111,23 +111,13 @@ def seat_units(total_bytes: int, footprint_bytes: int) -> int:
     return max(1, min(SEAT_UNITS, -(-footprint_bytes // part)))
 
 
-def seat_count(total_bytes: int, footprint_bytes: int, concurrent_grades: int) -> int:
-    """Pure: how many grades may be in their timing phase at once: as many footprints as the timing reserve
-    holds, at least one, at most the grades that run at once."""
-    if footprint_bytes <= 0:
-        raise ValueError(f"a footprint must be positive, not {footprint_bytes}")
-    fits = timing_reserve_bytes(total_bytes) // footprint_bytes
-    return max(1, min(int(fits), max(1, concurrent_grades)))
-
-
 class TimingSeats:
     """The GPU's timing reserve as `total` equal parts (SEAT_UNITS), each a lock file (fcntl.flock) in the GPU slot's
     folder (hidden from sandboxes), one set per GPU; a grade holds as many as its footprint needs (`seat_units`). A
     count of equal seats let grades of unequal footprints take more than the reserve (a grade with two cases to time
     took a third of four seats beside two grades with four cases: session 15's class held five at once)."""
 
-    def __init__(self, name: str, units: int, folder: Path | None = None, total: int = 0) -> None:
-        total = total or SEAT_UNITS
+    def __init__(self, name: str, units: int, folder: Path | None = None, total: int = SEAT_UNITS) -> None:
         if not 1 <= units <= total:
             raise ValueError(f"a grade holds between 1 and {total} parts of the timing reserve, not {units}")
         folder = folder or lock_dir()

@@ -76,13 +76,12 @@ class PerformanceRunner(Bars):
 
     def __init__(self, assignment: Assignment, seed: int, device: str = "cuda",
                  perfs: Sequence[PerformanceCase] | None = None, calibration: CalibrationStore | None = None,
-                 profile: bool = True, concurrent_grades: int = 1, profile_every_case: bool = True) -> None:
+                 profile: bool = True, profile_every_case: bool = True) -> None:
         """`perfs`: the cases this session measures (default: the assignment's); `calibration`: where bars
         are cached (None: measured for this session alone); `profile`: each timed case replayed once under
         Nsight Compute (grader.running.timing.profiled_replay), its profile in `profiles`; `profile_every_case`: off,
-        only the cases whose counters could name a trap (a class batch's way: the slot is the class's bottleneck);
-        `concurrent_grades`: the grades sharing this GPU (a batch's), of which at most a seat count hold timing
-        tensors at once."""
+        only the cases whose counters could name a trap (a class batch's way: the slot is the class's bottleneck).
+        The grades sharing a GPU hold their timing tensors within its timing reserve (gpu_seats, `_seat`)."""
         super().__init__()
         self.assignment = assignment
         self.calibration = calibration
@@ -98,7 +97,6 @@ class PerformanceRunner(Bars):
                                        calibration.reference_triton_cache if calibration is not None else None)
         self.profile = profile
         self.profile_every_case = profile_every_case
-        self.concurrent_grades = concurrent_grades
         self._live_profiler: Profiler | None = None
         self.profiles: dict[str, CaseProfile] = {}  # perf id -> what profiling its timed replay found
         self._early_reference: Worker | None = None  # the reference's worker, spawned while correctness runs

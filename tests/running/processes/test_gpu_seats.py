@@ -22,7 +22,6 @@ from grader.running.processes.gpu_seats import (
     TimingSeats,
     host_budget_bytes,
     planned_footprint_bytes,
-    seat_count,
     seat_units,
     timing_footprint_bytes,
     timing_reserve_bytes,
@@ -63,9 +62,9 @@ def test_a_planned_footprint_counts_what_each_process_keeps_of_the_plans() -> No
     assert beside == int(PLANNED_HEADROOM * (kept + grader + profilers)) + 5 * CUDA_CONTEXT_BYTES
     assert 12 * GiB < after < 15 * GiB < beside
     # a class batch (profilers after the timing, where needed): two seats on an H100, four on an H200
-    assert seat_count(H100_USABLE, after, concurrent_grades=16) == 2
-    assert seat_count(H200_USABLE, after, concurrent_grades=16) == 4
-    assert seat_count(H100_USABLE, beside, concurrent_grades=16) == 1  # every case profiled beside the checks
+    assert SEAT_UNITS // seat_units(H100_USABLE, after) == 2
+    assert SEAT_UNITS // seat_units(H200_USABLE, after) == 4
+    assert SEAT_UNITS // seat_units(H100_USABLE, beside) == 1  # every case profiled beside the checks
     # more sets, more kept: a plan's bytes count once per set it rotates through
     two, four = TimedCaseBytes(512 * MiB, 256 * MiB, 2), TimedCaseBytes(512 * MiB, 256 * MiB, 4)
     assert planned_footprint_bytes([four], False) > planned_footprint_bytes([two], False)
@@ -82,16 +81,15 @@ def test_a_timing_host_gets_half_its_grades_footprint_not_the_correctness_share(
     assert host_budget_bytes(footprint) * 2 <= footprint
 
 
-def test_seats_are_what_the_timing_share_holds_at_least_one_at_most_the_grades() -> None:
+def test_seats_are_what_the_timing_share_holds_at_least_one() -> None:
     footprint = 13 * GiB
     assert timing_reserve_bytes(H100_BYTES) == int(0.4 * H100_BYTES)
-    assert seat_count(H100_BYTES, footprint, concurrent_grades=12) == 2  # 32 GiB holds two
-    assert seat_count(141 * GiB, footprint, concurrent_grades=12) == 4
-    assert seat_count(H100_BYTES, footprint, concurrent_grades=1) == 1  # never more than the grades
-    assert seat_count(H100_BYTES, 200 * GiB, concurrent_grades=8) == 1  # a huge course still times, one at a time
-    assert seat_count(H100_BYTES, 64 * MiB, concurrent_grades=8) == 8
+    assert SEAT_UNITS // seat_units(H100_BYTES, footprint) == 2  # 32 GiB holds two
+    assert SEAT_UNITS // seat_units(141 * GiB, footprint) == 4
+    assert seat_units(H100_BYTES, 200 * GiB) == SEAT_UNITS  # a huge course still times, one at a time
+    assert seat_units(H100_BYTES, 64 * MiB) == 1  # the batch's workers bound how many grades time at once
     with pytest.raises(ValueError):
-        seat_count(H100_BYTES, 0, 4)
+        seat_units(H100_BYTES, 0)
     with pytest.raises(ValueError):
         TimingSeats("gpu", 0)
     with pytest.raises(ValueError):
